@@ -1,0 +1,92 @@
+// kvm_vcpu.h: one KVM vCPU: its fd, the shared kvm_run page, and typed access to
+// registers, events, MSRs, LAPIC, guest debug and MP state. The only place in
+// vcpu/ that issues vCPU ioctls; converts between KVM structs and CpuState.
+#ifndef VBTS_VCPU_KVM_VCPU_H_
+#define VBTS_VCPU_KVM_VCPU_H_
+
+#include <linux/kvm.h>
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "vcpu/cpu_state.h"
+#include "vcpu/kvm_fd.h"
+
+namespace vbts::vcpu {
+
+struct MsrValue {
+  uint32_t index;
+  uint64_t value;
+};
+
+class KvmVcpu {
+ public:
+  // Creates vCPU `id` on `vm_fd`; `run_size` is KVM_GET_VCPU_MMAP_SIZE.
+  // `sync_regs` makes KVM publish regs/sregs/events in kvm_run at every exit
+  // (KVM_CAP_SYNC_REGS), which saves two ioctls per single-step.
+  static absl::StatusOr<std::unique_ptr<KvmVcpu>> Create(int vm_fd, int id, size_t run_size, bool sync_regs);
+  ~KvmVcpu();
+  KvmVcpu(const KvmVcpu&) = delete;
+  KvmVcpu& operator=(const KvmVcpu&) = delete;
+
+  int fd() const { return fd_.get(); }
+  kvm_run* run() const { return run_; }
+
+  // KVM_RUN. Returns true on a guest exit (run()->exit_reason), false when a
+  // signal interrupted it (EINTR; run()->immediate_exit is cleared).
+  absl::StatusOr<bool> Run();
+
+  // Architectural state. GetState reads regs, sregs and events (from the sync
+  // area when it is valid), plus the SYSCALL/SYSENTER MSRs when `with_msrs`.
+  absl::StatusOr<CpuState> GetState(bool with_msrs = false);
+  // Writes regs, sregs, and the interrupt-shadow/NMI-masked events; MSRs when
+  // `with_msrs`. Invalidates nothing the guest did not change.
+  absl::Status SetState(const CpuState& st, bool with_msrs = false);
+
+  absl::StatusOr<kvm_regs> GetRegs();
+  absl::Status SetRegs(const kvm_regs& r);
+  absl::StatusOr<kvm_sregs> GetSregs();
+  absl::Status SetSregs(const kvm_sregs& s);
+  absl::StatusOr<kvm_vcpu_events> GetEvents();
+  absl::Status SetEvents(const kvm_vcpu_events& e);
+  // Queues exception `vector` (with `error_code` if it has one) for delivery
+  // at the next entry, as if the current instruction raised it.
+  absl::Status InjectException(uint8_t vector, std::optional<uint32_t> error_code);
+
+  absl::Status SetCpuid(absl::Span<const kvm_cpuid_entry2> entries);
+  absl::StatusOr<std::vector<kvm_cpuid_entry2>> GetCpuid();
+  absl::Status SetMsrs(absl::Span<const MsrValue> msrs);
+  absl::StatusOr<uint64_t> GetMsr(uint32_t index);
+
+  // KVM_SET_GUEST_DEBUG. `control` 0 turns guest debugging off.
+  absl::Status SetGuestDebug(uint32_t control, const std::array<uint64_t, 8>& debugreg = {});
+  absl::StatusOr<kvm_debugregs> GetDebugRegs();
+  absl::Status SetDebugRegs(const kvm_debugregs& d);
+
+  absl::StatusOr<kvm_lapic_state> GetLapic();
+  absl::Status SetLapic(const kvm_lapic_state& l);
+  absl::StatusOr<uint32_t> GetMpState();
+  absl::Status SetMpState(uint32_t state);
+
+ private:
+  KvmVcpu(ScopedFd fd, kvm_run* run, size_t run_size, bool sync_regs);
+  ScopedFd fd_;
+  kvm_run* run_;
+  size_t run_size_;
+  bool sync_regs_;
+};
+
+// kvm_segment <-> Segment.
+Segment FromKvm(const kvm_segment& k);
+kvm_segment ToKvm(const Segment& s);
+void StateFromKvm(const kvm_regs& r, const kvm_sregs& s, CpuState* st);
+void StateToKvm(const CpuState& st, kvm_regs* r, kvm_sregs* s);
+
+}  // namespace vbts::vcpu
+
+#endif  // VBTS_VCPU_KVM_VCPU_H_

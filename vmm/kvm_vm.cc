@@ -1,0 +1,100 @@
+// kvm_vm.cc: system and VM ioctls.
+#include "vmm/kvm_vm.h"
+
+#include <fcntl.h>
+
+#include "absl/strings/str_format.h"
+#include "pmu/status_macros.h"
+
+namespace vbts::vmm {
+
+absl::StatusOr<Kvm> Kvm::Open(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return absl::ErrnoToStatus(errno, absl::StrFormat("cannot open %s (KVM missing or no permission)", path));
+  ScopedFd owned(fd);
+  VBTS_ASSIGN_OR_RETURN(int api, Ioctl(fd, KVM_GET_API_VERSION, 0, "KVM_GET_API_VERSION"));
+  if (api != KVM_API_VERSION)
+    return absl::FailedPreconditionError(
+        absl::StrFormat("%s: KVM API version %d, vbts needs %d", path, api, KVM_API_VERSION));
+  return Kvm(std::move(owned), api);
+}
+
+int Kvm::CheckExtension(long cap) const {
+  int rc = ::ioctl(fd_.get(), KVM_CHECK_EXTENSION, cap);
+  return rc < 0 ? 0 : rc;
+}
+
+absl::StatusOr<std::vector<kvm_cpuid_entry2>> Kvm::SupportedCpuid() const {
+  constexpr int kMax = 256;
+  std::vector<uint8_t> buf(sizeof(kvm_cpuid2) + kMax * sizeof(kvm_cpuid_entry2));
+  auto* c = reinterpret_cast<kvm_cpuid2*>(buf.data());
+  c->nent = kMax;
+  VBTS_RETURN_IF_ERROR(Ioctl(fd_.get(), KVM_GET_SUPPORTED_CPUID, c, "KVM_GET_SUPPORTED_CPUID").status());
+  return std::vector<kvm_cpuid_entry2>(c->entries, c->entries + c->nent);
+}
+
+absl::StatusOr<size_t> Kvm::VcpuMmapSize() const {
+  VBTS_ASSIGN_OR_RETURN(int n, Ioctl(fd_.get(), KVM_GET_VCPU_MMAP_SIZE, 0, "KVM_GET_VCPU_MMAP_SIZE"));
+  return static_cast<size_t>(n);
+}
+
+absl::StatusOr<std::unique_ptr<Vm>> Vm::Create(const Kvm& kvm) {
+  VBTS_ASSIGN_OR_RETURN(int fd, Ioctl(kvm.fd(), KVM_CREATE_VM, 0, "KVM_CREATE_VM"));
+  return std::unique_ptr<Vm>(new Vm(&kvm, ScopedFd(fd)));
+}
+
+absl::Status Vm::SetMemoryRegion(uint32_t slot, uint64_t gpa, uint64_t size, void* host) {
+  kvm_userspace_memory_region r{};
+  r.slot = slot;
+  r.guest_phys_addr = gpa;
+  r.memory_size = size;
+  r.userspace_addr = reinterpret_cast<uint64_t>(host);
+  return Ioctl(fd(), KVM_SET_USER_MEMORY_REGION, &r, "KVM_SET_USER_MEMORY_REGION",
+               absl::StrFormat("slot=%u gpa=0x%x size=0x%x", slot, gpa, size))
+      .status();
+}
+
+absl::Status Vm::CreateIrqchip() { return Ioctl(fd(), KVM_CREATE_IRQCHIP, 0, "KVM_CREATE_IRQCHIP").status(); }
+
+absl::Status Vm::EnableCap(uint32_t cap, uint64_t arg0) {
+  kvm_enable_cap c{};
+  c.cap = cap;
+  c.args[0] = arg0;
+  return Ioctl(fd(), KVM_ENABLE_CAP, &c, "KVM_ENABLE_CAP", absl::StrFormat("cap=%u arg=0x%x", cap, arg0)).status();
+}
+
+absl::Status Vm::SetMsrFilter(absl::Span<const MsrRange> deny) {
+  if (deny.size() > KVM_MSR_FILTER_MAX_RANGES)
+    return absl::InvalidArgumentError(absl::StrFormat("%u MSR filter ranges, KVM takes at most %d", deny.size(),
+                                                      KVM_MSR_FILTER_MAX_RANGES));
+  VBTS_RETURN_IF_ERROR(EnableCap(KVM_CAP_X86_USER_SPACE_MSR, KVM_MSR_EXIT_REASON_FILTER));
+  kvm_msr_filter f{};
+  f.flags = KVM_MSR_FILTER_DEFAULT_ALLOW;
+  // A zero bitmap denies every MSR of the range (bit set = allow).
+  static const uint8_t kDenyAll[0x100 / 8 * 8] = {};
+  for (size_t i = 0; i < deny.size(); i++) {
+    if (deny[i].count > sizeof(kDenyAll) * 8)
+      return absl::InvalidArgumentError(absl::StrFormat("MSR filter range at 0x%x too long", deny[i].base));
+    f.ranges[i].flags = KVM_MSR_FILTER_READ | KVM_MSR_FILTER_WRITE;
+    f.ranges[i].base = deny[i].base;
+    f.ranges[i].nmsrs = deny[i].count;
+    f.ranges[i].bitmap = const_cast<uint8_t*>(kDenyAll);
+  }
+  return Ioctl(fd(), KVM_X86_SET_MSR_FILTER, &f, "KVM_X86_SET_MSR_FILTER").status();
+}
+
+absl::Status Vm::SignalMsi(uint32_t apic_id, uint8_t vector) {
+  kvm_msi m{};
+  m.address_lo = 0xFEE00000u | (apic_id << 12);
+  m.data = vector;
+  VBTS_ASSIGN_OR_RETURN(int rc, Ioctl(fd(), KVM_SIGNAL_MSI, &m, "KVM_SIGNAL_MSI", absl::StrFormat("vector=0x%x", vector)));
+  if (rc != 1) return absl::FailedPreconditionError(absl::StrFormat("KVM_SIGNAL_MSI(vector=0x%x) was not delivered (rc=%d)", vector, rc));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<vcpu::KvmVcpu>> Vm::CreateVcpu(int id, bool sync_regs) {
+  VBTS_ASSIGN_OR_RETURN(size_t run_size, kvm_->VcpuMmapSize());
+  return vcpu::KvmVcpu::Create(fd(), id, run_size, sync_regs);
+}
+
+}  // namespace vbts::vmm

@@ -1,0 +1,69 @@
+// kvm_vm.h: /dev/kvm and one VM: capabilities, memory slots, the in-kernel
+// irqchip, MSR filters, MSI injection and vCPU creation.
+#ifndef VBTS_VMM_KVM_VM_H_
+#define VBTS_VMM_KVM_VM_H_
+
+#include <linux/kvm.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "vcpu/kvm_fd.h"
+#include "vcpu/kvm_vcpu.h"
+
+namespace vbts::vmm {
+
+class Kvm {
+ public:
+  // Opens `path` (normally /dev/kvm) and checks KVM_GET_API_VERSION == 12.
+  static absl::StatusOr<Kvm> Open(const std::string& path = "/dev/kvm");
+  int fd() const { return fd_.get(); }
+  int api_version() const { return api_version_; }
+  // KVM_CHECK_EXTENSION; 0 when absent.
+  int CheckExtension(long cap) const;
+  absl::StatusOr<std::vector<kvm_cpuid_entry2>> SupportedCpuid() const;
+  absl::StatusOr<size_t> VcpuMmapSize() const;
+
+ private:
+  Kvm(ScopedFd fd, int api) : fd_(std::move(fd)), api_version_(api) {}
+  ScopedFd fd_;
+  int api_version_ = 0;
+};
+
+// A deny-range for KVM_X86_SET_MSR_FILTER: accesses to [base, base+count) exit
+// to user space (KVM_EXIT_X86_RDMSR/WRMSR with reason FILTER).
+struct MsrRange {
+  uint32_t base;
+  uint32_t count;
+};
+
+class Vm {
+ public:
+  static absl::StatusOr<std::unique_ptr<Vm>> Create(const Kvm& kvm);
+  int fd() const { return fd_.get(); }
+  const Kvm& kvm() const { return *kvm_; }
+
+  absl::Status SetMemoryRegion(uint32_t slot, uint64_t gpa, uint64_t size, void* host);
+  // In-kernel LAPIC + IOAPIC + PIC (KVM_CREATE_IRQCHIP).
+  absl::Status CreateIrqchip();
+  absl::Status EnableCap(uint32_t cap, uint64_t arg0);
+  // Turns on user-space MSR exits for filtered MSRs and installs `deny` ranges
+  // (default allow), so KVM stops answering those MSRs itself.
+  absl::Status SetMsrFilter(absl::Span<const MsrRange> deny);
+  // KVM_SIGNAL_MSI to the LAPIC with `apic_id`: fixed delivery of `vector`.
+  absl::Status SignalMsi(uint32_t apic_id, uint8_t vector);
+  absl::StatusOr<std::unique_ptr<vcpu::KvmVcpu>> CreateVcpu(int id, bool sync_regs);
+
+ private:
+  Vm(const Kvm* kvm, ScopedFd fd) : kvm_(kvm), fd_(std::move(fd)) {}
+  const Kvm* kvm_;
+  ScopedFd fd_;
+};
+
+}  // namespace vbts::vmm
+
+#endif  // VBTS_VMM_KVM_VM_H_
