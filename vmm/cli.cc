@@ -1,16 +1,109 @@
-// cli.cc: argument parsing (CLI11) and subcommand dispatch.
+// cli.cc: argument parsing (CLI11) and subcommand dispatch for `vbts`.
 #include "vmm/cli.h"
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <string>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "pmu/cpu_model.h"
+#include "vmm/exit_status.h"
+#include "vmm/host_probe.h"
+#include "vmm/info.h"
+#include "vmm/machine.h"
 
 namespace vbts::vmm {
+namespace {
+
+// "128M", "1G", "65536K", "4194304" (bytes) -> bytes.
+absl::StatusOr<uint64_t> ParseSize(const std::string& text) {
+  if (text.empty()) return absl::InvalidArgumentError("--mem: empty size");
+  uint64_t mult = 1;
+  std::string digits = text;
+  switch (text.back()) {
+    case 'K': case 'k': mult = 1ull << 10; digits.pop_back(); break;
+    case 'M': case 'm': mult = 1ull << 20; digits.pop_back(); break;
+    case 'G': case 'g': mult = 1ull << 30; digits.pop_back(); break;
+    default: break;
+  }
+  uint64_t n;
+  if (!absl::SimpleAtoi(digits, &n) || n > (~0ull) / mult)
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--mem=%s: not a size (use bytes or a K/M/G suffix, e.g. 128M)", text));
+  return n * mult;
+}
+
+void PrintError(const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); }
+
+int RunCommand(const MachineConfig& base, const std::string& mem) {
+  MachineConfig config = base;
+  absl::StatusOr<uint64_t> bytes = ParseSize(mem);
+  if (!bytes.ok()) {
+    PrintError(absl::StrCat("vbts: ", bytes.status().message()));
+    return kExitUsage;
+  }
+  config.mem_bytes = *bytes;
+  absl::StatusOr<Kvm> kvm = Kvm::Open();
+  if (!kvm.ok()) {
+    PrintError(absl::StrCat("vbts: ", kvm.status().message()));
+    return kExitVbtsError;
+  }
+  absl::StatusOr<vcpu::HostFacts> facts = ProbeHost(*kvm);
+  if (!facts.ok()) {
+    PrintError(absl::StrCat("vbts: probing the host's KVM failed: ", facts.status().message()));
+    return kExitVbtsError;
+  }
+  absl::StatusOr<std::unique_ptr<Machine>> machine = Machine::Create(config, *kvm, *facts);
+  if (!machine.ok()) {
+    PrintError(absl::StrCat("vbts: ", machine.status().message()));
+    return kExitVbtsError;
+  }
+  RunResult r = (*machine)->Run();
+  if (!r.message.empty()) PrintError(r.message);
+  if (config.verbose) std::fprintf(stderr, "%s", r.details.c_str());
+  return r.exit_status;
+}
+
+}  // namespace
 
 int CliMain(int argc, char** argv) {
-  CLI::App app{"vbts: a KVM hypervisor with virtual Intel branch tracing (BTS, LBR, BTF, PMU)"};
+  CLI::App app{"vbts: a KVM hypervisor with virtual Intel branch tracing (BTS, LBR, BTF, PMU)."};
+  app.set_version_flag("--version", std::string("vbts ") + VBTS_VERSION);
   app.require_subcommand(1);
-  CLI11_PARSE(app, argc, argv);
-  return 0;
+  app.footer(
+      "Exit status of `vbts run`: the guest's isa-debug-exit value v as (v << 1) | 1 (odd);\n"
+      "  116 vbts error (bad image, no /dev/kvm, host failure), 118 the guest needs something this\n"
+      "  host cannot run, 120 triple fault, 122 halted with interrupts disabled, 124 --timeout,\n"
+      "  2 usage error. See docs/cli.md.");
+
+  MachineConfig config;
+  std::string mem = "128M";
+  CLI::App* run = app.add_subcommand("run", "Boot a Multiboot image; its COM1 output goes to stdout.");
+  run->add_option("--mem", mem, "guest RAM size (bytes, or with K/M/G suffix)")->capture_default_str();
+  run->add_option("--cpu", config.cpu_model, "guest CPU model (" + pmu::CpuModelNames() + ")")
+      ->capture_default_str();
+  run->add_option("--timeout", config.timeout_seconds, "stop the guest after SECONDS (exit status 124)")
+      ->check(CLI::NonNegativeNumber);
+  run->add_option("--append", config.append, "Multiboot command line after the image name");
+  run->add_flag("-v,--verbose", config.verbose, "on an abnormal end, dump registers and device statistics");
+  run->add_option("IMAGE", config.image_path, "Multiboot v1 image (ELF32 or a.out-kludge)")->required();
+
+  bool info_verbose = false;
+  std::string info_cpu;
+  CLI::App* info = app.add_subcommand("info", "Show what this host's KVM can do (probed with tiny guests).");
+  info->add_option("--cpu", info_cpu, "also print a CPU model's CPUID (" + pmu::CpuModelNames() + ")");
+  info->add_flag("-v,--verbose", info_verbose, "more detail");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : kExitUsage;
+  }
+  if (*run) return RunCommand(config, mem);
+  if (*info) return RunInfo(info_verbose, info_cpu);
+  return kExitUsage;
 }
 
 }  // namespace vbts::vmm

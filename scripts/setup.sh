@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# setup.sh: install vbts's build and test dependencies (Debian 12 packages only)
+# and build vbts into ./build. Idempotent: packages already present are skipped.
+# Usage: scripts/setup.sh            (needs root or sudo for apt-get)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Why each package is here: docs/dependencies.md.
+packages=(
+  build-essential cmake pkg-config
+  linux-libc-dev        # <linux/kvm.h>
+  libabsl-dev           # Status/StatusOr, StrFormat, Span, flat_hash_map
+  libcli11-dev          # command-line parsing
+  googletest libgtest-dev libgmock-dev
+  libbenchmark-dev      # micro-benchmarks
+  libzydis-dev          # x86 instruction decoder
+  nasm binutils         # guest images (nasm + ld -m elf_i386)
+  qemu-system-x86       # reference monitor for the guest-image suite (label qemu)
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "setup: installing ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build -j"$(nproc)"
+echo "setup: built build/vbts"

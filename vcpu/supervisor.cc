@@ -1,0 +1,260 @@
+// supervisor.cc: stepping policy, on-demand completion, HLT under single-step,
+// and the TF trick for native 64-bit user code.
+#include "vcpu/supervisor.h"
+
+#include <Zydis/Zydis.h>
+
+#include "absl/strings/str_format.h"
+#include "pmu/paging.h"
+#include "pmu/status_macros.h"
+#include "vcpu/completer.h"
+#include "vcpu/decoder.h"
+#include "vcpu/descriptors.h"
+
+namespace vbts::vcpu {
+namespace {
+
+constexpr uint8_t kVectorDb = 1;
+// DR7: L0 (bit 0), GE (bit 9, recommended), bit 10 reads as 1; RW0/LEN0 = 0: execute.
+constexpr uint64_t kDr7ExecBp0 = (1u << 0) | (1u << 9) | (1u << 10);
+constexpr uint64_t kDr6B0 = 1u << 0;
+// A completed instruction may land on another that needs completion (an INT
+// whose handler starts with IRET); a guest cannot make vbts loop forever.
+constexpr int kMaxChainedCompletions = 64;
+
+bool IsHlt(const DecodedInsn& insn) { return insn.mnemonic == ZYDIS_MNEMONIC_HLT; }
+
+// Instructions vbts performs itself while stepping a guest on a host that
+// needs supervision: each is one the host's emulator either fails on or gets
+// wrong without telling the VMM (docs/completion.md has the table).
+bool SupervisedCompletion(const DecodedInsn& insn) {
+  switch (insn.mnemonic) {
+    case ZYDIS_MNEMONIC_CPUID:
+    case ZYDIS_MNEMONIC_INT:
+    case ZYDIS_MNEMONIC_INT3:
+    case ZYDIS_MNEMONIC_INTO:
+    case ZYDIS_MNEMONIC_INT1:
+    case ZYDIS_MNEMONIC_IRET:
+    case ZYDIS_MNEMONIC_IRETD:
+    case ZYDIS_MNEMONIC_IRETQ:
+    case ZYDIS_MNEMONIC_RET:  // far RET only: see IsFarRet
+    case ZYDIS_MNEMONIC_SYSCALL:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool NeedsMsrs(const DecodedInsn& insn) {
+  return insn.mnemonic == ZYDIS_MNEMONIC_SYSCALL || insn.mnemonic == ZYDIS_MNEMONIC_SYSRET ||
+         insn.mnemonic == ZYDIS_MNEMONIC_SYSENTER || insn.mnemonic == ZYDIS_MNEMONIC_SYSEXIT;
+}
+
+}  // namespace
+
+std::string ExceptionRecord::Describe() const {
+  static const char* kNames[32] = {"#DE", "#DB", "NMI", "#BP", "#OF", "#BR", "#UD", "#NM", "#DF", "#MF(9)",
+                                   "#TS", "#NP", "#SS", "#GP", "#PF", "#15", "#MF", "#AC", "#MC", "#XM",
+                                   "#VE", "#CP"};
+  std::string name = vector < 32 && kNames[vector] ? kNames[vector] : absl::StrFormat("vector %u", vector);
+  if (error_code) return absl::StrFormat("%s(0x%x) at RIP 0x%x", name, *error_code, rip);
+  return absl::StrFormat("%s at RIP 0x%x", name, rip);
+}
+
+Supervisor::Supervisor(KvmVcpu& vcpu, PhysMemory& mem, const pmu::CpuModel& model, const HostFacts& facts)
+    : vcpu_(vcpu), mem_(mem), model_(model), facts_(facts), stepping_(facts.needs_supervised_stepping) {}
+
+std::string Supervisor::Statistics() const {
+  return absl::StrFormat(
+      "supervisor: %s; %u steps (%u native user steps), %u instructions completed, %u internal errors, "
+      "%u faults injected, %u halts\n",
+      stepping_ ? "single-stepping (this host needs it)" : "not stepping", stats_.steps, stats_.user_steps,
+      stats_.completed, stats_.internal_errors, stats_.faults_injected, stats_.halts);
+}
+
+absl::Status Supervisor::SetDebug(uint32_t control, uint64_t dr0, uint64_t dr7) {
+  if (control == debug_control_ && dr0 == debug_dr0_ && dr7 == debug_dr7_) return absl::OkStatus();
+  std::array<uint64_t, 8> dr = {dr0, 0, 0, 0, 0, 0, 0, dr7};
+  VBTS_RETURN_IF_ERROR(vcpu_.SetGuestDebug(control, dr));
+  debug_control_ = control;
+  debug_dr0_ = dr0;
+  debug_dr7_ = dr7;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Supervisor::Verdict> Supervisor::Start() {
+  if (!stepping_) return Verdict{};
+  VBTS_RETURN_IF_ERROR(SetDebug(KVM_GUESTDBG_ENABLE | KVM_GUESTDBG_SINGLESTEP, 0, 0));
+  VBTS_ASSIGN_OR_RETURN(CpuState st, vcpu_.GetState());
+  return Supervise(st, /*dirty=*/false);
+}
+
+absl::StatusOr<Supervisor::Verdict> Supervisor::OnDebug() {
+  stats_.steps++;
+  const kvm_debug_exit_arch& d = vcpu_.run()->debug.arch;
+  VBTS_ASSIGN_OR_RETURN(CpuState st, vcpu_.GetState());
+  bool dirty = false;
+  if (tf_trick_handler_ && d.exception == kVectorDb && (d.dr6 & kDr6B0) && st.rip == *tf_trick_handler_) {
+    // One native user instruction ran and its single-step #DB was delivered to
+    // the guest's #DB handler, where vbts's breakpoint stopped it before the
+    // handler's first instruction. Unwind the 64-bit frame (RIP, CS, RFLAGS,
+    // RSP, SS; SDM 6.14.2) so the guest continues as if it had only stepped.
+    LinearMemory lin(mem_, st);
+    uint64_t frame[5];
+    bool ok = true;
+    for (int i = 0; i < 5 && ok; i++) {
+      absl::StatusOr<uint64_t> v = lin.ReadU64(st.gpr[kRsp] + 8 * i);
+      if (v.ok()) frame[i] = *v; else ok = false;
+    }
+    if (ok && (frame[1] & 3) == 3 && !guest_tf_) {
+      absl::StatusOr<Segment> cs = LoadSegmentForUnwind(st, mem_, static_cast<uint16_t>(frame[1]));
+      absl::StatusOr<Segment> ss = LoadSegmentForUnwind(st, mem_, static_cast<uint16_t>(frame[4]));
+      if (cs.ok() && ss.ok()) {
+        st.rip = frame[0];
+        st.cs = *cs;
+        st.rflags = frame[2] & ~kRflagsTf;
+        st.gpr[kRsp] = frame[3];
+        st.ss = *ss;
+        stats_.user_steps++;
+        dirty = true;
+      }
+    }
+    if (!dirty) {
+      // A #DB that is the guest's own (kernel-mode, or the guest had TF set):
+      // let its handler run. Drop the breakpoint; stepping continues.
+      tf_trick_handler_.reset();
+      VBTS_RETURN_IF_ERROR(SetDebug(KVM_GUESTDBG_ENABLE | KVM_GUESTDBG_SINGLESTEP, 0, 0));
+    }
+  }
+  return Supervise(st, dirty);
+}
+
+absl::StatusOr<Supervisor::Verdict> Supervisor::OnInternalError() {
+  stats_.internal_errors++;
+  const kvm_run* run = vcpu_.run();
+  VBTS_ASSIGN_OR_RETURN(CpuState st, vcpu_.GetState());
+  if (run->internal.suberror != KVM_INTERNAL_ERROR_EMULATION) {
+    return Verdict{Verdict::kUnsupported,
+                   absl::StrFormat("KVM internal error (suberror %u) at %s", run->internal.suberror, st.Describe())};
+  }
+  bool dirty = false;
+  VBTS_ASSIGN_OR_RETURN(std::optional<Verdict> v, CompleteAt(st, dirty, /*must=*/true));
+  if (v) return *v;
+  return Supervise(st, dirty);
+}
+
+absl::StatusOr<std::optional<Supervisor::Verdict>> Supervisor::CompleteAt(CpuState& st, bool& dirty, bool must) {
+  absl::StatusOr<DecodedInsn> insn = DecodeAt(st, mem_);
+  if (!insn.ok()) {
+    if (!must) return std::optional<Verdict>();  // KVM itself will fault on the fetch
+    return std::optional<Verdict>(Verdict{
+        Verdict::kUnsupported, absl::StrFormat("KVM could not execute the instruction at %s, and vbts cannot "
+                                               "decode it: %s",
+                                               st.Describe(), insn.status().message())});
+  }
+  if (!must && !SupervisedCompletion(*insn)) return std::optional<Verdict>();
+  if (NeedsMsrs(*insn)) {
+    VBTS_ASSIGN_OR_RETURN(CpuState with_msrs, vcpu_.GetState(/*with_msrs=*/true));
+    st.star = with_msrs.star;
+    st.lstar = with_msrs.lstar;
+    st.cstar = with_msrs.cstar;
+    st.sfmask = with_msrs.sfmask;
+    st.kernel_gs_base = with_msrs.kernel_gs_base;
+    st.sysenter_cs = with_msrs.sysenter_cs;
+    st.sysenter_esp = with_msrs.sysenter_esp;
+    st.sysenter_eip = with_msrs.sysenter_eip;
+  }
+  CpuidFn cpuid = [this](uint32_t leaf, uint32_t subleaf) { return model_.Cpuid(leaf, subleaf, 0); };
+  absl::StatusOr<Completion> c = Complete(st, mem_, *insn, cpuid);
+  if (!c.ok()) {
+    return std::optional<Verdict>(Verdict{
+        Verdict::kUnsupported, absl::StrFormat("`%s` at %s: %s", insn->text, st.Describe(), c.status().message())});
+  }
+  switch (c->kind) {
+    case Completion::kRetired:
+      stats_.completed++;
+      dirty = true;
+      return std::optional<Verdict>();
+    case Completion::kFault: {
+      if (dirty) {
+        VBTS_RETURN_IF_ERROR(vcpu_.SetState(st));
+        dirty = false;
+      }
+      if (c->vector == 14) {  // #PF reports its linear address in CR2 (SDM 4.7)
+        st.cr2 = c->cr2;
+        VBTS_RETURN_IF_ERROR(vcpu_.SetState(st));
+      }
+      VBTS_RETURN_IF_ERROR(vcpu_.InjectException(c->vector, c->error_code));
+      stats_.faults_injected++;
+      last_exception_ = ExceptionRecord{c->vector, c->error_code, st.rip};
+      return std::optional<Verdict>(Verdict{});
+    }
+    case Completion::kNotMine:
+      if (!must) return std::optional<Verdict>();
+      return std::optional<Verdict>(Verdict{
+          Verdict::kUnsupported,
+          absl::StrFormat("this host's KVM cannot execute `%s` at %s, and vbts does not complete it", insn->text,
+                          st.Describe())});
+  }
+  return std::optional<Verdict>();
+}
+
+absl::StatusOr<Supervisor::Verdict> Supervisor::Supervise(CpuState& st, bool dirty) {
+  if (stepping_) {
+    for (int i = 0; i < kMaxChainedCompletions; i++) {
+      absl::StatusOr<DecodedInsn> insn = DecodeAt(st, mem_);
+      if (insn.ok() && IsHlt(*insn)) {
+        // kvm-host-facts: under single-step KVM runs straight past HLT. Do what
+        // HLT does: advance RIP, leave no interrupt shadow, and halt the vCPU
+        // in the kernel until an interrupt wakes it (or report IF=0 for good).
+        if (!(st.rflags & kRflagsIf)) return Verdict{Verdict::kHaltedIfClear, ""};
+        st.rip += insn->length;
+        st.interrupt_shadow = false;
+        VBTS_RETURN_IF_ERROR(vcpu_.SetState(st));
+        VBTS_RETURN_IF_ERROR(vcpu_.SetMpState(KVM_MP_STATE_HALTED));
+        stats_.halts++;
+        return Verdict{};
+      }
+      uint64_t before = stats_.completed;
+      VBTS_ASSIGN_OR_RETURN(std::optional<Verdict> v, CompleteAt(st, dirty, /*must=*/false));
+      if (v) return *v;
+      if (stats_.completed == before) break;
+    }
+    VBTS_ASSIGN_OR_RETURN(Verdict v, PrepareStep(st, dirty));
+    if (v.kind != Verdict::kResume) return v;
+  }
+  if (dirty) VBTS_RETURN_IF_ERROR(vcpu_.SetState(st));
+  return Verdict{};
+}
+
+absl::StatusOr<Supervisor::Verdict> Supervisor::PrepareStep(CpuState& st, bool& dirty) {
+  const bool native_user = st.mode() == CpuMode::kLong64 && st.cpl() == 3 && facts_.native_user_needs_tf_trick;
+  if (!native_user) {
+    tf_trick_handler_.reset();
+    VBTS_RETURN_IF_ERROR(SetDebug(KVM_GUESTDBG_ENABLE | KVM_GUESTDBG_SINGLESTEP, 0, 0));
+    return Verdict{};
+  }
+  // kvm-host-facts (a): KVM does not intercept single-step traps of native
+  // 64-bit CPL3 code, so the guest's own #DB handler receives them. vbts sets
+  // TF and puts a hardware breakpoint on that handler's entry (which runs
+  // emulated, where breakpoints fire before the instruction), then unwinds
+  // the frame in OnDebug.
+  absl::StatusOr<uint64_t> handler = InterruptGateTarget(st, mem_, kVectorDb);
+  if (!handler.ok()) {
+    return Verdict{Verdict::kUnsupported,
+                   absl::StrFormat("cannot supervise 64-bit ring-3 code at %s on this host: vbts steps it through "
+                                   "the guest's #DB gate, which is unusable (%s)",
+                                   st.Describe(), handler.status().message())};
+  }
+  guest_tf_ = (st.rflags & kRflagsTf) != 0;
+  if (!guest_tf_) {
+    st.rflags |= kRflagsTf;
+    dirty = true;
+  }
+  tf_trick_handler_ = *handler;
+  VBTS_RETURN_IF_ERROR(SetDebug(KVM_GUESTDBG_ENABLE | KVM_GUESTDBG_SINGLESTEP | KVM_GUESTDBG_USE_HW_BP, *handler,
+                                kDr7ExecBp0));
+  return Verdict{};
+}
+
+}  // namespace vbts::vcpu

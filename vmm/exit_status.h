@@ -1,0 +1,24 @@
+// exit_status.h: the process exit statuses of `vbts run` (docs/cli.md). Guest
+// verdicts are odd ((v << 1) | 1, as QEMU's isa-debug-exit); every status vbts
+// itself produces is even, so the two can never be confused.
+#ifndef VBTS_VMM_EXIT_STATUS_H_
+#define VBTS_VMM_EXIT_STATUS_H_
+
+#include <cstdint>
+
+namespace vbts::vmm {
+
+inline constexpr int kExitUsage = 2;             // bad command line
+inline constexpr int kExitVbtsError = 116;       // bad image, no /dev/kvm, host/KVM failure
+inline constexpr int kExitUnsupported = 118;     // guest needs what neither this host nor vbts can do
+inline constexpr int kExitTripleFault = 120;     // guest shut down (triple fault)
+inline constexpr int kExitHaltedIfClear = 122;   // guest halted with interrupts disabled
+inline constexpr int kExitTimeout = 124;         // --timeout expired (as timeout(1))
+
+// Process status for a debug-exit write of `value`: (value << 1) | 1, of which
+// the OS keeps the low 8 bits (QEMU hw/misc/debugexit.c calls exit() with it).
+constexpr int GuestExitStatus(uint32_t value) { return static_cast<int>(((uint64_t{value} << 1) | 1) & 0xFF); }
+
+}  // namespace vbts::vmm
+
+#endif  // VBTS_VMM_EXIT_STATUS_H_

@@ -1,0 +1,23 @@
+// kick_timer.h: a periodic SIGALRM that forces KVM_RUN back to user space
+// (kvm_run.immediate_exit), so the run loop can enforce --timeout and notice a
+// vCPU halted in the kernel with interrupts disabled, even when the guest
+// makes no exits of its own.
+#ifndef VBTS_VMM_KICK_TIMER_H_
+#define VBTS_VMM_KICK_TIMER_H_
+
+#include <linux/kvm.h>
+
+#include "absl/status/status.h"
+
+namespace vbts::vmm {
+
+class KickTimer {
+ public:
+  // Arms a `period_ms` periodic timer that kicks `run` (one per process).
+  static absl::Status Start(kvm_run* run, int period_ms);
+  static void Stop();
+};
+
+}  // namespace vbts::vmm
+
+#endif  // VBTS_VMM_KICK_TIMER_H_

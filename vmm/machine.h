@@ -1,0 +1,75 @@
+// machine.h: one guest machine for `vbts run`: RAM, the KVM VM with its
+// in-kernel irqchip and one vCPU, COM1 and the debug-exit port, the loaded
+// Multiboot image, and the run loop that ends with the guest's verdict.
+#ifndef VBTS_VMM_MACHINE_H_
+#define VBTS_VMM_MACHINE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "pmu/cpu_model.h"
+#include "vcpu/host_facts.h"
+#include "vcpu/kvm_vcpu.h"
+#include "vcpu/supervisor.h"
+#include "vmm/debug_exit.h"
+#include "vmm/guest_memory.h"
+#include "vmm/kvm_vm.h"
+#include "vmm/pio_bus.h"
+#include "vmm/uart16550.h"
+
+namespace vbts::vmm {
+
+struct MachineConfig {
+  std::string image_path;
+  uint64_t mem_bytes = 128ull << 20;
+  std::string cpu_model = "westmere";
+  double timeout_seconds = 0;  // 0: no limit
+  std::string append;          // Multiboot command line after the image name
+  bool verbose = false;
+  int output_fd = 1;           // where COM1 output goes
+};
+
+enum class RunEnd { kGuestExit, kTimeout, kTripleFault, kHaltedIfClear, kUnsupported, kError };
+
+struct RunResult {
+  RunEnd end = RunEnd::kError;
+  int exit_status = 0;  // the process status `vbts run` exits with
+  std::string message;  // one line for stderr on an abnormal end (empty on a guest exit)
+  std::string details;  // register dump and device statistics (printed with -v)
+};
+
+class Machine {
+ public:
+  // Builds the machine and loads the image; errors name the file/field at fault.
+  static absl::StatusOr<std::unique_ptr<Machine>> Create(const MachineConfig& config, const Kvm& kvm,
+                                                         const vcpu::HostFacts& facts);
+  ~Machine();
+  RunResult Run();
+
+ private:
+  Machine(const MachineConfig& config, const vcpu::HostFacts& facts);
+  absl::Status Setup(const Kvm& kvm);
+  absl::Status SetBootState(uint32_t entry, uint32_t mbi);
+  // Handles one KVM exit; sets `result` and returns false when the run ends.
+  absl::StatusOr<bool> HandleExit(RunResult* result);
+  RunResult Finish(RunEnd end, int status, std::string message);
+
+  MachineConfig config_;
+  vcpu::HostFacts facts_;
+  const pmu::CpuModel* model_ = nullptr;
+  std::unique_ptr<GuestMemory> ram_;
+  std::unique_ptr<Vm> vm_;
+  std::unique_ptr<vcpu::KvmVcpu> vcpu_;
+  std::unique_ptr<vcpu::Supervisor> supervisor_;
+  PioBus pio_;
+  std::unique_ptr<Uart16550> uart_;
+  std::unique_ptr<DebugExit> debug_exit_;
+  uint64_t mmio_unclaimed_reads_ = 0, mmio_unclaimed_writes_ = 0;
+  uint64_t exits_ = 0;
+};
+
+}  // namespace vbts::vmm
+
+#endif  // VBTS_VMM_MACHINE_H_
