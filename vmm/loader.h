@@ -1,0 +1,78 @@
+// loader.h: loads Multiboot v1 kernel images (ELF32 or a.out kludge) into guest RAM the way QEMU's `-kernel` does.
+#ifndef VBTS_VMM_LOADER_H_
+#define VBTS_VMM_LOADER_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "pmu/phys_memory.h"
+#include "vmm/gpa_range.h"
+
+namespace vbts::vmm {
+
+inline constexpr uint32_t kMultibootHeaderMagic = 0x1BADB002;
+// The header must start at a 4-byte aligned offset below this (QEMU scans
+// offsets 0, 4, ..., 8140: "the latest entry may be 8192 - 48").
+inline constexpr uint32_t kMultibootSearchEnd = 8192 - 48;
+// Header flag bits.
+inline constexpr uint32_t kMultibootPageAlign = 1u << 0;
+inline constexpr uint32_t kMultibootMemoryInfo = 1u << 1;
+inline constexpr uint32_t kMultibootVideoMode = 1u << 2;
+inline constexpr uint32_t kMultibootAoutKludge = 1u << 16;
+// Largest image ReadImageFile accepts.
+inline constexpr uint64_t kMaxImageFileSize = uint64_t{1} << 30;
+
+enum class ImageFormat { kElf32, kAoutKludge };
+
+struct LoadedImage {
+  uint32_t entry = 0;              // EIP to start at (physical).
+  std::vector<GpaRange> ranges;    // What was written, incl. zeroed bss, in file order.
+  uint32_t header_flags = 0;       // Multiboot header flags.
+  uint32_t header_offset = 0;      // File offset of the Multiboot header.
+  ImageFormat format = ImageFormat::kElf32;
+  std::vector<std::string> warnings;  // e.g. the video-mode request QEMU ignores.
+};
+
+struct LoaderLimits {
+  // GPA ranges the image must not touch (Multiboot info, command line, ...).
+  std::vector<GpaRange> reserved;
+};
+
+// Finds the Multiboot v1 header in `file` and loads the image into `ram`.
+//
+// Format selection follows QEMU hw/i386/multiboot.c: if header flag bit 16
+// (address fields) is set the a.out-kludge fields are used even when the file
+// is ELF; otherwise the file must be an ELF32 i386 ET_EXEC image, loaded by its
+// PT_LOAD program headers at p_paddr (as QEMU's load_elf does): p_filesz bytes
+// from p_offset, then p_memsz - p_filesz zero bytes. PT_LOAD entries with
+// p_memsz 0 are skipped (QEMU ignores them too). The entry point is e_entry,
+// except that, like QEMU, if e_entry lies in [p_vaddr, p_vaddr + p_filesz) of
+// an executable (PF_X) segment whose p_vaddr != p_paddr, it is translated to
+// e_entry - p_vaddr + p_paddr.
+//
+// a.out kludge: the file bytes from offset header_offset - (header_addr -
+// load_addr) go to load_addr, up to load_end_addr (0: to end of file); then
+// zeroes up to bss_end_addr (0: no bss). Entry is entry_addr.
+//
+// Flags: bit 2 (video mode) is accepted with a warning, as QEMU does ("multiboot
+// knows VBE. we don't."); bits 0 and 1 are satisfiable; any other bit in 0-15
+// is rejected as the Multiboot spec requires (QEMU silently ignores them).
+//
+// Every check happens before the first write to `ram`; errors are
+// InvalidArgument and start with "<file_name>: ". See docs/bad-images.md.
+absl::StatusOr<LoadedImage> LoadMultibootImage(absl::Span<const uint8_t> file,
+                                               std::string_view file_name, PhysMemory& ram,
+                                               const LoaderLimits& limits);
+
+// Reads a whole kernel image. NotFound if missing, InvalidArgument if a
+// directory, empty or larger than kMaxImageFileSize, other errno failures as
+// the matching status (message names the path and strerror).
+absl::StatusOr<std::vector<uint8_t>> ReadImageFile(const std::string& path);
+
+}  // namespace vbts::vmm
+
+#endif  // VBTS_VMM_LOADER_H_

@@ -1,0 +1,105 @@
+// multiboot_info.cc: lays out and writes the Multiboot v1 information structure, memory map and strings.
+#include "vmm/multiboot_info.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "absl/strings/str_format.h"
+#include "pmu/status_macros.h"
+
+#ifndef VBTS_VERSION
+#define VBTS_VERSION "0.0.0"
+#endif
+
+namespace vbts::vmm {
+namespace {
+
+constexpr char kBootLoaderName[] = "vbts " VBTS_VERSION;
+constexpr uint64_t kOneMib = 0x100000;
+constexpr uint64_t kFourGib = uint64_t{1} << 32;
+constexpr uint32_t kMmapAvailable = 1;
+constexpr uint32_t kMmapReserved = 2;
+static_assert(sizeof(kBootLoaderName) <= kMultibootCmdlineGpa - kMultibootLoaderNameGpa);
+
+void Put32(std::vector<uint8_t>& b, size_t off, uint32_t v) {
+  for (int i = 0; i < 4; ++i) b[off + i] = static_cast<uint8_t>(v >> (8 * i));
+}
+void Put64(std::vector<uint8_t>& b, size_t off, uint64_t v) {
+  for (int i = 0; i < 8; ++i) b[off + i] = static_cast<uint8_t>(v >> (8 * i));
+}
+
+absl::Status CheckNoNul(std::string_view what, std::string_view s) {
+  const size_t pos = s.find('\0');
+  if (pos == std::string_view::npos) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "multiboot info: %s contains a NUL byte at offset %u; the command line is a C string",
+      what, pos));
+}
+
+}  // namespace
+
+std::vector<GpaRange> MultibootInfoReservedRanges() {
+  return {GpaRange{kMultibootInfoGpa, kMultibootInfoEnd, "multiboot info"}};
+}
+
+absl::StatusOr<MultibootInfo> WriteMultibootInfo(PhysMemory& ram,
+                                                 std::string_view kernel_file_name,
+                                                 std::string_view append) {
+  const uint64_t ram_size = ram.size();
+  if (ram_size < kMultibootMinRam) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "multiboot info: guest RAM size 0x%x is below the 0x%x (1 MiB) minimum", ram_size,
+        kMultibootMinRam));
+  }
+  VBTS_RETURN_IF_ERROR(CheckNoNul("kernel file name", kernel_file_name));
+  VBTS_RETURN_IF_ERROR(CheckNoNul("--append text", append));
+  std::string cmdline = absl::StrFormat("%s %s", kernel_file_name, append);
+  if (cmdline.size() + 1 > kMultibootCmdlineMax) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "multiboot info: command line \"<kernel file name> <--append text>\" is %u bytes, "
+        "limit %u (room at [0x%x, 0x%x) for it and its NUL)",
+        cmdline.size(), kMultibootCmdlineMax - 1, kMultibootCmdlineGpa, kMultibootInfoEnd));
+  }
+
+  std::vector<uint8_t> page(kMultibootInfoEnd - kMultibootInfoGpa, 0);
+  auto at = [](uint64_t gpa) { return static_cast<size_t>(gpa - kMultibootInfoGpa); };
+
+  // Memory map.
+  struct Region {
+    uint64_t base, length;
+    uint32_t type;
+  };
+  const Region regions[] = {{0, 0xA0000, kMmapAvailable},
+                            {0xA0000, kOneMib - 0xA0000, kMmapReserved},
+                            {kOneMib, ram_size - kOneMib, kMmapAvailable}};
+  size_t mmap_length = 0;
+  for (const Region& r : regions) {
+    if (r.length == 0) continue;
+    const size_t e = at(kMultibootMmapGpa) + mmap_length;
+    Put32(page, e, 20);  // size of the entry after this field
+    Put64(page, e + 4, r.base);
+    Put64(page, e + 12, r.length);
+    Put32(page, e + 20, r.type);
+    mmap_length += 24;
+  }
+
+  std::memcpy(page.data() + at(kMultibootLoaderNameGpa), kBootLoaderName,
+              sizeof(kBootLoaderName));
+  std::memcpy(page.data() + at(kMultibootCmdlineGpa), cmdline.data(), cmdline.size());
+
+  const uint64_t upper_end = std::min(ram_size, kFourGib);
+  const size_t mbi = at(kMultibootInfoGpa);
+  Put32(page, mbi + 0, kMultibootInfoFlags);
+  Put32(page, mbi + 4, kMultibootMemLowerKib);
+  Put32(page, mbi + 8, static_cast<uint32_t>((upper_end - kOneMib) / 1024));
+  Put32(page, mbi + 16, static_cast<uint32_t>(kMultibootCmdlineGpa));
+  Put32(page, mbi + 44, static_cast<uint32_t>(mmap_length));
+  Put32(page, mbi + 48, static_cast<uint32_t>(kMultibootMmapGpa));
+  Put32(page, mbi + 64, static_cast<uint32_t>(kMultibootLoaderNameGpa));
+
+  VBTS_RETURN_IF_ERROR(ram.Write(Gpa(kMultibootInfoGpa), page));
+  return MultibootInfo{static_cast<uint32_t>(kMultibootInfoGpa), MultibootInfoReservedRanges()};
+}
+
+}  // namespace vbts::vmm

@@ -1,0 +1,156 @@
+// multiboot_info_test.cc: unit tests reading back every Multiboot v1 info field at its spec 0.6.96 §3.3 offset.
+#include "vmm/multiboot_info.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "absl/strings/str_format.h"
+#include "pmu/status_macros.h"
+#include "pmu/testing/fake_memory.h"
+#include "pmu/testing/status_matchers.h"
+
+namespace vbts::vmm {
+namespace {
+
+using ::testing::ElementsAre;
+using ::vbts::testing::FakePhysMemory;
+using ::vbts::testing::StatusIs;
+
+uint64_t RLe(FakePhysMemory& m, uint64_t gpa, int n) {
+  uint64_t v = 0;
+  for (int i = n - 1; i >= 0; --i) v = (v << 8) | m.bytes().at(gpa + i);
+  return v;
+}
+uint32_t R32(FakePhysMemory& m, uint64_t gpa) { return static_cast<uint32_t>(RLe(m, gpa, 4)); }
+uint64_t R64(FakePhysMemory& m, uint64_t gpa) { return RLe(m, gpa, 8); }
+std::string RStr(FakePhysMemory& m, uint64_t gpa) {
+  std::string s;
+  for (uint64_t a = gpa; m.bytes()[a] != 0; ++a) s.push_back(static_cast<char>(m.bytes()[a]));
+  return s;
+}
+
+// RAM whose size() is large but which only stores the first MiB.
+class BigRam : public PhysMemory {
+ public:
+  explicit BigRam(uint64_t size) : size_(size), low_(0x100000) {}
+  uint64_t size() const override { return size_; }
+  absl::Status Read(Gpa gpa, absl::Span<uint8_t> out) const override { return low_.Read(gpa, out); }
+  absl::Status Write(Gpa gpa, absl::Span<const uint8_t> data) override {
+    return low_.Write(gpa, data);
+  }
+  uint64_t size_;
+  FakePhysMemory low_;
+};
+
+TEST(MultibootInfoTest, EveryFieldAtSpecOffset) {
+  FakePhysMemory ram(64 << 20);
+  std::fill(ram.bytes().begin(), ram.bytes().end(), 0xCC);
+  VBTS_ASSERT_OK_AND_ASSIGN(MultibootInfo mi,
+                            WriteMultibootInfo(ram, "guest-tests/hello.elf", "verbose=1 x"));
+  EXPECT_EQ(mi.info_gpa, 0x9000u);
+  EXPECT_THAT(mi.reserved, ElementsAre(GpaRange{0x9000, 0xA000, "multiboot info"}));
+  const uint64_t b = 0x9000;
+  EXPECT_EQ(R32(ram, b + 0), 0x00000245u);   // flags: MEM|CMDLINE|MMAP|BOOT_LOADER_NAME
+  EXPECT_EQ(R32(ram, b + 4), 640u);          // mem_lower
+  EXPECT_EQ(R32(ram, b + 8), 64512u);        // mem_upper = (64 MiB - 1 MiB) / 1 KiB
+  EXPECT_EQ(R32(ram, b + 12), 0u);           // boot_device (flag 1 clear)
+  EXPECT_EQ(R32(ram, b + 16), 0x9200u);      // cmdline
+  EXPECT_EQ(R32(ram, b + 20), 0u);           // mods_count
+  EXPECT_EQ(R32(ram, b + 24), 0u);           // mods_addr
+  for (uint64_t off = 28; off < 44; off += 4) EXPECT_EQ(R32(ram, b + off), 0u) << off;  // syms
+  EXPECT_EQ(R32(ram, b + 44), 72u);          // mmap_length: 3 entries x 24
+  EXPECT_EQ(R32(ram, b + 48), 0x9080u);      // mmap_addr
+  EXPECT_EQ(R32(ram, b + 52), 0u);           // drives_length
+  EXPECT_EQ(R32(ram, b + 56), 0u);           // drives_addr
+  EXPECT_EQ(R32(ram, b + 60), 0u);           // config_table
+  EXPECT_EQ(R32(ram, b + 64), 0x9100u);      // boot_loader_name
+  EXPECT_EQ(R32(ram, b + 68), 0u);           // apm_table
+  for (uint64_t off = 72; off < 0x80; off += 4) EXPECT_EQ(R32(ram, b + off), 0u) << off;  // vbe
+
+  // Memory map entries: size, base_addr, length, type.
+  EXPECT_EQ(R32(ram, 0x9080), 20u);
+  EXPECT_EQ(R64(ram, 0x9084), 0x0u);
+  EXPECT_EQ(R64(ram, 0x908C), 0xA0000u);
+  EXPECT_EQ(R32(ram, 0x9094), 1u);
+  EXPECT_EQ(R32(ram, 0x9098), 20u);
+  EXPECT_EQ(R64(ram, 0x909C), 0xA0000u);
+  EXPECT_EQ(R64(ram, 0x90A4), 0x60000u);
+  EXPECT_EQ(R32(ram, 0x90AC), 2u);
+  EXPECT_EQ(R32(ram, 0x90B0), 20u);
+  EXPECT_EQ(R64(ram, 0x90B4), 0x100000u);
+  EXPECT_EQ(R64(ram, 0x90BC), 0x3F00000u);
+  EXPECT_EQ(R32(ram, 0x90C4), 1u);
+  EXPECT_EQ(R32(ram, 0x90C8), 0u);           // zero after the map
+
+  EXPECT_EQ(RStr(ram, 0x9100), "vbts " VBTS_VERSION);
+  EXPECT_EQ(RStr(ram, 0x9200), "guest-tests/hello.elf verbose=1 x");
+  // Nothing outside the page was touched.
+  EXPECT_EQ(ram.bytes()[0x8FFF], 0xCC);
+  EXPECT_EQ(ram.bytes()[0xA000], 0xCC);
+}
+
+TEST(MultibootInfoTest, BootLoaderNameIsVbtsVersion) {
+  FakePhysMemory ram(1 << 20);
+  VBTS_ASSERT_OK(WriteMultibootInfo(ram, "k", ""));
+  EXPECT_EQ(RStr(ram, 0x9100), "vbts 0.1.0");
+}
+
+TEST(MultibootInfoTest, EmptyAppendKeepsQemuTrailingSpace) {
+  FakePhysMemory ram(2 << 20);
+  VBTS_ASSERT_OK(WriteMultibootInfo(ram, "/tmp/k.elf", ""));
+  EXPECT_EQ(RStr(ram, 0x9200), "/tmp/k.elf ");
+}
+
+TEST(MultibootInfoTest, OneMibRamHasNoUpperMemory) {
+  FakePhysMemory ram(1 << 20);
+  VBTS_ASSERT_OK(WriteMultibootInfo(ram, "k", ""));
+  EXPECT_EQ(R32(ram, 0x9008), 0u);           // mem_upper
+  EXPECT_EQ(R32(ram, 0x902C), 48u);          // two map entries
+  EXPECT_EQ(R32(ram, 0x90B0), 0u);
+}
+
+TEST(MultibootInfoTest, MemUpperCountsOnlyBelow4GiB) {
+  BigRam ram(uint64_t{6} << 30);
+  VBTS_ASSERT_OK(WriteMultibootInfo(ram, "k", ""));
+  EXPECT_EQ(R32(ram.low_, 0x9008), 4193280u);  // (4 GiB - 1 MiB) / 1 KiB
+  EXPECT_EQ(R64(ram.low_, 0x90BC), (uint64_t{6} << 30) - 0x100000);
+}
+
+TEST(MultibootInfoTest, AcceptsLongestCommandLine) {
+  FakePhysMemory ram(1 << 20);
+  const std::string append(kMultibootCmdlineMax - 3, 'a');  // "k " + append + NUL = 0xE00
+  VBTS_ASSERT_OK(WriteMultibootInfo(ram, "k", append));
+  EXPECT_EQ(RStr(ram, 0x9200).size(), 0xDFFu);
+  EXPECT_EQ(ram.bytes()[0x9FFF], 0);
+}
+
+TEST(MultibootInfoTest, RejectsTooLongCommandLine) {
+  FakePhysMemory ram(1 << 20);
+  const std::string append(kMultibootCmdlineMax - 2, 'a');
+  EXPECT_THAT(WriteMultibootInfo(ram, "k", append),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "multiboot info: command line \"<kernel file name> <--append text>\" is "
+                       "3584 bytes, limit 3583 (room at [0x9200, 0xa000) for it and its NUL)"));
+  EXPECT_EQ(R32(ram, 0x9000), 0u);  // nothing written
+}
+
+TEST(MultibootInfoTest, RejectsRamBelow1MiB) {
+  FakePhysMemory ram(0xFFFFF);
+  EXPECT_THAT(WriteMultibootInfo(ram, "k", ""),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "multiboot info: guest RAM size 0xfffff is below the 0x100000 (1 MiB) "
+                       "minimum"));
+}
+
+TEST(MultibootInfoTest, RejectsNulInAppend) {
+  FakePhysMemory ram(1 << 20);
+  EXPECT_THAT(WriteMultibootInfo(ram, "k", std::string_view("a\0b", 3)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "multiboot info: --append text contains a NUL byte at offset 1; the "
+                       "command line is a C string"));
+}
+
+}  // namespace
+}  // namespace vbts::vmm
