@@ -4,7 +4,6 @@
 #ifndef VBTS_VMM_EXIT_STATUS_H_
 #define VBTS_VMM_EXIT_STATUS_H_
 
-#include <cstdint>
 
 namespace vbts::vmm {
 
@@ -14,10 +13,6 @@ inline constexpr int kExitUnsupported = 118;     // guest needs what neither thi
 inline constexpr int kExitTripleFault = 120;     // guest shut down (triple fault)
 inline constexpr int kExitHaltedIfClear = 122;   // guest halted with interrupts disabled
 inline constexpr int kExitTimeout = 124;         // --timeout expired (as timeout(1))
-
-// Process status for a debug-exit write of `value`: (value << 1) | 1, of which
-// the OS keeps the low 8 bits (QEMU hw/misc/debugexit.c calls exit() with it).
-constexpr int GuestExitStatus(uint32_t value) { return static_cast<int>(((uint64_t{value} << 1) | 1) & 0xFF); }
 
 }  // namespace vbts::vmm
 

@@ -65,11 +65,7 @@ absl::Status Machine::Setup(const Kvm& kvm) {
   VBTS_ASSIGN_OR_RETURN(ram_, GuestMemory::Create(config_.mem_bytes));
 
   // Boot information first, so the loader can refuse images that overlap it.
-  MultibootInfoRequest req;
-  req.ram_bytes = ram_->size();
-  req.image_name = config_.image_path;
-  req.append = config_.append;
-  VBTS_ASSIGN_OR_RETURN(MultibootInfo mbi, BuildMultibootInfo(req, *ram_));
+  VBTS_ASSIGN_OR_RETURN(MultibootInfo mbi, WriteMultibootInfo(*ram_, config_.image_path, config_.append));
   LoaderLimits limits;
   limits.reserved = mbi.reserved;
   limits.reserved.push_back({kBootStack - 0x1000, kBootGdt + 0x18, "vbts boot stack and GDT"});
@@ -102,8 +98,8 @@ absl::Status Machine::Setup(const Kvm& kvm) {
     }
   });
   debug_exit_ = std::make_unique<DebugExit>();
-  VBTS_RETURN_IF_ERROR(pio_.Register(0x3F8, 8, uart_.get(), "COM1 16550"));
-  VBTS_RETURN_IF_ERROR(pio_.Register(0xF4, 4, debug_exit_.get(), "isa-debug-exit"));
+  VBTS_RETURN_IF_ERROR(pio_.Register(Uart16550::kCom1Port, Uart16550::kSize, uart_.get(), "COM1 16550"));
+  VBTS_RETURN_IF_ERROR(pio_.Register(DebugExit::kPort, DebugExit::kSize, debug_exit_.get(), "isa-debug-exit"));
 
   supervisor_ = std::make_unique<vcpu::Supervisor>(*vcpu_, *ram_, *model_, facts_);
   VBTS_RETURN_IF_ERROR(SetBootState(img.entry, mbi.info_gpa));
@@ -147,7 +143,10 @@ RunResult Machine::Finish(RunEnd end, int status, std::string message) {
     }
   }
   absl::StrAppendFormat(&r.details, "exits: %u\n", exits_);
-  r.details += pio_.DescribeUnclaimed();
+  for (const UnclaimedPort& p : pio_.unclaimed_ports())
+    absl::StrAppendFormat(&r.details, "unclaimed port 0x%04x: %u reads, %u writes\n", p.port, p.reads, p.writes);
+  if (uint64_t n = pio_.untracked_unclaimed_accesses())
+    absl::StrAppendFormat(&r.details, "unclaimed ports beyond the first 64: %u accesses\n", n);
   if (mmio_unclaimed_reads_ || mmio_unclaimed_writes_)
     absl::StrAppendFormat(&r.details, "unclaimed MMIO: %u reads, %u writes\n", mmio_unclaimed_reads_,
                           mmio_unclaimed_writes_);
@@ -189,9 +188,10 @@ absl::StatusOr<bool> Machine::HandleExit(RunResult* result) {
       auto* data = reinterpret_cast<uint8_t*>(run) + run->io.data_offset;
       const bool write = run->io.direction == KVM_EXIT_IO_OUT;
       for (uint32_t i = 0; i < run->io.count; i++)
-        pio_.Dispatch(run->io.port, absl::MakeSpan(data + i * run->io.size, run->io.size), write);
-      if (std::optional<uint32_t> v = debug_exit_->exit_value()) {
-        *result = Finish(RunEnd::kGuestExit, GuestExitStatus(*v), "");
+        VBTS_RETURN_IF_ERROR(
+            pio_.Dispatch(run->io.port, run->io.size, write, absl::MakeSpan(data + i * run->io.size, run->io.size)));
+      if (std::optional<int> status = debug_exit_->exit_status()) {
+        *result = Finish(RunEnd::kGuestExit, *status, "");
         return false;
       }
       return true;

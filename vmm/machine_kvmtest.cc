@@ -1,0 +1,172 @@
+// machine_kvmtest.cc: whole-machine runs of tiny hand-assembled guests in real
+// KVM: guest exit status, COM1 output, triple fault, HLT with IF=0, timeout,
+// unclaimed ports and MMIO. Images are built here as a.out-kludge Multiboot
+// files (header at offset 0, code at offset 32, loaded at 1 MiB).
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "pmu/testing/status_matchers.h"
+#include "vmm/exit_status.h"
+#include "vmm/host_probe.h"
+#include "vmm/machine.h"
+
+namespace vbts::vmm {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr uint32_t kLoad = 0x100000;
+
+// Multiboot header with the address fields (flag 16), then `code`.
+std::vector<uint8_t> AoutImage(const std::vector<uint8_t>& code) {
+  const uint32_t magic = 0x1BADB002, flags = 1u << 16;
+  const uint32_t hdr[8] = {magic, flags, 0u - magic - flags, kLoad, kLoad, 0, 0, kLoad + 32};
+  std::vector<uint8_t> img(reinterpret_cast<const uint8_t*>(hdr), reinterpret_cast<const uint8_t*>(hdr) + 32);
+  img.insert(img.end(), code.begin(), code.end());
+  return img;
+}
+
+class MachineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (access("/dev/kvm", R_OK | W_OK) != 0) GTEST_SKIP() << "no /dev/kvm";
+    absl::StatusOr<Kvm> kvm = Kvm::Open();
+    ASSERT_THAT(kvm, testing::IsOk());
+    kvm_.emplace(std::move(*kvm));
+    absl::StatusOr<vcpu::HostFacts> facts = ProbeHost(*kvm_);
+    ASSERT_THAT(facts, testing::IsOk());
+    facts_ = *facts;
+  }
+
+  // Runs `code` as a guest; returns the result and fills output_ with COM1 bytes.
+  RunResult RunCode(const std::vector<uint8_t>& code, double timeout = 10) {
+    char path[] = "/tmp/vbts-machine-test-XXXXXX";
+    int fd = mkstemp(path);
+    std::vector<uint8_t> img = AoutImage(code);
+    EXPECT_EQ(write(fd, img.data(), img.size()), static_cast<ssize_t>(img.size()));
+    close(fd);
+    int pipefd[2];
+    EXPECT_EQ(pipe2(pipefd, O_NONBLOCK), 0);
+    MachineConfig config;
+    config.image_path = path;
+    config.timeout_seconds = timeout;
+    config.output_fd = pipefd[1];
+    RunResult r;
+    absl::StatusOr<std::unique_ptr<Machine>> m = Machine::Create(config, *kvm_, facts_);
+    EXPECT_THAT(m, testing::IsOk());
+    if (m.ok()) r = (*m)->Run();
+    unlink(path);
+    close(pipefd[1]);
+    output_.clear();
+    char buf[256];
+    ssize_t n;
+    while ((n = read(pipefd[0], buf, sizeof buf)) > 0) output_.append(buf, n);
+    close(pipefd[0]);
+    return r;
+  }
+
+  std::optional<Kvm> kvm_;
+  vcpu::HostFacts facts_;
+  std::string output_;
+};
+
+TEST_F(MachineTest, HelloPrintsAndExitsWithGuestStatus) {
+  RunResult r = RunCode({
+      0x66, 0xBA, 0xF8, 0x03,  // mov dx, 0x3f8
+      0xB0, 'h', 0xEE,         // mov al, 'h'; out dx, al
+      0xB0, 'i', 0xEE,         // mov al, 'i'; out dx, al
+      0xB8, 0x2A, 0, 0, 0,     // mov eax, 42
+      0xE7, 0xF4,              // out 0xf4, eax
+      0xF4,                    // hlt (not reached)
+  });
+  EXPECT_EQ(r.end, RunEnd::kGuestExit);
+  EXPECT_EQ(r.exit_status, (42 << 1) | 1);  // isa-debug-exit: (v << 1) | 1 = 85
+  EXPECT_EQ(r.message, "");
+  EXPECT_EQ(output_, "hi");
+}
+
+TEST_F(MachineTest, EntryStateIsMultiboot) {
+  // Exit value = 1 if EAX == 0x2BADB002 and EBX points at the info (0x9000), else 0.
+  RunResult r = RunCode({
+      0x3D, 0x02, 0xB0, 0xAD, 0x2B,        // cmp eax, 0x2BADB002
+      0x75, 0x0E,                          // jne fail (+14)
+      0x81, 0xFB, 0x00, 0x90, 0x00, 0x00,  // cmp ebx, 0x9000
+      0x75, 0x06,                          // jne fail (+6)
+      0xB8, 0x01, 0, 0, 0,                 // mov eax, 1
+      0xEB, 0x02,                          // jmp out
+      0x31, 0xC0,                          // fail: xor eax, eax
+      0xE7, 0xF4,                          // out: out 0xf4, eax
+  });
+  EXPECT_EQ(r.exit_status, 3);  // (1 << 1) | 1
+}
+
+TEST_F(MachineTest, TripleFaultEndsWith120) {
+  // ud2 with the boot IDT (base 0, all gates zero = not present): #UD -> #NP ->
+  // #DF -> shutdown.
+  RunResult r = RunCode({0x0F, 0x0B});
+  EXPECT_EQ(r.end, RunEnd::kTripleFault);
+  EXPECT_EQ(r.exit_status, kExitTripleFault);
+  EXPECT_THAT(r.message, HasSubstr("triple fault"));
+  EXPECT_THAT(r.message, HasSubstr("pm32 CPL0"));
+}
+
+TEST_F(MachineTest, HaltWithInterruptsDisabledEndsWith122) {
+  RunResult r = RunCode({0xFA, 0xF4});  // cli; hlt
+  EXPECT_EQ(r.end, RunEnd::kHaltedIfClear);
+  EXPECT_EQ(r.exit_status, kExitHaltedIfClear);
+  EXPECT_THAT(r.message, HasSubstr("halted with interrupts disabled"));
+}
+
+TEST_F(MachineTest, SpinEndsWithTimeout124) {
+  RunResult r = RunCode({0xEB, 0xFE}, /*timeout=*/0.3);  // jmp $
+  EXPECT_EQ(r.end, RunEnd::kTimeout);
+  EXPECT_EQ(r.exit_status, kExitTimeout);
+  EXPECT_THAT(r.message, HasSubstr("timed out after 0.3 s"));
+  EXPECT_THAT(r.message, HasSubstr("CS:EIP=0008:00100020"));  // the jmp at load address + 32
+}
+
+TEST_F(MachineTest, UnclaimedPortReadsAllOnes) {
+  RunResult r = RunCode({
+      0xE4, 0x80,        // in al, 0x80
+      0x0F, 0xB6, 0xC0,  // movzx eax, al
+      0xE7, 0xF4,        // out 0xf4, eax
+  });
+  EXPECT_EQ(r.exit_status, 0xFF);  // ((0xFF << 1) | 1) & 0xFF
+}
+
+TEST_F(MachineTest, UnclaimedMmioReadsAllOnes) {
+  RunResult r = RunCode({
+      0xA1, 0x00, 0x00, 0xB0, 0xFE,  // mov eax, [0xFEB00000] (nothing there)
+      0x83, 0xF8, 0xFF,              // cmp eax, -1
+      0x0F, 0x94, 0xC0,              // sete al
+      0x0F, 0xB6, 0xC0,              // movzx eax, al
+      0xE7, 0xF4,                    // out 0xf4, eax
+  });
+  EXPECT_EQ(r.exit_status, 3);
+}
+
+TEST_F(MachineTest, BadImageIsRejectedWithField) {
+  MachineConfig config;
+  config.image_path = "/nonexistent/vbts-image";
+  EXPECT_THAT(Machine::Create(config, *kvm_, facts_),
+              testing::StatusIs(absl::StatusCode::kNotFound, HasSubstr("/nonexistent/vbts-image")));
+}
+
+TEST_F(MachineTest, UnknownCpuModelIsRejected) {
+  MachineConfig config;
+  config.image_path = "/dev/null";
+  config.cpu_model = "pentium";
+  EXPECT_THAT(Machine::Create(config, *kvm_, facts_),
+              testing::StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--cpu=pentium")));
+}
+
+}  // namespace
+}  // namespace vbts::vmm
