@@ -27,11 +27,13 @@ struct Segment {
   bool g = false;
   bool avl = false;
   bool unusable = false;  // null selector loaded (VMX "unusable")
+  bool operator==(const Segment&) const = default;
 };
 
 struct DescriptorTable {
   uint64_t base = 0;
   uint16_t limit = 0;
+  bool operator==(const DescriptorTable&) const = default;
 };
 
 enum Gpr : int {
@@ -86,6 +88,8 @@ struct CpuState {
   bool nmi_masked = false;
   // CPUID 80000008H:EAX[7:0]; page-table bits at or above it are reserved.
   uint8_t maxphyaddr = 52;
+
+  bool operator==(const CpuState&) const = default;
 
   CpuMode mode() const;
   // Current privilege level: CS.DPL in protected/long mode (SDM 5.5; KVM keeps
