@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <string>
 
+#include "pmu/paging.h"
+
 namespace vbts::vcpu {
 
 // A segment register's visible selector and hidden descriptor cache
@@ -25,11 +27,13 @@ struct Segment {
   bool g = false;
   bool avl = false;
   bool unusable = false;  // null selector loaded (VMX "unusable")
+  bool operator==(const Segment&) const = default;
 };
 
 struct DescriptorTable {
   uint64_t base = 0;
   uint16_t limit = 0;
+  bool operator==(const DescriptorTable&) const = default;
 };
 
 enum Gpr : int {
@@ -82,6 +86,10 @@ struct CpuState {
   // Interrupt shadow and NMI blocking (KVM_GET_VCPU_EVENTS).
   bool interrupt_shadow = false;
   bool nmi_masked = false;
+  // CPUID 80000008H:EAX[7:0]; page-table bits at or above it are reserved.
+  uint8_t maxphyaddr = 52;
+
+  bool operator==(const CpuState&) const = default;
 
   CpuMode mode() const;
   // Current privilege level: CS.DPL in protected/long mode (SDM 5.5; KVM keeps
@@ -92,6 +100,10 @@ struct CpuState {
   // Address width of linear addresses in this mode: 64 or 32 (real mode: 20+).
   // Linear address of CS:RIP.
   uint64_t pc_linear() const;
+  // The registers a page walk needs (pmu/paging.h).
+  pmu::PagingRegs paging_regs() const {
+    return pmu::PagingRegs{cr0, cr3, cr4, efer, maxphyaddr, (rflags & kRflagsAc) != 0};
+  }
   std::string Describe() const;  // "pm32 CPL0 CS:EIP=0008:00101234"
   std::string Dump() const;      // multi-line register dump (for -v)
 };

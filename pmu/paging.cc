@@ -1,0 +1,282 @@
+// paging.cc: guest page-table walks (SDM vol. 3A 4.3–4.8) and LinearMemory.
+#include "pmu/paging.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "pmu/status_macros.h"
+
+namespace vbts::pmu {
+namespace {
+
+constexpr uint64_t kCr0Pg = 1ull << 31;
+constexpr uint64_t kCr0Wp = 1ull << 16;
+constexpr uint64_t kCr4Pse = 1ull << 4;
+constexpr uint64_t kCr4Pae = 1ull << 5;
+constexpr uint64_t kCr4La57 = 1ull << 12;
+constexpr uint64_t kCr4Smep = 1ull << 20;
+constexpr uint64_t kCr4Smap = 1ull << 21;
+constexpr uint64_t kEferLme = 1ull << 8;
+constexpr uint64_t kEferNxe = 1ull << 11;
+
+// Paging-structure entry bits (SDM 4.3–4.5, tables 4-4 … 4-20).
+constexpr uint64_t kPteP = 1ull << 0;
+constexpr uint64_t kPteRw = 1ull << 1;
+constexpr uint64_t kPteUs = 1ull << 2;
+constexpr uint64_t kPteA = 1ull << 5;
+constexpr uint64_t kPteD = 1ull << 6;
+constexpr uint64_t kPtePs = 1ull << 7;
+constexpr uint64_t kPteXd = 1ull << 63;
+
+// Bits [hi:lo] set.
+constexpr uint64_t Bits(int hi, int lo) {
+  return ((hi >= 63) ? ~0ull : ((1ull << (hi + 1)) - 1)) & ~((1ull << lo) - 1);
+}
+
+// One paging-structure entry used by a walk, remembered so A/D can be set
+// after the walk succeeded.
+struct UsedEntry {
+  Gpa addr;
+  uint64_t value;
+  bool has_accessed_flag;  // PAE PDPTEs have none (bit 5 is reserved)
+};
+
+AccessFault MakePf(uint64_t la, uint32_t bits) {
+  AccessFault f;
+  f.kind = AccessFault::Kind::kPageFault;
+  f.error_code = bits;
+  f.address = la;
+  return f;
+}
+
+}  // namespace
+
+PagingMode PagingModeOf(const PagingRegs& regs) {
+  if (!(regs.cr0 & kCr0Pg)) return PagingMode::kNone;
+  if (!(regs.cr4 & kCr4Pae)) return PagingMode::k32Bit;
+  if (regs.efer & kEferLme) return PagingMode::k4Level;
+  return PagingMode::kPae;
+}
+
+bool IsCanonical(uint64_t la, int width) {
+  int64_t s = static_cast<int64_t>(la << (64 - width)) >> (64 - width);
+  return static_cast<uint64_t>(s) == la;
+}
+
+absl::StatusOr<Translation> Translate(const PagingRegs& regs, PhysMemory& mem, Gva gva, Access access,
+                                      bool set_accessed_dirty) {
+  Translation t;
+  const uint64_t la = gva.value;
+  const PagingMode mode = PagingModeOf(regs);
+  if (mode == PagingMode::kNone) {
+    // SDM 4.1: without paging the linear address is the physical address;
+    // linear addresses are 32 bits wide outside IA-32e mode.
+    t.gpa = Gpa(la & 0xffffffffull);
+    t.page_size = 1ull << 32;
+    return t;
+  }
+  if (mode == PagingMode::k4Level && (regs.cr4 & kCr4La57))
+    return absl::UnimplementedError("paging: 5-level paging (CR4.LA57=1) is not supported");
+  if (mode == PagingMode::k4Level && !IsCanonical(la)) {
+    t.fault.kind = AccessFault::Kind::kNonCanonical;
+    t.fault.address = la;
+    return t;
+  }
+
+  const bool nxe = (regs.efer & kEferNxe) && mode != PagingMode::k32Bit;
+  const int m = std::clamp(regs.maxphyaddr, 32, 52);
+  // Physical-address bits at or above MAXPHYADDR are reserved (SDM 4.4.2, 4.5.4).
+  const uint64_t rsvd_phys = Bits(51, m);
+  const uint64_t rsvd_xd = nxe ? 0 : kPteXd;
+
+  // Fault bits that describe the access itself (SDM 4.7).
+  uint32_t access_bits = 0;
+  if (access.write) access_bits |= kPfWrite;
+  if (access.user) access_bits |= kPfUser;
+  if (access.fetch && ((regs.cr4 & kCr4Smep) || nxe)) access_bits |= kPfFetch;
+
+  std::vector<UsedEntry> used;
+  bool rw = true, us = true, xd = false;
+  uint64_t pa = 0;
+
+  auto present_or_fault = [&](uint64_t e) { return (e & kPteP) != 0; };
+
+  if (mode == PagingMode::k32Bit) {
+    // SDM 4.3: 10/10/12 split, 4-byte entries; PSE 4-MiB pages.
+    Gpa pde_addr((regs.cr3 & 0xfffff000ull) + ((la >> 22) & 0x3ff) * 4);
+    VBTS_ASSIGN_OR_RETURN(uint32_t pde, mem.ReadLe<uint32_t>(pde_addr));
+    if (!present_or_fault(pde)) {
+      t.fault = MakePf(la, access_bits);
+      return t;
+    }
+    used.push_back({pde_addr, pde, true});
+    rw &= (pde & kPteRw) != 0;
+    us &= (pde & kPteUs) != 0;
+    if ((pde & kPtePs) && (regs.cr4 & kCr4Pse)) {
+      // PSE-36 (SDM table 4-4): PDE bits 20:13 hold PA bits 39:32; bits
+      // 21:(13+min(M,40)-32) are reserved.
+      const int hi_bits = std::min(m, 40) - 32;
+      const uint64_t rsvd = Bits(21, 13 + hi_bits);
+      if (pde & rsvd) {
+        t.fault = MakePf(la, access_bits | kPfPresent | kPfRsvd);
+        return t;
+      }
+      uint64_t high = hi_bits > 0 ? (pde >> 13) & ((1ull << hi_bits) - 1) : 0;
+      pa = (high << 32) | (pde & 0xffc00000ull) | (la & 0x3fffff);
+      t.page_size = 4ull << 20;
+    } else {
+      Gpa pte_addr((pde & 0xfffff000ull) + ((la >> 12) & 0x3ff) * 4);
+      VBTS_ASSIGN_OR_RETURN(uint32_t pte, mem.ReadLe<uint32_t>(pte_addr));
+      if (!present_or_fault(pte)) {
+        t.fault = MakePf(la, access_bits);
+        return t;
+      }
+      used.push_back({pte_addr, pte, true});
+      rw &= (pte & kPteRw) != 0;
+      us &= (pte & kPteUs) != 0;
+      pa = (pte & 0xfffff000ull) | (la & 0xfff);
+      t.page_size = 4096;
+    }
+  } else {
+    // PAE (SDM 4.4) and 4-level (SDM 4.5): 9 bits per level, 8-byte entries.
+    int level;
+    uint64_t table;
+    if (mode == PagingMode::kPae) {
+      // PDPTE registers (SDM 4.4.1), re-read here on every walk.
+      Gpa pdpte_addr((regs.cr3 & 0xffffffe0ull) + ((la >> 30) & 3) * 8);
+      VBTS_ASSIGN_OR_RETURN(uint64_t pdpte, mem.ReadLe<uint64_t>(pdpte_addr));
+      if (!present_or_fault(pdpte)) {
+        t.fault = MakePf(la, access_bits);
+        return t;
+      }
+      // Table 4-8: bits 2:1, 8:5, 63:MAXPHYADDR are reserved.
+      if (pdpte & (rsvd_phys | Bits(63, 52) | Bits(2, 1) | Bits(8, 5))) {
+        t.fault = MakePf(la, access_bits | kPfPresent | kPfRsvd);
+        return t;
+      }
+      used.push_back({pdpte_addr, pdpte, false});
+      table = pdpte & Bits(51, 12);
+      level = 2;
+    } else {
+      table = regs.cr3 & Bits(51, 12);
+      level = 4;
+    }
+    for (;; --level) {
+      const int shift = 12 + 9 * (level - 1);
+      Gpa addr((table & Bits(51, 12)) + ((la >> shift) & 0x1ff) * 8);
+      VBTS_ASSIGN_OR_RETURN(uint64_t e, mem.ReadLe<uint64_t>(addr));
+      if (!present_or_fault(e)) {
+        t.fault = MakePf(la, access_bits);
+        return t;
+      }
+      const bool leaf = level == 1 || ((e & kPtePs) && (level == 2 || level == 3));
+      uint64_t rsvd = rsvd_phys | rsvd_xd;
+      if (level == 4 && mode == PagingMode::k4Level) rsvd |= kPtePs;  // PML4E.PS is reserved
+      if (leaf && level == 3) rsvd |= Bits(29, 13);                   // 1-GiB page, table 4-16
+      if (leaf && level == 2) rsvd |= Bits(20, 13);                   // 2-MiB page, table 4-18
+      if (e & rsvd) {
+        t.fault = MakePf(la, access_bits | kPfPresent | kPfRsvd);
+        return t;
+      }
+      used.push_back({addr, e, true});
+      rw &= (e & kPteRw) != 0;
+      us &= (e & kPteUs) != 0;
+      xd |= nxe && (e & kPteXd);
+      if (leaf) {
+        const uint64_t page_mask = (1ull << shift) - 1;
+        pa = (e & Bits(51, 12) & ~page_mask) | (la & page_mask);
+        t.page_size = 1ull << shift;
+        break;
+      }
+      table = e;
+    }
+  }
+
+  // Access rights (SDM 4.6).  `us` / `rw` are the AND over all levels, `xd`
+  // the OR.
+  bool denied = false;
+  if (access.user) {
+    denied |= !us;
+    denied |= access.write && !rw;
+    denied |= access.fetch && xd;
+  } else {
+    const bool smap_applies = (regs.cr4 & kCr4Smap) && us && !access.fetch && (access.implicit || !regs.rflags_ac);
+    denied |= access.write && !rw && (regs.cr0 & kCr0Wp);
+    denied |= smap_applies;
+    denied |= access.fetch && xd;
+    denied |= access.fetch && us && (regs.cr4 & kCr4Smep);
+  }
+  if (denied) {
+    t.fault = MakePf(la, access_bits | kPfPresent);
+    return t;
+  }
+
+  if (set_accessed_dirty) {
+    // SDM 4.8: A in every entry used; D in the entry that maps the page.
+    for (size_t i = 0; i < used.size(); ++i) {
+      const UsedEntry& u = used[i];
+      uint8_t low = static_cast<uint8_t>(u.value);
+      uint8_t want = low;
+      if (u.has_accessed_flag) want |= kPteA;
+      if (i + 1 == used.size() && access.write) want |= kPteD;
+      if (want != low) VBTS_RETURN_IF_ERROR(mem.WriteLe<uint8_t>(u.addr, want));
+    }
+  }
+  t.gpa = Gpa(pa);
+  return t;
+}
+
+template <typename Fn>
+absl::StatusOr<AccessFault> LinearMemory::ForEachChunk(Gva la, uint64_t len, Access access, bool set_ad,
+                                                        Fn fn) {
+  struct Chunk {
+    Gpa gpa;
+    uint64_t offset, len;
+  };
+  std::vector<Chunk> chunks;
+  const bool wrap32 = PagingModeOf(regs_) != PagingMode::k4Level;
+  uint64_t off = 0;
+  while (off < len) {
+    uint64_t addr = la.value + off;
+    if (wrap32) addr &= 0xffffffffull;
+    VBTS_ASSIGN_OR_RETURN(Translation t, Translate(regs_, mem_, Gva(addr), access, /*set_accessed_dirty=*/false));
+    if (!t.fault.ok()) return t.fault;
+    // Stop each chunk at a 4-KiB boundary whatever the page size, so the
+    // 32-bit wrap and page-size corner cases need no special handling.
+    uint64_t n = std::min<uint64_t>(len - off, 4096 - (addr & 0xfff));
+    chunks.push_back({t.gpa, off, n});
+    off += n;
+  }
+  if (set_ad) {
+    for (const Chunk& c : chunks) {
+      uint64_t addr = la.value + c.offset;
+      if (wrap32) addr &= 0xffffffffull;
+      VBTS_ASSIGN_OR_RETURN(Translation t, Translate(regs_, mem_, Gva(addr), access, /*set_accessed_dirty=*/true));
+      if (!t.fault.ok())  // cannot happen: the same walk just succeeded
+        return absl::InternalError(absl::StrFormat("paging: walk of 0x%x changed under us", addr));
+    }
+  }
+  for (const Chunk& c : chunks) VBTS_RETURN_IF_ERROR(fn(c.gpa, c.offset, c.len));
+  return AccessFault{};
+}
+
+absl::StatusOr<AccessFault> LinearMemory::Read(Gva la, absl::Span<uint8_t> out, Access access) {
+  return ForEachChunk(la, out.size(), access, /*set_ad=*/true, [&](Gpa gpa, uint64_t off, uint64_t n) {
+    return mem_.Read(gpa, out.subspan(off, n));
+  });
+}
+
+absl::StatusOr<AccessFault> LinearMemory::Write(Gva la, absl::Span<const uint8_t> data, Access access) {
+  access.write = true;
+  return ForEachChunk(la, data.size(), access, /*set_ad=*/true, [&](Gpa gpa, uint64_t off, uint64_t n) {
+    return mem_.Write(gpa, data.subspan(off, n));
+  });
+}
+
+absl::StatusOr<AccessFault> LinearMemory::Probe(Gva la, uint64_t len, Access access) {
+  return ForEachChunk(la, len, access, /*set_ad=*/false,
+                      [](Gpa, uint64_t, uint64_t) { return absl::OkStatus(); });
+}
+
+}  // namespace vbts::pmu

@@ -1,0 +1,120 @@
+// paging.h: linear → guest-physical translation through the guest's own page
+// tables (no paging, 32-bit, PAE, 4-level IA-32e; SDM vol. 3A ch. 4), with the
+// exact #PF error code and Accessed/Dirty updates, plus LinearMemory for
+// multi-byte accesses that may cross pages.
+//
+// Modelling choices (see docs/completion.md, "Paging"):
+//  - Supervisor/user semantics follow SDM 4.6: `Access::user` is true only for
+//    an explicit access made at CPL 3; implicit supervisor accesses (GDT, IDT,
+//    TSS, stacks reached by a privilege change) pass user=false and
+//    implicit=true.  CR0.WP, EFER.NXE, CR4.SMEP and CR4.SMAP are honoured;
+//    protection keys and CET shadow stacks are not modelled (PK/SS error-code
+//    bits are never set); 5-level paging (CR4.LA57) is refused with
+//    Unimplemented.
+//  - PAE PDPTEs are re-read from memory on every walk instead of being cached
+//    at MOV CR3; a reserved bit in one gives #PF(RSVD) rather than the #GP that
+//    hardware raises at the MOV CR3.
+//  - Accessed and Dirty flags (SDM 4.8) are written only when a translation
+//    succeeds: A in every paging-structure entry used, D in the entry that maps
+//    the page on a write.  A failing walk leaves memory untouched.
+//  - A paging-structure entry outside guest RAM is not a guest fault but an
+//    OutOfRange status from PhysMemory, passed through unchanged.
+#ifndef VBTS_PMU_PAGING_H_
+#define VBTS_PMU_PAGING_H_
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "pmu/phys_memory.h"
+#include "pmu/types.h"
+
+namespace vbts::pmu {
+
+// The control registers that select and configure paging (SDM 4.1).
+struct PagingRegs {
+  uint64_t cr0 = 0;
+  uint64_t cr3 = 0;
+  uint64_t cr4 = 0;
+  uint64_t efer = 0;
+  // Physical-address width (CPUID 80000008H:EAX[7:0]); entry bits at or above
+  // it are reserved (SDM 4.1.4).  52 means "no such reserved bits".
+  int maxphyaddr = 52;
+  // RFLAGS.AC, consulted by SMAP for explicit supervisor accesses (SDM 4.6).
+  bool rflags_ac = false;
+};
+
+// Paging mode chosen by CR0.PG, CR4.PAE and EFER.LME (SDM 4.1.1, table 4-1).
+enum class PagingMode { kNone, k32Bit, kPae, k4Level };
+PagingMode PagingModeOf(const PagingRegs& regs);
+
+// What kind of access is being translated.
+struct Access {
+  bool write = false;
+  bool user = false;      // explicit access at CPL 3 (SDM 4.6 "user-mode access")
+  bool fetch = false;     // instruction fetch
+  bool implicit = false;  // implicit supervisor access (descriptor tables, TSS)
+};
+
+// #PF error-code bits (SDM 4.7, figure 4-12).
+inline constexpr uint32_t kPfPresent = 1u << 0;
+inline constexpr uint32_t kPfWrite = 1u << 1;
+inline constexpr uint32_t kPfUser = 1u << 2;
+inline constexpr uint32_t kPfRsvd = 1u << 3;
+inline constexpr uint32_t kPfFetch = 1u << 4;
+
+// Why a linear access cannot complete, as the guest would see it.
+struct AccessFault {
+  enum class Kind { kNone, kPageFault, kNonCanonical };
+  Kind kind = Kind::kNone;
+  uint32_t error_code = 0;  // #PF error code (kPageFault only)
+  uint64_t address = 0;     // CR2 for #PF; the offending address otherwise
+  bool ok() const { return kind == Kind::kNone; }
+  bool operator==(const AccessFault&) const = default;
+};
+
+struct Translation {
+  AccessFault fault;      // kind == kNone when the translation succeeded
+  Gpa gpa;                // valid when fault.ok()
+  uint64_t page_size = 0;  // 4 KiB, 2 MiB, 4 MiB, 1 GiB; 2^32 without paging
+};
+
+// True if `la` is canonical for a `width`-bit linear address space (SDM 3.3.7.1).
+bool IsCanonical(uint64_t la, int width = 48);
+
+// Translates one linear address.  With set_accessed_dirty the A/D flags are
+// updated on success as SDM 4.8 describes; pass false to probe.  The returned
+// status is not OK only for a host-side problem (paging structure outside RAM,
+// unsupported 5-level paging).
+absl::StatusOr<Translation> Translate(const PagingRegs& regs, PhysMemory& mem, Gva la, Access access,
+                                      bool set_accessed_dirty = true);
+
+// Byte-granular reads and writes at linear addresses, splitting at page
+// boundaries.  Every page is translated (and checked) before any byte is
+// written, so a faulting write changes nothing.  Without paging, addresses
+// wrap at 4 GiB (SDM 4.1: no paging means linear = physical, 32 bits).
+class LinearMemory {
+ public:
+  LinearMemory(PhysMemory& mem, const PagingRegs& regs) : mem_(mem), regs_(regs) {}
+
+  const PagingRegs& regs() const { return regs_; }
+  PhysMemory& phys() { return mem_; }
+
+  absl::StatusOr<AccessFault> Read(Gva la, absl::Span<uint8_t> out, Access access);
+  absl::StatusOr<AccessFault> Write(Gva la, absl::Span<const uint8_t> data, Access access);
+  // Checks that [la, la+len) could be accessed, touching nothing.
+  absl::StatusOr<AccessFault> Probe(Gva la, uint64_t len, Access access);
+
+ private:
+  // Calls fn(gpa, offset, chunk_len) for each page-bounded chunk after all of
+  // them translated successfully.
+  template <typename Fn>
+  absl::StatusOr<AccessFault> ForEachChunk(Gva la, uint64_t len, Access access, bool set_ad, Fn fn);
+
+  PhysMemory& mem_;
+  PagingRegs regs_;
+};
+
+}  // namespace vbts::pmu
+
+#endif  // VBTS_PMU_PAGING_H_

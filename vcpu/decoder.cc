@@ -1,0 +1,188 @@
+// decoder.cc: Zydis-backed decoding of one instruction into DecodedInsn.
+#include "vcpu/decoder.h"
+
+#include <Zydis/Zydis.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_format.h"
+#include "pmu/paging.h"
+#include "pmu/status_macros.h"
+
+namespace vbts::vcpu {
+namespace {
+
+ZydisMachineMode ZydisModeOf(CpuMode m) {
+  switch (m) {
+    case CpuMode::kReal: return ZYDIS_MACHINE_MODE_REAL_16;
+    case CpuMode::kVirtual8086: return ZYDIS_MACHINE_MODE_LEGACY_16;
+    case CpuMode::kProtected16: return ZYDIS_MACHINE_MODE_LEGACY_16;
+    case CpuMode::kProtected32: return ZYDIS_MACHINE_MODE_LEGACY_32;
+    case CpuMode::kCompat16: return ZYDIS_MACHINE_MODE_LONG_COMPAT_16;
+    case CpuMode::kCompat32: return ZYDIS_MACHINE_MODE_LONG_COMPAT_32;
+    case CpuMode::kLong64: return ZYDIS_MACHINE_MODE_LONG_64;
+  }
+  return ZYDIS_MACHINE_MODE_LEGACY_32;
+}
+
+int GprOf(ZydisRegister r) {
+  if (r == ZYDIS_REGISTER_NONE) return -1;
+  if (r == ZYDIS_REGISTER_RIP || r == ZYDIS_REGISTER_EIP || r == ZYDIS_REGISTER_IP) return kRipBase;
+  ZydisRegister big = ZydisRegisterGetLargestEnclosing(ZYDIS_MACHINE_MODE_LONG_64, r);
+  if (big >= ZYDIS_REGISTER_RAX && big <= ZYDIS_REGISTER_R15) return big - ZYDIS_REGISTER_RAX;
+  return -1;
+}
+
+std::string Hex(absl::Span<const uint8_t> b) {
+  std::string s;
+  for (uint8_t x : b) absl::StrAppendFormat(&s, "%s%02x", s.empty() ? "" : " ", x);
+  return s;
+}
+
+}  // namespace
+
+const char* InsnKindName(InsnKind k) {
+  switch (k) {
+    case InsnKind::kOther: return "other";
+    case InsnKind::kIntN: return "int";
+    case InsnKind::kInt3: return "int3";
+    case InsnKind::kInto: return "into";
+    case InsnKind::kInt1: return "int1";
+    case InsnKind::kIret: return "iret";
+    case InsnKind::kRetFar: return "retf";
+    case InsnKind::kCallFar: return "call far";
+    case InsnKind::kJmpFar: return "jmp far";
+    case InsnKind::kSyscall: return "syscall";
+    case InsnKind::kSysret: return "sysret";
+    case InsnKind::kSysenter: return "sysenter";
+    case InsnKind::kSysexit: return "sysexit";
+    case InsnKind::kCpuid: return "cpuid";
+  }
+  return "?";
+}
+
+std::string DecodedInsn::ToString() const {
+  return absl::StrFormat("%s (%s, len %d, osz %d, asz %d)", mnemonic, Hex(absl::MakeConstSpan(bytes, length)),
+                         length, operand_size, address_size);
+}
+
+DecodeMode DecodeModeOf(const CpuState& st) {
+  DecodeMode m;
+  m.mode = st.mode();
+  // Stack width: 64 in 64-bit mode, else SS.B (SDM 3.4.5 "D/B flag").
+  if (m.mode == CpuMode::kLong64)
+    m.stack_width = 64;
+  else
+    m.stack_width = st.ss.db ? 32 : 16;
+  return m;
+}
+
+absl::StatusOr<DecodedInsn> DecodeBytes(absl::Span<const uint8_t> bytes, DecodeMode mode) {
+  ZydisDecoder dec;
+  ZydisStackWidth sw = mode.stack_width == 64   ? ZYDIS_STACK_WIDTH_64
+                       : mode.stack_width == 32 ? ZYDIS_STACK_WIDTH_32
+                                                : ZYDIS_STACK_WIDTH_16;
+  if (ZYAN_FAILED(ZydisDecoderInit(&dec, ZydisModeOf(mode.mode), sw)))
+    return absl::InternalError("ZydisDecoderInit failed");
+  ZydisDecodedInstruction zi;
+  ZydisDecodedOperand ops[ZYDIS_MAX_OPERAND_COUNT];
+  const size_t n = std::min<size_t>(bytes.size(), ZYDIS_MAX_INSTRUCTION_LENGTH);
+  ZyanStatus zs = ZydisDecoderDecodeFull(&dec, bytes.data(), n, &zi, ops);
+  if (ZYAN_FAILED(zs))
+    return absl::InvalidArgumentError(absl::StrFormat("cannot decode %s in %s mode (Zydis status 0x%x)",
+                                                      Hex(bytes.first(n)), CpuModeName(mode.mode), zs));
+  DecodedInsn d;
+  d.zydis_mnemonic = static_cast<uint16_t>(zi.mnemonic);
+  d.mnemonic = ZydisMnemonicGetString(zi.mnemonic);
+  d.length = zi.length;
+  d.opcode = zi.opcode;
+  d.operand_size = zi.operand_width;
+  d.address_size = zi.address_width;
+  d.stack_width = zi.stack_width;
+  d.rex_w = (zi.attributes & ZYDIS_ATTRIB_HAS_REX) && zi.raw.rex.W;
+  d.opsize_prefix = (zi.attributes & ZYDIS_ATTRIB_HAS_OPERANDSIZE) != 0;
+  d.addrsize_prefix = (zi.attributes & ZYDIS_ATTRIB_HAS_ADDRESSSIZE) != 0;
+  d.lock = (zi.attributes & ZYDIS_ATTRIB_HAS_LOCK) != 0;
+  d.rep = (zi.attributes & (ZYDIS_ATTRIB_HAS_REP | ZYDIS_ATTRIB_HAS_REPE | ZYDIS_ATTRIB_HAS_REPNE)) != 0;
+  std::memcpy(d.bytes, bytes.data(), zi.length);
+
+  for (int i = 0; i < zi.operand_count_visible; ++i) {
+    const ZydisDecodedOperand& op = ops[i];
+    if (op.type == ZYDIS_OPERAND_TYPE_IMMEDIATE && !d.has_imm) {
+      d.has_imm = true;
+      d.imm = op.imm.value.u;
+    } else if (op.type == ZYDIS_OPERAND_TYPE_POINTER) {
+      d.has_far_ptr = true;
+      d.far_selector = op.ptr.segment;
+      d.far_offset = op.ptr.offset;
+    } else if (op.type == ZYDIS_OPERAND_TYPE_MEMORY && op.mem.type == ZYDIS_MEMOP_TYPE_MEM && !d.has_mem) {
+      d.has_mem = true;
+      if (op.mem.segment >= ZYDIS_REGISTER_ES && op.mem.segment <= ZYDIS_REGISTER_GS)
+        d.mem.seg = static_cast<SegReg>(op.mem.segment - ZYDIS_REGISTER_ES);
+      d.mem.base = GprOf(op.mem.base);
+      d.mem.index = GprOf(op.mem.index);
+      d.mem.scale = op.mem.scale ? op.mem.scale : 1;
+      d.mem.disp = op.mem.disp.has_displacement ? op.mem.disp.value : 0;
+      d.mem.size_bits = op.size;
+    }
+  }
+
+  const bool far = zi.meta.branch_type == ZYDIS_BRANCH_TYPE_FAR;
+  switch (zi.mnemonic) {
+    case ZYDIS_MNEMONIC_INT: d.kind = InsnKind::kIntN; break;
+    case ZYDIS_MNEMONIC_INT3: d.kind = InsnKind::kInt3; break;
+    case ZYDIS_MNEMONIC_INTO: d.kind = InsnKind::kInto; break;
+    case ZYDIS_MNEMONIC_INT1: d.kind = InsnKind::kInt1; break;
+    case ZYDIS_MNEMONIC_IRET:
+    case ZYDIS_MNEMONIC_IRETD:
+    case ZYDIS_MNEMONIC_IRETQ: d.kind = InsnKind::kIret; break;
+    case ZYDIS_MNEMONIC_RET:
+      if (far) d.kind = InsnKind::kRetFar;
+      break;
+    case ZYDIS_MNEMONIC_CALL:
+      if (far) d.kind = InsnKind::kCallFar;
+      break;
+    case ZYDIS_MNEMONIC_JMP:
+      if (far) d.kind = InsnKind::kJmpFar;
+      break;
+    case ZYDIS_MNEMONIC_SYSCALL: d.kind = InsnKind::kSyscall; break;
+    case ZYDIS_MNEMONIC_SYSRET: d.kind = InsnKind::kSysret; break;
+    case ZYDIS_MNEMONIC_SYSENTER: d.kind = InsnKind::kSysenter; break;
+    case ZYDIS_MNEMONIC_SYSEXIT: d.kind = InsnKind::kSysexit; break;
+    case ZYDIS_MNEMONIC_CPUID: d.kind = InsnKind::kCpuid; break;
+    default: break;
+  }
+  return d;
+}
+
+absl::StatusOr<DecodedInsn> DecodeAt(const CpuState& st, PhysMemory& mem, Gva pc) {
+  pmu::LinearMemory lm(mem, st.paging_regs());
+  const pmu::Access fetch{.user = st.cpl() == 3, .fetch = true};
+  uint8_t buf[15];
+  size_t got = 0;
+  pmu::AccessFault first_fault;
+  while (got < sizeof(buf)) {
+    uint64_t addr = pc.value + got;
+    size_t chunk = std::min<size_t>(sizeof(buf) - got, 4096 - (addr & 0xfff));
+    auto r = lm.Read(Gva(addr), absl::MakeSpan(buf + got, chunk), fetch);
+    if (!r.ok() || !r->ok()) {  // unreadable: stop at the end of readable memory
+      if (r.ok()) first_fault = *r;
+      if (got == 0)
+        return r.ok() ? absl::FailedPreconditionError(absl::StrFormat(
+                            "instruction fetch at 0x%x faults (%s, error code 0x%x)", pc.value,
+                            first_fault.kind == pmu::AccessFault::Kind::kPageFault ? "#PF" : "non-canonical",
+                            first_fault.error_code))
+                      : r.status();
+      break;
+    }
+    got += chunk;
+  }
+  return DecodeBytes(absl::MakeConstSpan(buf, got), DecodeModeOf(st));
+}
+
+absl::StatusOr<DecodedInsn> DecodeCurrent(const CpuState& st, PhysMemory& mem) {
+  return DecodeAt(st, mem, Gva(st.pc_linear()));
+}
+
+}  // namespace vbts::vcpu

@@ -1,0 +1,171 @@
+// decoder_test.cc: literal byte sequences through the Zydis wrapper, per mode.
+#include "vcpu/decoder.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "pmu/testing/fake_memory.h"
+#include "pmu/testing/page_tables.h"
+#include "pmu/testing/status_matchers.h"
+
+namespace vbts::vcpu {
+namespace {
+
+using ::testing::HasSubstr;
+using ::vbts::testing::StatusIs;
+
+constexpr DecodeMode kPm32{CpuMode::kProtected32, 32};
+constexpr DecodeMode kPm16{CpuMode::kProtected16, 16};
+constexpr DecodeMode kLm64{CpuMode::kLong64, 64};
+constexpr DecodeMode kCompat32{CpuMode::kCompat32, 32};
+constexpr DecodeMode kReal{CpuMode::kReal, 16};
+
+DecodedInsn Decode(std::vector<uint8_t> b, DecodeMode m) {
+  auto d = DecodeBytes(b, m);
+  EXPECT_THAT(d, ::vbts::testing::IsOk());
+  return d.value_or(DecodedInsn{});
+}
+
+TEST(DecoderTest, IntFamily) {
+  DecodedInsn i = Decode({0xcd, 0x30}, kPm32);
+  EXPECT_EQ(i.kind, InsnKind::kIntN);
+  EXPECT_EQ(i.length, 2);
+  EXPECT_TRUE(i.has_imm);
+  EXPECT_EQ(i.imm, 0x30u);
+  EXPECT_EQ(Decode({0xcc}, kLm64).kind, InsnKind::kInt3);
+  EXPECT_EQ(Decode({0xce}, kPm32).kind, InsnKind::kInto);
+  EXPECT_EQ(Decode({0xf1}, kLm64).kind, InsnKind::kInt1);
+  // INTO is invalid in 64-bit mode (SDM vol. 2 INTO: "#UD in 64-bit mode").
+  EXPECT_THAT(DecodeBytes(std::vector<uint8_t>{0xce}, kLm64),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("cannot decode ce in lm64")));
+}
+
+TEST(DecoderTest, IretOperandSizes) {
+  DecodedInsn d = Decode({0xcf}, kPm32);
+  EXPECT_EQ(d.kind, InsnKind::kIret);
+  EXPECT_EQ(d.operand_size, 32);
+  EXPECT_EQ(d.mnemonic, "iretd");
+  DecodedInsn w = Decode({0x66, 0xcf}, kPm32);
+  EXPECT_EQ(w.operand_size, 16);
+  EXPECT_TRUE(w.opsize_prefix);
+  EXPECT_EQ(w.length, 2);
+  EXPECT_EQ(Decode({0xcf}, kPm16).operand_size, 16);
+  EXPECT_EQ(Decode({0x66, 0xcf}, kPm16).operand_size, 32);
+  DecodedInsn q = Decode({0x48, 0xcf}, kLm64);
+  EXPECT_EQ(q.operand_size, 64);
+  EXPECT_TRUE(q.rex_w);
+  EXPECT_EQ(q.mnemonic, "iretq");
+  EXPECT_EQ(Decode({0xcf}, kLm64).operand_size, 32);  // IRETD in 64-bit mode
+  EXPECT_EQ(Decode({0xcf}, kCompat32).operand_size, 32);
+  EXPECT_EQ(Decode({0xcf}, kReal).operand_size, 16);
+}
+
+TEST(DecoderTest, FarReturn) {
+  DecodedInsn r = Decode({0xcb}, kPm32);
+  EXPECT_EQ(r.kind, InsnKind::kRetFar);
+  EXPECT_FALSE(r.has_imm);
+  DecodedInsn ri = Decode({0xca, 0x08, 0x00}, kPm32);
+  EXPECT_EQ(ri.kind, InsnKind::kRetFar);
+  EXPECT_EQ(ri.imm, 8u);
+  EXPECT_EQ(ri.length, 3);
+  DecodedInsn q = Decode({0x48, 0xcb}, kLm64);
+  EXPECT_EQ(q.kind, InsnKind::kRetFar);
+  EXPECT_EQ(q.operand_size, 64);
+  EXPECT_EQ(Decode({0xcb}, kLm64).operand_size, 32);
+  // Near RET is not ours.
+  EXPECT_EQ(Decode({0xc3}, kLm64).kind, InsnKind::kOther);
+}
+
+TEST(DecoderTest, FarCallJmpDirect) {
+  // call 0x0010:0x00401000 (9A id iw).
+  DecodedInsn c = Decode({0x9a, 0x00, 0x10, 0x40, 0x00, 0x10, 0x00}, kPm32);
+  EXPECT_EQ(c.kind, InsnKind::kCallFar);
+  EXPECT_TRUE(c.has_far_ptr);
+  EXPECT_EQ(c.far_selector, 0x10);
+  EXPECT_EQ(c.far_offset, 0x401000u);
+  EXPECT_EQ(c.length, 7);
+  // jmp 0x0008:0x1234 in 16-bit code (EA iw iw).
+  DecodedInsn j = Decode({0xea, 0x34, 0x12, 0x08, 0x00}, kPm16);
+  EXPECT_EQ(j.kind, InsnKind::kJmpFar);
+  EXPECT_EQ(j.far_offset, 0x1234u);
+  EXPECT_EQ(j.far_selector, 0x8);
+  EXPECT_EQ(j.operand_size, 16);
+}
+
+TEST(DecoderTest, FarCallJmpIndirect) {
+  // call far [rax+8] with REX.W: 48 FF 58 08 → m16:64.
+  DecodedInsn c = Decode({0x48, 0xff, 0x58, 0x08}, kLm64);
+  EXPECT_EQ(c.kind, InsnKind::kCallFar);
+  ASSERT_TRUE(c.has_mem);
+  EXPECT_EQ(c.mem.base, kRax);
+  EXPECT_EQ(c.mem.index, -1);
+  EXPECT_EQ(c.mem.disp, 8);
+  EXPECT_EQ(c.mem.seg, SegReg::kDs);
+  EXPECT_EQ(c.operand_size, 64);
+  // jmp far [ebp+esi*4-4] (FF 6C B5 FC): SS is the default segment with EBP.
+  DecodedInsn j = Decode({0xff, 0x6c, 0xb5, 0xfc}, kPm32);
+  EXPECT_EQ(j.kind, InsnKind::kJmpFar);
+  EXPECT_EQ(j.mem.seg, SegReg::kSs);
+  EXPECT_EQ(j.mem.base, kRbp);
+  EXPECT_EQ(j.mem.index, kRsi);
+  EXPECT_EQ(j.mem.scale, 4);
+  EXPECT_EQ(j.mem.disp, -4);
+  EXPECT_EQ(j.mem.size_bits, 48);
+  // jmp far [rip+0x10]: FF 2D 10 00 00 00.
+  DecodedInsn r = Decode({0xff, 0x2d, 0x10, 0, 0, 0}, kLm64);
+  EXPECT_EQ(r.mem.base, kRipBase);
+  EXPECT_EQ(r.mem.disp, 0x10);
+  // Near indirect call is not ours.
+  EXPECT_EQ(Decode({0xff, 0xd0}, kLm64).kind, InsnKind::kOther);
+}
+
+TEST(DecoderTest, SystemCalls) {
+  EXPECT_EQ(Decode({0x0f, 0x05}, kLm64).kind, InsnKind::kSyscall);
+  DecodedInsn sr = Decode({0x48, 0x0f, 0x07}, kLm64);
+  EXPECT_EQ(sr.kind, InsnKind::kSysret);
+  EXPECT_TRUE(sr.rex_w);
+  EXPECT_FALSE(Decode({0x0f, 0x07}, kLm64).rex_w);
+  EXPECT_EQ(Decode({0x0f, 0x34}, kPm32).kind, InsnKind::kSysenter);
+  EXPECT_EQ(Decode({0x0f, 0x35}, kPm32).kind, InsnKind::kSysexit);
+  EXPECT_EQ(Decode({0x0f, 0xa2}, kPm32).kind, InsnKind::kCpuid);
+}
+
+TEST(DecoderTest, StopsAtMaximumLengthAndRejectsTruncated) {
+  // 15 bytes given, an ordinary instruction uses 1.
+  std::vector<uint8_t> b(20, 0x90);
+  EXPECT_EQ(Decode(b, kLm64).length, 1);
+  EXPECT_THAT(DecodeBytes(std::vector<uint8_t>{0xcd}, kPm32),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("cannot decode cd")));
+}
+
+TEST(DecoderTest, DecodeAtReadsThroughPagingAndStopsAtUnmappedPage) {
+  testing::FakePhysMemory mem(4 << 20);
+  testing::PageTables4 pt(mem, 0x100000);
+  pt.Map(0x400000, 0x8000, testing::kPtW);  // next page 0x401000 unmapped
+  CpuState st;
+  st.cr0 = kCr0Pe | kCr0Pg;
+  st.cr4 = kCr4Pae;
+  st.efer = kEferLme | kEferLma;
+  st.cr3 = pt.pml4();
+  st.cs.l = true;
+  st.rip = 0x400ffe;
+  mem.bytes()[0x8ffe] = 0x48;
+  mem.bytes()[0x8fff] = 0xcf;
+  auto d = DecodeCurrent(st, mem);
+  VBTS_ASSERT_OK(d);
+  EXPECT_EQ(d->kind, InsnKind::kIret);
+  EXPECT_EQ(d->operand_size, 64);
+  // One readable byte of a two-byte instruction: decode error.
+  st.rip = 0x400fff;
+  mem.bytes()[0x8fff] = 0xcd;
+  EXPECT_THAT(DecodeCurrent(st, mem), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("cannot decode cd")));
+  // Nothing readable: the fetch fault is named.
+  st.rip = 0x401000;
+  EXPECT_THAT(DecodeCurrent(st, mem),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("instruction fetch at 0x401000 faults (#PF")));
+}
+
+}  // namespace
+}  // namespace vbts::vcpu
