@@ -48,7 +48,7 @@ struct HostFacts {
   std::string cpu_name;    // /proc/cpuinfo "model name", else the CPUID brand string
   bool cpu_flag_vmx = false, cpu_flag_svm = false, cpu_flag_hypervisor = false;
   HostKind kind = HostKind::kUnknown;
-  std::string kind_evidence;  // "modules: kvm kvm_pvm; cpu flags: hypervisor, no vmx, no svm"
+  std::string kind_evidence;  // "module kvm_pvm; cpu flags: no vmx, no svm, hypervisor"
 
   // --- capabilities (KVM_CHECK_EXTENSION on /dev/kvm; 0 = absent) ---
   int cap_user_space_msr = 0;      // KVM_CAP_X86_USER_SPACE_MSR
