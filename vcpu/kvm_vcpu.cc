@@ -43,6 +43,20 @@ absl::StatusOr<bool> KvmVcpu::Run() {
   return absl::ErrnoToStatus(errno, "KVM_RUN failed");
 }
 
+absl::StatusOr<bool> KvmVcpu::CompletePendingExit() {
+  run_->immediate_exit = 1;
+  int rc = ::ioctl(fd_.get(), KVM_RUN, 0);
+  int e = errno;
+  run_->immediate_exit = 0;
+  run_->kvm_dirty_regs = 0;
+  if (rc == 0) return true;
+  if (e == EINTR || e == EAGAIN) {
+    if (sync_regs_) run_->kvm_valid_regs = 0;
+    return false;
+  }
+  return absl::ErrnoToStatus(e, "KVM_RUN(immediate_exit) failed");
+}
+
 absl::StatusOr<kvm_regs> KvmVcpu::GetRegs() {
   kvm_regs r;
   VBTS_RETURN_IF_ERROR(Ioctl(fd(), KVM_GET_REGS, &r, "KVM_GET_REGS").status());
@@ -264,13 +278,16 @@ absl::Status KvmVcpu::SetMsrs(absl::Span<const MsrValue> msrs) {
 }
 
 absl::StatusOr<uint64_t> KvmVcpu::GetMsr(uint32_t index) {
-  alignas(kvm_msrs) uint8_t buf[sizeof(kvm_msrs) + sizeof(kvm_msr_entry)] = {};
-  auto* m = reinterpret_cast<kvm_msrs*>(buf);
+  struct {
+    kvm_msrs header;
+    kvm_msr_entry entry;  // header.entries[0]
+  } buf{};
+  kvm_msrs* m = &buf.header;
   m->nmsrs = 1;
-  m->entries[0].index = index;
+  buf.entry.index = index;
   VBTS_ASSIGN_OR_RETURN(int n, Ioctl(fd(), KVM_GET_MSRS, m, "KVM_GET_MSRS", absl::StrFormat("0x%x", index)));
   if (n != 1) return absl::FailedPreconditionError(absl::StrFormat("KVM_GET_MSRS(0x%x) read nothing", index));
-  return m->entries[0].data;
+  return buf.entry.data;
 }
 
 absl::Status KvmVcpu::SetGuestDebug(uint32_t control, const std::array<uint64_t, 8>& debugreg) {

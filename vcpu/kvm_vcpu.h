@@ -4,7 +4,7 @@
 #ifndef VBTS_VCPU_KVM_VCPU_H_
 #define VBTS_VCPU_KVM_VCPU_H_
 
-#include <linux/kvm.h>
+#include "vcpu/kvm_uapi.h"
 
 #include <array>
 #include <cstdint>
@@ -40,6 +40,11 @@ class KvmVcpu {
   // KVM_RUN. Returns true on a guest exit (run()->exit_reason), false when a
   // signal interrupted it (EINTR; run()->immediate_exit is cleared).
   absl::StatusOr<bool> Run();
+  // Finishes what the last exit left pending (the I/O or MMIO data of an
+  // IO/MMIO exit, RIP past an OUT) with a KVM_RUN that has immediate_exit set,
+  // so the guest state is consistent before the VMM overwrites it. Returns
+  // true if a new exit (e.g. a single-step stop) came instead of EINTR.
+  absl::StatusOr<bool> CompletePendingExit();
 
   // Architectural state. GetState reads regs, sregs and events (from the sync
   // area when it is valid), plus the SYSCALL/SYSENTER MSRs when `with_msrs`.

@@ -3,6 +3,9 @@
 
 #include <fcntl.h>
 
+#include <cerrno>
+
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "pmu/status_macros.h"
 
@@ -36,6 +39,35 @@ absl::StatusOr<std::vector<kvm_cpuid_entry2>> Kvm::SupportedCpuid() const {
 absl::StatusOr<size_t> Kvm::VcpuMmapSize() const {
   VBTS_ASSIGN_OR_RETURN(int n, Ioctl(fd_.get(), KVM_GET_VCPU_MMAP_SIZE, 0, "KVM_GET_VCPU_MMAP_SIZE"));
   return static_cast<size_t>(n);
+}
+
+absl::StatusOr<std::vector<uint32_t>> Kvm::FeatureMsrIndices() const {
+  if (CheckExtension(KVM_CAP_GET_MSR_FEATURES) <= 0) return std::vector<uint32_t>();
+  kvm_msr_list probe{};
+  probe.nmsrs = 0;
+  // With nmsrs too small KVM fails with E2BIG and stores the count it needs.
+  if (::ioctl(fd_.get(), KVM_GET_MSR_FEATURE_INDEX_LIST, &probe) == 0) return std::vector<uint32_t>();
+  if (errno != E2BIG) return absl::ErrnoToStatus(errno, "KVM_GET_MSR_FEATURE_INDEX_LIST(nmsrs=0) failed");
+  std::vector<uint8_t> buf(sizeof(kvm_msr_list) + probe.nmsrs * sizeof(uint32_t));
+  auto* list = reinterpret_cast<kvm_msr_list*>(buf.data());
+  list->nmsrs = probe.nmsrs;
+  VBTS_RETURN_IF_ERROR(Ioctl(fd_.get(), KVM_GET_MSR_FEATURE_INDEX_LIST, list, "KVM_GET_MSR_FEATURE_INDEX_LIST",
+                             absl::StrCat("nmsrs=", probe.nmsrs))
+                           .status());
+  return std::vector<uint32_t>(list->indices, list->indices + list->nmsrs);
+}
+
+absl::StatusOr<uint64_t> Kvm::GetFeatureMsr(uint32_t index) const {
+  struct {
+    kvm_msrs header;
+    kvm_msr_entry entry;  // header.entries[0]
+  } buf{};
+  kvm_msrs* m = &buf.header;
+  m->nmsrs = 1;
+  buf.entry.index = index;
+  VBTS_ASSIGN_OR_RETURN(int n, Ioctl(fd_.get(), KVM_GET_MSRS, m, "KVM_GET_MSRS(/dev/kvm)", absl::StrFormat("0x%x", index)));
+  if (n != 1) return absl::NotFoundError(absl::StrFormat("KVM does not report feature MSR 0x%x", index));
+  return buf.entry.data;
 }
 
 absl::StatusOr<std::unique_ptr<Vm>> Vm::Create(const Kvm& kvm) {

@@ -3,7 +3,7 @@
 #ifndef VBTS_VMM_KVM_VM_H_
 #define VBTS_VMM_KVM_VM_H_
 
-#include <linux/kvm.h>
+#include "vcpu/kvm_uapi.h"
 
 #include <cstdint>
 #include <memory>
@@ -27,6 +27,11 @@ class Kvm {
   int CheckExtension(long cap) const;
   absl::StatusOr<std::vector<kvm_cpuid_entry2>> SupportedCpuid() const;
   absl::StatusOr<size_t> VcpuMmapSize() const;
+  // KVM_GET_MSR_FEATURE_INDEX_LIST: the feature MSRs KVM can report (empty
+  // without KVM_CAP_GET_MSR_FEATURES).
+  absl::StatusOr<std::vector<uint32_t>> FeatureMsrIndices() const;
+  // KVM_GET_MSRS on /dev/kvm: the value of feature MSR `index`.
+  absl::StatusOr<uint64_t> GetFeatureMsr(uint32_t index) const;
 
  private:
   Kvm(ScopedFd fd, int api) : fd_(std::move(fd)), api_version_(api) {}

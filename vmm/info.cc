@@ -1,0 +1,232 @@
+// info.cc: formatting of HostFacts and CPU models for `vbts info`.
+#include "vmm/info.h"
+
+#include <cstdio>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "vmm/host_probe.h"
+#include "vmm/kvm_vm.h"
+
+namespace vbts::vmm {
+namespace {
+
+using vcpu::ProbeOutcome;
+using vcpu::ProbeResult;
+using vcpu::Tristate;
+
+constexpr int kLabelWidth = 30;
+constexpr int kOutcomeWidth = 16;
+constexpr int kExitVbtsError = 116;
+
+void Section(std::string& out, const char* title) {
+  if (!out.empty()) out += "\n";
+  absl::StrAppend(&out, title, "\n");
+}
+
+void Row(std::string& out, const std::string& label, const std::string& value) {
+  absl::StrAppendFormat(&out, "  %-*s %s\n", kLabelWidth, label, value);
+}
+
+void ProbeRow(std::string& out, const std::string& label, const ProbeResult& r) {
+  Row(out, label, absl::StrFormat("%-*s %s", kOutcomeWidth, vcpu::ProbeOutcomeName(r.outcome), r.detail));
+}
+
+std::string YesNo(bool b) { return b ? "yes" : "no"; }
+
+std::string Cap(int v) { return v > 0 ? (v == 1 ? "yes" : absl::StrFormat("yes (%d)", v)) : "no"; }
+
+std::string GuestDebugFlags(uint32_t f) {
+  static const struct {
+    uint32_t bit;
+    const char* name;
+  } kBits[] = {{0x1, "ENABLE"},       {0x2, "SINGLESTEP"}, {0x10000, "USE_SW_BP"}, {0x20000, "USE_HW_BP"},
+               {0x40000, "INJECT_DB"}, {0x80000, "INJECT_BP"}, {0x100000, "BLOCKIRQ"}};
+  std::vector<std::string> names;
+  for (const auto& b : kBits)
+    if (f & b.bit) names.push_back(b.name);
+  return absl::StrFormat("0x%x (%s)", f, names.empty() ? "none" : absl::StrJoin(names, " "));
+}
+
+std::string SyncRegs(uint32_t m) {
+  std::vector<std::string> names;
+  if (m & KVM_SYNC_X86_REGS) names.push_back("regs");
+  if (m & KVM_SYNC_X86_SREGS) names.push_back("sregs");
+  if (m & KVM_SYNC_X86_EVENTS) names.push_back("events");
+  if (names.empty()) return "no";
+  return absl::StrFormat("yes (%s)", absl::StrJoin(names, " "));
+}
+
+const char* TristateName(Tristate t) {
+  switch (t) {
+    case Tristate::kYes: return "Y";
+    case Tristate::kNo: return "N";
+    case Tristate::kAbsent: break;
+  }
+  return "absent";
+}
+
+// "yes: why" / "no" for one completion path.
+std::string Need(bool needed, const std::string& how) { return needed ? absl::StrCat("yes: ", how) : "no"; }
+
+}  // namespace
+
+std::string FormatHostInfo(const vcpu::HostFacts& f, bool verbose) {
+  std::string out;
+  Section(out, "KVM");
+  Row(out, "API version", absl::StrCat(f.api_version));
+  Row(out, "kernel", f.kernel_release.empty() ? "?" : f.kernel_release);
+  Row(out, "host kind", absl::StrCat(vcpu::HostKindName(f.kind), "  [", f.kind_evidence, "]"));
+
+  Section(out, "Host CPU");
+  Row(out, "vendor", f.cpu_vendor.empty() ? "?" : f.cpu_vendor);
+  Row(out, "family / model / stepping",
+      absl::StrFormat("0x%x / 0x%x / %u", f.cpu_family, f.cpu_model, f.cpu_stepping));
+  Row(out, "name", f.cpu_name.empty() ? "?" : f.cpu_name);
+
+  Section(out, "Capabilities");
+  Row(out, "X86_USER_SPACE_MSR", Cap(f.cap_user_space_msr));
+  Row(out, "X86_MSR_FILTER", Cap(f.cap_msr_filter));
+  Row(out, "SET_GUEST_DEBUG",
+      f.cap_set_guest_debug > 0 ? absl::StrCat("yes, flags ", GuestDebugFlags(f.guest_debug_flags)) : "no");
+  Row(out, "SYNC_REGS", SyncRegs(f.sync_regs_mask));
+  Row(out, "IRQCHIP", Cap(f.cap_irqchip));
+  Row(out, "SIGNAL_MSI", Cap(f.cap_signal_msi));
+  Row(out, "VCPU_EVENTS", Cap(f.cap_vcpu_events));
+  Row(out, "EXIT_ON_EMULATION_FAILURE", Cap(f.cap_exit_on_emulation_failure));
+
+  Section(out, "In-kernel PMU / LBR");
+  Row(out, "kvm.enable_pmu", TristateName(f.enable_pmu));
+  Row(out, "PERF_CAPABILITIES (0x345)",
+      f.perf_capabilities_known
+          ? absl::StrFormat("0x%x (LBR format %u)", f.perf_capabilities, unsigned(f.perf_capabilities & 0x3F))
+          : "not reported by KVM");
+  Row(out, "in-kernel LBR virtualisation", absl::StrCat(YesNo(f.lbr_virtualization), ": ", f.lbr_reason));
+
+  Section(out, "Guest single-step and breakpoints (probe guests)");
+  ProbeRow(out, "single-step pm32 CPL0", f.step_pm32_cpl0);
+  ProbeRow(out, "single-step pm32 CPL3", f.step_pm32_cpl3);
+  ProbeRow(out, "single-step lm64 CPL0", f.step_lm64_cpl0);
+  ProbeRow(out, "single-step lm64 CPL3", f.step_lm64_cpl3);
+  ProbeRow(out, "HLT, IF=1, single-stepped", f.hlt_step);
+  ProbeRow(out, "hw breakpoint pm32 CPL0 + RF", f.hw_bp_rf_pm32);
+  ProbeRow(out, "hw breakpoint lm64 CPL3", f.hw_bp_lm64_cpl3);
+
+  Section(out, "Instructions (probe guests)");
+  ProbeRow(out, "IRETD pm32 CPL0", f.iret_pm32);
+  ProbeRow(out, "INT 0x30 pm32 CPL0", f.int_pm32_cpl0);
+  ProbeRow(out, "INT 0x30 pm32 CPL3 (DPL3 gate)", f.int_pm32_cpl3);
+  ProbeRow(out, "RETF CPL0 -> CPL3 pm32", f.far_ret_outer_pm32);
+  ProbeRow(out, "CPUID.1 (DS set) pm32 CPL0", f.cpuid_leaf1);
+  ProbeRow(out, "CPUID.1 lm64 CPL3", f.cpuid_lm64_cpl3);
+  ProbeRow(out, "32-bit paging (PSE)", f.paging32);
+
+  Section(out, "What vbts does on this host");
+  std::vector<std::string> why;
+  if (f.int_pm32_cpl3.outcome == ProbeOutcome::kGuestUd || f.int_pm32_cpl3.outcome == ProbeOutcome::kGuestFault)
+    why.push_back("INT n at CPL3 becomes a guest fault");
+  if (f.needs_cpuid_completion) why.push_back("CPUID is rewritten");
+  Row(out, "supervised single-stepping",
+      f.needs_supervised_stepping
+          ? absl::StrCat("yes: ", absl::StrJoin(why, ", "), "; vbts steps and decodes every instruction")
+          : "no: guests run at KVM speed");
+  Row(out, "CPUID completion", Need(f.needs_cpuid_completion, "vbts answers CPUID from the CPU model"));
+  Row(out, "INT n completion, CPL0", Need(f.needs_int_completion_cpl0, "on KVM_EXIT_INTERNAL_ERROR"));
+  Row(out, "INT n completion, CPL3",
+      Need(f.needs_int_completion_cpl3, f.needs_supervised_stepping ? "at the step stop before it"
+                                                                     : "on KVM_EXIT_INTERNAL_ERROR"));
+  Row(out, "IRET completion", Need(f.needs_iret_completion, "on KVM_EXIT_INTERNAL_ERROR"));
+  Row(out, "far RET completion", Need(f.needs_far_ret_completion, "on KVM_EXIT_INTERNAL_ERROR"));
+  Row(out, "HLT while stepping", Need(f.needs_hlt_emulation, "vbts halts the vCPU itself (KVM_SET_MP_STATE)"));
+  Row(out, "native 64-bit user code",
+      f.native_user_needs_tf_trick ? "TF trick: TF + hw breakpoint on the guest's #DB handler"
+                                   : "stepped by KVM like other code");
+  Row(out, "resuming at a breakpoint",
+      f.breakpoints_need_step_over ? "remove it, step once, re-insert (RF ignored)" : "RFLAGS.RF");
+  Row(out, "32-bit paging", f.paging32_unsupported ? "unsupported: such guests end with status 118" : "supported");
+  Row(out, "probe time", absl::StrFormat("%.1f ms (%d KVM_RUN returns)", f.probe_ms, f.probe_exits));
+
+  if (verbose) {
+    Section(out, "Raw values");
+    Row(out, "KVM_CAP_X86_USER_SPACE_MSR", absl::StrCat(f.cap_user_space_msr));
+    Row(out, "KVM_CAP_SET_GUEST_DEBUG2", absl::StrFormat("0x%x", f.guest_debug_flags));
+    Row(out, "KVM_CAP_SYNC_REGS", absl::StrFormat("0x%x", f.sync_regs_mask));
+    Row(out, "CPUID.1:EDX set / seen", absl::StrFormat("0x%08x / 0x%08x", f.cpuid1_edx_set, f.cpuid1_edx_seen));
+    Row(out, "vmx / svm / hypervisor flags",
+        absl::StrCat(YesNo(f.cpu_flag_vmx), " / ", YesNo(f.cpu_flag_svm), " / ", YesNo(f.cpu_flag_hypervisor)));
+  }
+  return out;
+}
+
+std::string FormatCpuModel(const pmu::CpuModel& m) {
+  std::string out;
+  Section(out, absl::StrCat("CPU model ", m.name, ": ", m.description).c_str());
+  const pmu::CpuidResult l0 = m.Cpuid(0, 0), l1 = m.Cpuid(1, 0), la = m.Cpuid(0xA, 0), le = m.Cpuid(0x80000001, 0);
+  char vendor[13] = {};
+  for (int i = 0; i < 4; i++) {
+    vendor[i] = static_cast<char>(l0.ebx >> (8 * i));
+    vendor[4 + i] = static_cast<char>(l0.edx >> (8 * i));
+    vendor[8 + i] = static_cast<char>(l0.ecx >> (8 * i));
+  }
+  auto regs = [](const pmu::CpuidResult& r) {
+    return absl::StrFormat("eax=%08x ebx=%08x ecx=%08x edx=%08x", r.eax, r.ebx, r.ecx, r.edx);
+  };
+  Row(out, "leaf 0", regs(l0));
+  Row(out, "  vendor, max basic leaf", absl::StrFormat("%s, 0x%x", vendor, l0.eax));
+  Row(out, "leaf 1", regs(l1));
+  const uint32_t fam = (l1.eax >> 8) & 0xF, mod = (l1.eax >> 4) & 0xF;
+  const uint32_t dfam = fam == 0xF ? fam + ((l1.eax >> 20) & 0xFF) : fam;
+  const uint32_t dmod = (fam == 0x6 || fam == 0xF) ? (((l1.eax >> 16) & 0xF) << 4) | mod : mod;
+  Row(out, "  family / model / stepping", absl::StrFormat("0x%x / 0x%x / %u", dfam, dmod, l1.eax & 0xF));
+  Row(out, "  DS DTES64 DS-CPL PDCM",
+      absl::StrFormat("DS=%d DTES64=%d DS-CPL=%d PDCM=%d", (l1.edx & pmu::kCpuid1EdxDs) ? 1 : 0,
+                      (l1.ecx & pmu::kCpuid1EcxDtes64) ? 1 : 0, (l1.ecx & pmu::kCpuid1EcxDsCpl) ? 1 : 0,
+                      (l1.ecx & pmu::kCpuid1EcxPdcm) ? 1 : 0));
+  Row(out, "leaf 0xA", regs(la));
+  Row(out, "  perfmon version", absl::StrCat(la.eax & 0xFF));
+  Row(out, "  GP counters x width",
+      absl::StrFormat("%u x %u bits, %u events (unavailable mask 0x%x)", (la.eax >> 8) & 0xFF, (la.eax >> 16) & 0xFF,
+                      (la.eax >> 24) & 0xFF, la.ebx));
+  Row(out, "  fixed counters x width", absl::StrFormat("%u x %u bits", la.edx & 0x1F, (la.edx >> 5) & 0xFF));
+  Row(out, "leaf 0x80000001", regs(le));
+  Row(out, "  extended features",
+      absl::StrFormat("LM=%d NX=%d SYSCALL=%d RDTSCP=%d 1G=%d LAHF=%d", (le.edx >> 29) & 1, (le.edx >> 20) & 1,
+                      (le.edx >> 11) & 1, (le.edx >> 27) & 1, (le.edx >> 26) & 1, le.ecx & 1));
+  return out;
+}
+
+int RunInfo(bool verbose, const std::string& cpu_model) {
+  const pmu::CpuModel* model = nullptr;
+  if (!cpu_model.empty()) {
+    model = pmu::FindCpuModel(cpu_model);
+    if (model == nullptr) {
+      std::fprintf(stderr, "vbts: --cpu=%s: unknown CPU model (known: %s)\n", cpu_model.c_str(),
+                   pmu::CpuModelNames().c_str());
+      return kExitVbtsError;
+    }
+  }
+  absl::StatusOr<Kvm> kvm = Kvm::Open();
+  if (!kvm.ok()) {
+    std::fprintf(stderr, "vbts: %s\n", std::string(kvm.status().message()).c_str());
+    return kExitVbtsError;
+  }
+  absl::StatusOr<HostFacts> facts = ProbeHost(*kvm);
+  if (!facts.ok()) {
+    std::fprintf(stderr, "vbts: probing the host's KVM failed: %s\n", std::string(facts.status().message()).c_str());
+    return kExitVbtsError;
+  }
+  std::string text = FormatHostInfo(*facts, verbose);
+  if (model != nullptr) {
+    absl::StrAppend(&text, "\n", FormatCpuModel(*model));
+    if (facts->needs_cpuid_completion)
+      Row(text, "on this host",
+          "KVM_SET_CPUID2 alone would not show these values (see CPUID.1 above); vbts answers CPUID itself");
+  }
+  std::fputs(text.c_str(), stdout);
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace vbts::vmm
