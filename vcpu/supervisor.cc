@@ -2,7 +2,7 @@
 // and the TF trick for native 64-bit user code.
 #include "vcpu/supervisor.h"
 
-#include <Zydis/Zydis.h>
+#include <cstring>
 
 #include "absl/strings/str_format.h"
 #include "pmu/paging.h"
@@ -22,23 +22,55 @@ constexpr uint64_t kDr6B0 = 1u << 0;
 // whose handler starts with IRET); a guest cannot make vbts loop forever.
 constexpr int kMaxChainedCompletions = 64;
 
-bool IsHlt(const DecodedInsn& insn) { return insn.mnemonic == ZYDIS_MNEMONIC_HLT; }
+bool IsHlt(const DecodedInsn& insn) { return insn.length == 1 && insn.bytes[0] == 0xF4; }
+
+// Reads `n` bytes at linear address `la` as the kernel would (implicit supervisor access).
+absl::StatusOr<uint64_t> ReadLinear64(const CpuState& st, PhysMemory& mem, uint64_t la) {
+  pmu::LinearMemory lin(mem, st.paging_regs());
+  uint8_t b[8];
+  pmu::Access acc;
+  acc.implicit = true;
+  VBTS_ASSIGN_OR_RETURN(pmu::AccessFault f, lin.Read(Gva(la), absl::MakeSpan(b), acc));
+  if (!f.ok()) return absl::FailedPreconditionError(absl::StrFormat("linear address 0x%x is not mapped", la));
+  uint64_t v;
+  std::memcpy(&v, b, 8);
+  return v;
+}
+
+// The code/stack segment a GDT selector names (for unwinding a #DB frame).
+absl::StatusOr<Segment> LoadGdtSegment(const CpuState& st, PhysMemory& mem, uint16_t sel) {
+  if (SelectorIsNull(sel) || SelectorTi(sel) || SelectorIndex(sel) * 8u + 7 > st.gdtr.limit)
+    return absl::FailedPreconditionError(absl::StrFormat("selector 0x%x is not in the GDT", sel));
+  Descriptor d;
+  VBTS_ASSIGN_OR_RETURN(d.lo, ReadLinear64(st, mem, st.gdtr.base + SelectorIndex(sel) * 8u));
+  return SegmentFromDescriptor(d, sel);
+}
+
+// Entry point of the 64-bit interrupt/trap gate for `vector` (SDM 6.14.1).
+absl::StatusOr<uint64_t> InterruptGateTarget(const CpuState& st, PhysMemory& mem, uint8_t vector) {
+  if (vector * 16u + 15 > st.idtr.limit)
+    return absl::FailedPreconditionError(absl::StrFormat("IDT limit 0x%x excludes vector %u", st.idtr.limit, vector));
+  VBTS_ASSIGN_OR_RETURN(uint64_t lo, ReadLinear64(st, mem, st.idtr.base + vector * 16u));
+  VBTS_ASSIGN_OR_RETURN(uint64_t hi, ReadLinear64(st, mem, st.idtr.base + vector * 16u + 8));
+  const unsigned type = (lo >> 40) & 0xF;
+  if (!((lo >> 47) & 1) || (type != 0xE && type != 0xF))
+    return absl::FailedPreconditionError(absl::StrFormat("vector %u is not a present interrupt/trap gate", vector));
+  return (lo & 0xFFFF) | ((lo >> 32) & 0xFFFF0000ull) | ((hi & 0xFFFFFFFFull) << 32);
+}
 
 // Instructions vbts performs itself while stepping a guest on a host that
 // needs supervision: each is one the host's emulator either fails on or gets
 // wrong without telling the VMM (docs/completion.md has the table).
 bool SupervisedCompletion(const DecodedInsn& insn) {
-  switch (insn.mnemonic) {
-    case ZYDIS_MNEMONIC_CPUID:
-    case ZYDIS_MNEMONIC_INT:
-    case ZYDIS_MNEMONIC_INT3:
-    case ZYDIS_MNEMONIC_INTO:
-    case ZYDIS_MNEMONIC_INT1:
-    case ZYDIS_MNEMONIC_IRET:
-    case ZYDIS_MNEMONIC_IRETD:
-    case ZYDIS_MNEMONIC_IRETQ:
-    case ZYDIS_MNEMONIC_RET:  // far RET only: see IsFarRet
-    case ZYDIS_MNEMONIC_SYSCALL:
+  switch (insn.kind) {
+    case InsnKind::kCpuid:
+    case InsnKind::kIntN:
+    case InsnKind::kInt3:
+    case InsnKind::kInto:
+    case InsnKind::kInt1:
+    case InsnKind::kIret:
+    case InsnKind::kRetFar:
+    case InsnKind::kSyscall:
       return true;
     default:
       return false;
@@ -46,8 +78,8 @@ bool SupervisedCompletion(const DecodedInsn& insn) {
 }
 
 bool NeedsMsrs(const DecodedInsn& insn) {
-  return insn.mnemonic == ZYDIS_MNEMONIC_SYSCALL || insn.mnemonic == ZYDIS_MNEMONIC_SYSRET ||
-         insn.mnemonic == ZYDIS_MNEMONIC_SYSENTER || insn.mnemonic == ZYDIS_MNEMONIC_SYSEXIT;
+  return insn.kind == InsnKind::kSyscall || insn.kind == InsnKind::kSysret || insn.kind == InsnKind::kSysenter ||
+         insn.kind == InsnKind::kSysexit;
 }
 
 }  // namespace
@@ -99,16 +131,15 @@ absl::StatusOr<Supervisor::Verdict> Supervisor::OnDebug() {
     // the guest's #DB handler, where vbts's breakpoint stopped it before the
     // handler's first instruction. Unwind the 64-bit frame (RIP, CS, RFLAGS,
     // RSP, SS; SDM 6.14.2) so the guest continues as if it had only stepped.
-    LinearMemory lin(mem_, st);
     uint64_t frame[5];
     bool ok = true;
     for (int i = 0; i < 5 && ok; i++) {
-      absl::StatusOr<uint64_t> v = lin.ReadU64(st.gpr[kRsp] + 8 * i);
+      absl::StatusOr<uint64_t> v = ReadLinear64(st, mem_, st.gpr[kRsp] + 8 * i);
       if (v.ok()) frame[i] = *v; else ok = false;
     }
     if (ok && (frame[1] & 3) == 3 && !guest_tf_) {
-      absl::StatusOr<Segment> cs = LoadSegmentForUnwind(st, mem_, static_cast<uint16_t>(frame[1]));
-      absl::StatusOr<Segment> ss = LoadSegmentForUnwind(st, mem_, static_cast<uint16_t>(frame[4]));
+      absl::StatusOr<Segment> cs = LoadGdtSegment(st, mem_, static_cast<uint16_t>(frame[1]));
+      absl::StatusOr<Segment> ss = LoadGdtSegment(st, mem_, static_cast<uint16_t>(frame[4]));
       if (cs.ok() && ss.ok()) {
         st.rip = frame[0];
         st.cs = *cs;
@@ -144,7 +175,7 @@ absl::StatusOr<Supervisor::Verdict> Supervisor::OnInternalError() {
 }
 
 absl::StatusOr<std::optional<Supervisor::Verdict>> Supervisor::CompleteAt(CpuState& st, bool& dirty, bool must) {
-  absl::StatusOr<DecodedInsn> insn = DecodeAt(st, mem_);
+  absl::StatusOr<DecodedInsn> insn = DecodeCurrent(st, mem_);
   if (!insn.ok()) {
     if (!must) return std::optional<Verdict>();  // KVM itself will fault on the fetch
     return std::optional<Verdict>(Verdict{
@@ -164,36 +195,39 @@ absl::StatusOr<std::optional<Supervisor::Verdict>> Supervisor::CompleteAt(CpuSta
     st.sysenter_esp = with_msrs.sysenter_esp;
     st.sysenter_eip = with_msrs.sysenter_eip;
   }
-  CpuidFn cpuid = [this](uint32_t leaf, uint32_t subleaf) { return model_.Cpuid(leaf, subleaf, 0); };
+  CpuidFn cpuid = [this](uint32_t leaf, uint32_t subleaf) {
+    pmu::CpuidResult r = model_.Cpuid(leaf, subleaf, 0);
+    return CpuidResult{r.eax, r.ebx, r.ecx, r.edx};
+  };
   absl::StatusOr<Completion> c = Complete(st, mem_, *insn, cpuid);
   if (!c.ok()) {
     return std::optional<Verdict>(Verdict{
-        Verdict::kUnsupported, absl::StrFormat("`%s` at %s: %s", insn->text, st.Describe(), c.status().message())});
+        Verdict::kUnsupported, absl::StrFormat("`%s` at %s: %s", insn->mnemonic, st.Describe(), c.status().message())});
   }
-  switch (c->kind) {
-    case Completion::kRetired:
+  switch (c->result) {
+    case Completion::Result::kRetired:
       stats_.completed++;
       dirty = true;
       return std::optional<Verdict>();
-    case Completion::kFault: {
+    case Completion::Result::kFault: {
       if (dirty) {
         VBTS_RETURN_IF_ERROR(vcpu_.SetState(st));
         dirty = false;
       }
-      if (c->vector == 14) {  // #PF reports its linear address in CR2 (SDM 4.7)
-        st.cr2 = c->cr2;
+      if (c->fault.vector == 14) {  // #PF reports its linear address in CR2 (SDM 4.7)
+        st.cr2 = c->fault.cr2;
         VBTS_RETURN_IF_ERROR(vcpu_.SetState(st));
       }
-      VBTS_RETURN_IF_ERROR(vcpu_.InjectException(c->vector, c->error_code));
+      VBTS_RETURN_IF_ERROR(vcpu_.InjectException(c->fault.vector, c->fault.error_code));
       stats_.faults_injected++;
-      last_exception_ = ExceptionRecord{c->vector, c->error_code, st.rip};
+      last_exception_ = ExceptionRecord{c->fault.vector, c->fault.error_code, st.rip};
       return std::optional<Verdict>(Verdict{});
     }
-    case Completion::kNotMine:
+    case Completion::Result::kNotMine:
       if (!must) return std::optional<Verdict>();
       return std::optional<Verdict>(Verdict{
           Verdict::kUnsupported,
-          absl::StrFormat("this host's KVM cannot execute `%s` at %s, and vbts does not complete it", insn->text,
+          absl::StrFormat("this host's KVM cannot execute `%s` at %s, and vbts does not complete it", insn->mnemonic,
                           st.Describe())});
   }
   return std::optional<Verdict>();
@@ -202,7 +236,7 @@ absl::StatusOr<std::optional<Supervisor::Verdict>> Supervisor::CompleteAt(CpuSta
 absl::StatusOr<Supervisor::Verdict> Supervisor::Supervise(CpuState& st, bool dirty) {
   if (stepping_) {
     for (int i = 0; i < kMaxChainedCompletions; i++) {
-      absl::StatusOr<DecodedInsn> insn = DecodeAt(st, mem_);
+      absl::StatusOr<DecodedInsn> insn = DecodeCurrent(st, mem_);
       if (insn.ok() && IsHlt(*insn)) {
         // kvm-host-facts: under single-step KVM runs straight past HLT. Do what
         // HLT does: advance RIP, leave no interrupt shadow, and halt the vCPU

@@ -5,7 +5,7 @@
 #ifndef VBTS_VMM_KICK_TIMER_H_
 #define VBTS_VMM_KICK_TIMER_H_
 
-#include <linux/kvm.h>
+#include "vcpu/kvm_uapi.h"
 
 #include "absl/status/status.h"
 

@@ -102,8 +102,7 @@ absl::Status Machine::Setup(const Kvm& kvm) {
   VBTS_RETURN_IF_ERROR(pio_.Register(DebugExit::kPort, DebugExit::kSize, debug_exit_.get(), "isa-debug-exit"));
 
   supervisor_ = std::make_unique<vcpu::Supervisor>(*vcpu_, *ram_, *model_, facts_);
-  VBTS_RETURN_IF_ERROR(SetBootState(img.entry, mbi.info_gpa));
-  return supervisor_->Start();
+  return SetBootState(img.entry, mbi.info_gpa);
 }
 
 absl::Status Machine::SetBootState(uint32_t entry, uint32_t mbi) {
@@ -154,10 +153,26 @@ RunResult Machine::Finish(RunEnd end, int status, std::string message) {
   return r;
 }
 
+std::optional<RunResult> Machine::FromVerdict(const vcpu::Supervisor::Verdict& v) {
+  switch (v.kind) {
+    case vcpu::Supervisor::Verdict::kResume:
+      return std::nullopt;
+    case vcpu::Supervisor::Verdict::kHaltedIfClear:
+      return Finish(RunEnd::kHaltedIfClear, kExitHaltedIfClear,
+                    "vbts: guest halted with interrupts disabled (HLT with IF=0)");
+    case vcpu::Supervisor::Verdict::kUnsupported:
+      return Finish(RunEnd::kUnsupported, kExitUnsupported, "vbts: " + v.message);
+  }
+  return std::nullopt;
+}
+
 RunResult Machine::Run() {
   const double deadline = config_.timeout_seconds > 0 ? Now() + config_.timeout_seconds : 0;
   if (absl::Status s = KickTimer::Start(vcpu_->run(), kKickPeriodMs); !s.ok())
     return Finish(RunEnd::kError, kExitVbtsError, s.ToString());
+  absl::StatusOr<vcpu::Supervisor::Verdict> start = supervisor_->Start();
+  if (!start.ok()) return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + start.status().ToString());
+  if (std::optional<RunResult> end = FromVerdict(*start)) return *end;
   for (;;) {
     if (deadline && Now() >= deadline)
       return Finish(RunEnd::kTimeout, kExitTimeout,
@@ -218,18 +233,10 @@ absl::StatusOr<bool> Machine::HandleExit(RunResult* result) {
       VBTS_ASSIGN_OR_RETURN(vcpu::Supervisor::Verdict v, run->exit_reason == KVM_EXIT_DEBUG
                                                              ? supervisor_->OnDebug()
                                                              : supervisor_->OnInternalError());
-      switch (v.kind) {
-        case vcpu::Supervisor::Verdict::kResume:
-          return true;
-        case vcpu::Supervisor::Verdict::kHaltedIfClear:
-          *result = Finish(RunEnd::kHaltedIfClear, kExitHaltedIfClear,
-                           "vbts: guest halted with interrupts disabled (HLT with IF=0)");
-          return false;
-        case vcpu::Supervisor::Verdict::kUnsupported:
-          *result = Finish(RunEnd::kUnsupported, kExitUnsupported, "vbts: " + v.message);
-          return false;
-      }
-      return true;
+      std::optional<RunResult> end = FromVerdict(v);
+      if (!end) return true;
+      *result = *end;
+      return false;
     }
     case KVM_EXIT_FAIL_ENTRY:
       *result = Finish(RunEnd::kError, kExitVbtsError,

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -55,6 +56,8 @@ class Machine {
   // Handles one KVM exit; sets `result` and returns false when the run ends.
   absl::StatusOr<bool> HandleExit(RunResult* result);
   RunResult Finish(RunEnd end, int status, std::string message);
+  // The end of the run a supervisor verdict means, if any.
+  std::optional<RunResult> FromVerdict(const vcpu::Supervisor::Verdict& v);
 
   MachineConfig config_;
   vcpu::HostFacts facts_;
