@@ -71,7 +71,9 @@ class Supervisor {
   // guest debug controls when they change.
   absl::StatusOr<Verdict> PrepareStep(CpuState& st, bool& dirty);
   absl::Status SetDebug(uint32_t control, uint64_t dr0, uint64_t dr7);
-  // The completion; `insn_text` names it in messages.
+  // Decodes the instruction at RIP and completes it if the policy says so
+  // (`must`: on an internal error, where anything not completed ends the run).
+  // Returns a verdict only when the run must stop or a fault was injected.
   absl::StatusOr<std::optional<Verdict>> CompleteAt(CpuState& st, bool& dirty, bool must);
 
   KvmVcpu& vcpu_;

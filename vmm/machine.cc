@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_format.h"
 #include "pmu/status_macros.h"
+#include "vcpu/descriptors.h"
 #include "vmm/exit_status.h"
 #include "vmm/kick_timer.h"
 #include "vmm/loader.h"
@@ -21,27 +22,14 @@ namespace {
 constexpr uint64_t kBootGdt = 0x7000;
 constexpr uint16_t kBootCs = 0x08, kBootDs = 0x10;
 constexpr uint64_t kBootStack = 0x7000;
-// kvm-host-facts: KVM answers these itself unless they are filtered; none is
-// modelled yet, so none is filtered (the virtual PMU issue adds them).
+// How often KVM_RUN is forced back to user space to check --timeout and a
+// vCPU halted with IF=0 (costs one exit per period).
 constexpr int kKickPeriodMs = 10;
 
 double Now() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-vcpu::Segment FlatSegment(uint16_t sel, bool code) {
-  vcpu::Segment s;
-  s.base = 0;
-  s.limit = 0xFFFFFFFF;
-  s.selector = sel;
-  s.type = code ? 0xB : 0x3;  // execute/read accessed; read/write accessed
-  s.s = true;
-  s.present = true;
-  s.db = true;
-  s.g = true;
-  return s;
 }
 
 }  // namespace
@@ -117,8 +105,9 @@ absl::Status Machine::SetBootState(uint32_t entry, uint32_t mbi) {
   st.gpr[vcpu::kRsp] = kBootStack;
   st.rip = entry;
   st.rflags = vcpu::kRflagsFixed1;
-  st.cs = FlatSegment(kBootCs, true);
-  st.ds = st.es = st.fs = st.gs = st.ss = FlatSegment(kBootDs, false);
+  // Types: 0xB execute/read accessed, 0x3 read/write accessed; DPL 0, 32-bit.
+  st.cs = vcpu::FlatSegment(kBootCs, 0xB, 0, /*db=*/true, /*l=*/false);
+  st.ds = st.es = st.fs = st.gs = st.ss = vcpu::FlatSegment(kBootDs, 0x3, 0, /*db=*/true, /*l=*/false);
   st.gdtr = {kBootGdt, 3 * 8 - 1};
   st.idtr = {0, 0x3FF};
   st.cr0 = 0x11;  // PE | ET
