@@ -197,17 +197,20 @@ absl::StatusOr<CpuState> KvmVcpu::GetState(bool with_msrs) {
   StateFromKvm(r, s, &st);
   st.interrupt_shadow = e.interrupt.shadow != 0;
   st.nmi_masked = e.nmi.masked != 0;
-  if (with_msrs) {
-    VBTS_ASSIGN_OR_RETURN(st.star, GetMsr(kMsrStar));
-    VBTS_ASSIGN_OR_RETURN(st.lstar, GetMsr(kMsrLstar));
-    VBTS_ASSIGN_OR_RETURN(st.cstar, GetMsr(kMsrCstar));
-    VBTS_ASSIGN_OR_RETURN(st.sfmask, GetMsr(kMsrSfmask));
-    VBTS_ASSIGN_OR_RETURN(st.kernel_gs_base, GetMsr(kMsrKernelGsBase));
-    VBTS_ASSIGN_OR_RETURN(st.sysenter_cs, GetMsr(kMsrSysenterCs));
-    VBTS_ASSIGN_OR_RETURN(st.sysenter_esp, GetMsr(kMsrSysenterEsp));
-    VBTS_ASSIGN_OR_RETURN(st.sysenter_eip, GetMsr(kMsrSysenterEip));
-  }
+  if (with_msrs) VBTS_RETURN_IF_ERROR(ReadSystemMsrs(&st));
   return st;
+}
+
+absl::Status KvmVcpu::ReadSystemMsrs(CpuState* st) {
+  VBTS_ASSIGN_OR_RETURN(st->star, GetMsr(kMsrStar));
+  VBTS_ASSIGN_OR_RETURN(st->lstar, GetMsr(kMsrLstar));
+  VBTS_ASSIGN_OR_RETURN(st->cstar, GetMsr(kMsrCstar));
+  VBTS_ASSIGN_OR_RETURN(st->sfmask, GetMsr(kMsrSfmask));
+  VBTS_ASSIGN_OR_RETURN(st->kernel_gs_base, GetMsr(kMsrKernelGsBase));
+  VBTS_ASSIGN_OR_RETURN(st->sysenter_cs, GetMsr(kMsrSysenterCs));
+  VBTS_ASSIGN_OR_RETURN(st->sysenter_esp, GetMsr(kMsrSysenterEsp));
+  VBTS_ASSIGN_OR_RETURN(st->sysenter_eip, GetMsr(kMsrSysenterEip));
+  return absl::OkStatus();
 }
 
 absl::Status KvmVcpu::SetState(const CpuState& st, bool with_msrs) {

@@ -49,6 +49,8 @@ class KvmVcpu {
   // Architectural state. GetState reads regs, sregs and events (from the sync
   // area when it is valid), plus the SYSCALL/SYSENTER MSRs when `with_msrs`.
   absl::StatusOr<CpuState> GetState(bool with_msrs = false);
+  // Fills the SYSCALL/SYSENTER/SWAPGS MSR fields of `st` (KVM_GET_MSRS).
+  absl::Status ReadSystemMsrs(CpuState* st);
   // Writes regs, sregs, and the interrupt-shadow/NMI-masked events; MSRs when
   // `with_msrs`. Invalidates nothing the guest did not change.
   absl::Status SetState(const CpuState& st, bool with_msrs = false);

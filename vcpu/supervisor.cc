@@ -184,17 +184,7 @@ absl::StatusOr<std::optional<Supervisor::Verdict>> Supervisor::CompleteAt(CpuSta
                                                st.Describe(), insn.status().message())});
   }
   if (!must && !SupervisedCompletion(*insn)) return std::optional<Verdict>();
-  if (NeedsMsrs(*insn)) {
-    VBTS_ASSIGN_OR_RETURN(CpuState with_msrs, vcpu_.GetState(/*with_msrs=*/true));
-    st.star = with_msrs.star;
-    st.lstar = with_msrs.lstar;
-    st.cstar = with_msrs.cstar;
-    st.sfmask = with_msrs.sfmask;
-    st.kernel_gs_base = with_msrs.kernel_gs_base;
-    st.sysenter_cs = with_msrs.sysenter_cs;
-    st.sysenter_esp = with_msrs.sysenter_esp;
-    st.sysenter_eip = with_msrs.sysenter_eip;
-  }
+  if (NeedsMsrs(*insn)) VBTS_RETURN_IF_ERROR(vcpu_.ReadSystemMsrs(&st));
   CpuidFn cpuid = [this](uint32_t leaf, uint32_t subleaf) {
     pmu::CpuidResult r = model_.Cpuid(leaf, subleaf, 0);
     return CpuidResult{r.eax, r.ebx, r.ecx, r.edx};
