@@ -1,0 +1,99 @@
+// vpmu.h: the virtual PMU: the guest-visible model of Intel's debug store
+// (DS save area, BTS), last-branch records (LBR, LER), BTF, and the
+// architectural performance counters, as pure logic.  The stepping engine in
+// vcpu/ feeds it every retired instruction and event delivery (pmu/branch.h)
+// and routes the guest's RDMSR/WRMSR of the MSRs it owns here; the virtual
+// PMU writes BTS records through the guest's paging and says when a PMI or a
+// BTF single-step trap is due.  Everything guest-visible is decided here and
+// documented in docs/pmu-model.md with its SDM section.
+#ifndef VBTS_PMU_VPMU_H_
+#define VBTS_PMU_VPMU_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "pmu/branch.h"
+#include "pmu/cpu_model.h"
+#include "pmu/paging.h"
+
+namespace vbts::pmu {
+
+// Result of a guest RDMSR/WRMSR of an MSR the virtual PMU owns.
+struct MsrResult {
+  bool gp = false;     // the instruction raises #GP(0) (reserved bits, MSR absent in the model, ...)
+  uint64_t value = 0;  // RDMSR: the value read
+};
+
+// An inclusive range of MSR indices the virtual PMU owns; the VMM must make
+// the host KVM exit to user space for every access in it.
+struct MsrRange {
+  uint32_t first = 0;
+  uint32_t last = 0;
+};
+
+// What the engine must do at the instruction boundary after Observe().
+struct PmuEffects {
+  // A PMI is requested (counter overflow, BTS threshold, ...): deliver it
+  // through the guest LAPIC's LVT performance-counter entry before the next
+  // instruction (SDM 17.4.9.3, 18.2 / book exp. 14-10).
+  bool pmi = false;
+  // A single-step trap is due (guest EFLAGS.TF set; with DEBUGCTL.BTF only
+  // after taken branches, SDM 17.4.3): deliver #DB with DR6.BS.
+  bool single_step_trap = false;
+};
+
+// Counts for `vbts run -v` and benchmarks.
+struct PmuStats {
+  uint64_t instructions = 0;     // retired instructions observed
+  uint64_t branches = 0;         // taken transfers observed (incl. events)
+  uint64_t bts_records = 0;      // BTS records written
+  uint64_t bts_dropped = 0;      // records not written because the guest's DS programming was bad
+  uint64_t lbr_pushes = 0;
+  uint64_t pmis = 0;             // PMIs requested
+};
+
+class VirtualPmu {
+ public:
+  explicit VirtualPmu(const CpuModel& model);
+  ~VirtualPmu();
+  VirtualPmu(const VirtualPmu&) = delete;
+  VirtualPmu& operator=(const VirtualPmu&) = delete;
+
+  // Every MSR the model's PMU/debug features define (present or not in this
+  // model: absent ones must still be intercepted so that the guest gets #GP
+  // as on hardware instead of the host KVM's own answer).
+  std::vector<MsrRange> InterceptedMsrs() const;
+  bool Owns(uint32_t msr) const;
+
+  MsrResult ReadMsr(uint32_t msr) const;
+  MsrResult WriteMsr(uint32_t msr, uint64_t value);
+
+  // True while some guest-visible state needs every instruction observed
+  // (BTS, LBR or BTF enabled in DEBUGCTL, an enabled counter).  With this
+  // false, Observe() would change nothing and the engine may stop stepping.
+  bool NeedsObservation() const;
+
+  // One retired instruction or event delivery, in program order.  `mem` is
+  // the guest's linear memory with the paging in force when the record is
+  // written; `guest_tf` is the guest's own EFLAGS.TF before the instruction.
+  // Errors are host-side failures only; bad guest programming is handled as
+  // docs/pmu-model.md says and reported through TakeWarnings().
+  absl::StatusOr<PmuEffects> Observe(const Branch& b, LinearMemory& mem, bool guest_tf);
+
+  // Diagnostics about bad guest programming (each distinct one once per run),
+  // for the VMM to print on stderr; clears the list.
+  std::vector<std::string> TakeWarnings();
+
+  const PmuStats& stats() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
+}  // namespace vbts::pmu
+
+#endif  // VBTS_PMU_VPMU_H_
