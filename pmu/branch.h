@@ -74,6 +74,9 @@ struct Branch {
   ExecMode mode_to = ExecMode::kProt32;
   uint8_t vector = 0;          // kSoftInt, kException, kInterrupt, kNmi
   bool ia32e = false;          // IA32_EFER.LMA at the time (selects DS format with DTES64)
+  // The instruction is a branch instruction, taken or not (a not-taken Jcc
+  // has kind kNone and this set): architectural event C4H counts these.
+  bool branch_insn = false;
 
   bool taken() const { return kind != BranchKind::kNone; }
 };
