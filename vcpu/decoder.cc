@@ -40,6 +40,43 @@ std::string Hex(absl::Span<const uint8_t> b) {
   return s;
 }
 
+// Fills the tracing classification of `d` (see DecodedInsn::branch).
+void Classify(const ZydisDecodedInstruction& zi, bool far, DecodedInsn& d) {
+  using pmu::BranchKind;
+  if (d.target_reg >= 0 && !(zi.mnemonic == ZYDIS_MNEMONIC_JMP || zi.mnemonic == ZYDIS_MNEMONIC_CALL))
+    d.target_reg = -1;
+  switch (zi.mnemonic) {
+    case ZYDIS_MNEMONIC_JMP:
+      d.branch = far ? BranchKind::kFarJmp : d.has_rel ? BranchKind::kJmp : BranchKind::kIndJmp;
+      break;
+    case ZYDIS_MNEMONIC_CALL:
+      d.branch = far ? BranchKind::kFarCall : d.has_rel ? BranchKind::kCall : BranchKind::kIndCall;
+      break;
+    case ZYDIS_MNEMONIC_RET: d.branch = far ? BranchKind::kFarRet : BranchKind::kRet; break;
+    case ZYDIS_MNEMONIC_IRET:
+    case ZYDIS_MNEMONIC_IRETD:
+    case ZYDIS_MNEMONIC_IRETQ: d.branch = BranchKind::kIret; break;
+    case ZYDIS_MNEMONIC_INT:
+    case ZYDIS_MNEMONIC_INT3:
+    case ZYDIS_MNEMONIC_INTO:
+    case ZYDIS_MNEMONIC_INT1: d.branch = BranchKind::kSoftInt; break;
+    case ZYDIS_MNEMONIC_SYSCALL: d.branch = BranchKind::kSyscall; break;
+    case ZYDIS_MNEMONIC_SYSRET: d.branch = BranchKind::kSysret; break;
+    case ZYDIS_MNEMONIC_SYSENTER: d.branch = BranchKind::kSysenter; break;
+    case ZYDIS_MNEMONIC_SYSEXIT: d.branch = BranchKind::kSysexit; break;
+    default:
+      if (zi.meta.category == ZYDIS_CATEGORY_COND_BR) d.branch = BranchKind::kJcc;
+      break;
+  }
+  if (d.branch == BranchKind::kIndJmp || d.branch == BranchKind::kIndCall) {
+    // target_reg stays only for a register operand (not memory).
+  } else {
+    d.target_reg = -1;
+  }
+  if (d.has_mem && (d.branch == BranchKind::kIndJmp || d.branch == BranchKind::kIndCall)) d.target_reg = -1;
+  d.rep_string = d.rep && zi.meta.category == ZYDIS_CATEGORY_STRINGOP;
+}
+
 }  // namespace
 
 const char* InsnKindName(InsnKind k) {
@@ -109,7 +146,12 @@ absl::StatusOr<DecodedInsn> DecodeBytes(absl::Span<const uint8_t> bytes, DecodeM
 
   for (int i = 0; i < zi.operand_count_visible; ++i) {
     const ZydisDecodedOperand& op = ops[i];
-    if (op.type == ZYDIS_OPERAND_TYPE_IMMEDIATE && !d.has_imm) {
+    if (op.type == ZYDIS_OPERAND_TYPE_IMMEDIATE && op.imm.is_relative && !d.has_rel) {
+      d.has_rel = true;
+      d.rel = op.imm.value.s;
+    } else if (op.type == ZYDIS_OPERAND_TYPE_REGISTER && d.target_reg < 0) {
+      d.target_reg = GprOf(op.reg.value);
+    } else if (op.type == ZYDIS_OPERAND_TYPE_IMMEDIATE && !d.has_imm) {
       d.has_imm = true;
       d.imm = op.imm.value.u;
     } else if (op.type == ZYDIS_OPERAND_TYPE_POINTER) {
@@ -153,6 +195,7 @@ absl::StatusOr<DecodedInsn> DecodeBytes(absl::Span<const uint8_t> bytes, DecodeM
     case ZYDIS_MNEMONIC_CPUID: d.kind = InsnKind::kCpuid; break;
     default: break;
   }
+  Classify(zi, far, d);
   return d;
 }
 

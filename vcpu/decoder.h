@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "pmu/branch.h"
 #include "pmu/phys_memory.h"
 #include "pmu/types.h"
 #include "vcpu/cpu_state.h"
@@ -71,6 +72,19 @@ struct DecodedInsn {
   bool has_mem = false;  // indirect far CALL/JMP
   MemOperand mem;
   uint8_t bytes[15] = {};
+
+  // Branch classification for tracing (pmu/branch.h): the kind of transfer
+  // this instruction makes when it transfers control, kNone if it never
+  // does.  Near direct branches (JMP/CALL/Jcc/JCXZ/LOOP rel) carry their
+  // displacement: target = (next IP + rel) truncated to the operand size.
+  pmu::BranchKind branch = pmu::BranchKind::kNone;
+  bool has_rel = false;
+  int64_t rel = 0;
+  // A string instruction with a REP prefix: the host may stop more than once
+  // at its RIP before it retires.
+  bool rep_string = false;
+  // For near indirect JMP/CALL through a register: its Gpr number, else -1.
+  int target_reg = -1;
 
   std::string ToString() const;  // "iretd (len 1, osz 32)"
 };

@@ -329,4 +329,6 @@ absl::Status KvmVcpu::SetMpState(uint32_t state) {
   return Ioctl(fd(), KVM_SET_MP_STATE, &m, "KVM_SET_MP_STATE", absl::StrCat("state=", state)).status();
 }
 
+absl::Status KvmVcpu::Nmi() { return Ioctl(fd(), KVM_NMI, nullptr, "KVM_NMI", "").status(); }
+
 }  // namespace vbts::vcpu

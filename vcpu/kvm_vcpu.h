@@ -79,6 +79,8 @@ class KvmVcpu {
   absl::Status SetLapic(const kvm_lapic_state& l);
   absl::StatusOr<uint32_t> GetMpState();
   absl::Status SetMpState(uint32_t state);
+  // KVM_NMI: an NMI to this vCPU's LAPIC (taken at the next boundary).
+  absl::Status Nmi();
 
  private:
   KvmVcpu(ScopedFd fd, kvm_run* run, size_t run_size, bool sync_regs);

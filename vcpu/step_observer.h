@@ -19,6 +19,12 @@ class StepObserver {
   // need it).  Re-read by the supervisor at every stop and exit.
   virtual bool WantsEveryInstruction() const = 0;
 
+  // True when the observer has just raised an interrupt (a PMI) that the
+  // host will deliver at this boundary: the supervisor must then let KVM run
+  // (the interrupt comes before the instruction at RIP) instead of
+  // completing that instruction itself.
+  virtual bool EventPending() const { return false; }
+
   // The guest stopped at an instruction boundary after KVM ran it (a
   // single-step stop, or any other exit while stepping), before the
   // supervisor looks at the instruction at st.rip.  `st` is the full state

@@ -18,6 +18,8 @@ constexpr uint8_t kVectorDb = 1;
 // DR7: L0 (bit 0), GE (bit 9, recommended), bit 10 reads as 1; RW0/LEN0 = 0: execute.
 constexpr uint64_t kDr7ExecBp0 = (1u << 0) | (1u << 9) | (1u << 10);
 constexpr uint64_t kDr6B0 = 1u << 0;
+// DR7.L3 (bit 6), RW3/LEN3 (bits 28-31) = 0: execute.
+constexpr uint64_t kDr7ExecBp3 = (1u << 6) | (1u << 9) | (1u << 10);
 // A completed instruction may land on another that needs completion (an INT
 // whose handler starts with IRET); a guest cannot make vbts loop forever.
 constexpr int kMaxChainedCompletions = 64;
@@ -105,20 +107,54 @@ std::string Supervisor::Statistics() const {
 }
 
 absl::Status Supervisor::SetDebug(uint32_t control, uint64_t dr0, uint64_t dr7) {
-  if (control == debug_control_ && dr0 == debug_dr0_ && dr7 == debug_dr7_) return absl::OkStatus();
-  std::array<uint64_t, 8> dr = {dr0, 0, 0, 0, 0, 0, 0, dr7};
-  VBTS_RETURN_IF_ERROR(vcpu_.SetGuestDebug(control, dr));
+  const uint64_t dr3 = post_exit_bp_.value_or(0);
+  if (control == debug_control_ && dr0 == debug_dr0_ && dr7 == debug_dr7_ && dr3 == debug_dr3_)
+    return absl::OkStatus();
+  std::array<uint64_t, 8> dr = {dr0, 0, 0, dr3, 0, 0, 0, dr7};
+  uint32_t kvm_control = control;
+  if (post_exit_bp_ && (control & KVM_GUESTDBG_ENABLE)) {
+    dr[7] |= kDr7ExecBp3;
+    kvm_control |= KVM_GUESTDBG_USE_HW_BP;
+  }
+  VBTS_RETURN_IF_ERROR(vcpu_.SetGuestDebug(kvm_control, dr));
   debug_control_ = control;
   debug_dr0_ = dr0;
+  debug_dr3_ = dr3;
   debug_dr7_ = dr7;
   return absl::OkStatus();
 }
 
+absl::Status Supervisor::AfterDeviceExit() {
+  if (!ShouldStep()) return absl::OkStatus();
+  // Measured on this host: at a port-I/O exit of a stepped guest RIP is
+  // already past the IN/OUT, and on re-entry KVM runs the next instruction
+  // without a single-step stop, so it would escape supervision (a CPUID there
+  // would return the host's leaf 1) and tracing.  A hardware breakpoint on it
+  // stops the guest before it runs (breakpoints fire before the instruction
+  // in emulated code; native 64-bit ring-3 code does no port I/O).  Where
+  // RIP still points at the I/O instruction (VT-x/SVM), KVM's own step stop
+  // follows it and nothing is needed.
+  VBTS_ASSIGN_OR_RETURN(kvm_regs regs, vcpu_.GetRegs());
+  if (regs.rip == last_stop_rip_) return absl::OkStatus();
+  VBTS_ASSIGN_OR_RETURN(CpuState st, vcpu_.GetState());
+  post_exit_bp_ = st.pc_linear();
+  return SetDebug(debug_control_, debug_dr0_, debug_dr7_);
+}
+
+absl::Status Supervisor::Refresh() {
+  if (ShouldStep() && !(debug_control_ & KVM_GUESTDBG_SINGLESTEP))
+    return SetDebug(KVM_GUESTDBG_ENABLE | KVM_GUESTDBG_SINGLESTEP, 0, 0);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Supervisor::Verdict> Supervisor::Start() {
-  if (!stepping_) return Verdict{};
+  if (!ShouldStep()) return Verdict{};
   VBTS_RETURN_IF_ERROR(SetDebug(KVM_GUESTDBG_ENABLE | KVM_GUESTDBG_SINGLESTEP, 0, 0));
   VBTS_ASSIGN_OR_RETURN(CpuState st, vcpu_.GetState());
-  return Supervise(st, /*dirty=*/false);
+  last_stop_rip_ = st.rip;
+  bool dirty = false;
+  if (observer_) VBTS_RETURN_IF_ERROR(observer_->AtBoundary(st, dirty));
+  return Supervise(st, dirty);
 }
 
 absl::StatusOr<Supervisor::Verdict> Supervisor::OnDebug() {
@@ -126,6 +162,13 @@ absl::StatusOr<Supervisor::Verdict> Supervisor::OnDebug() {
   const kvm_debug_exit_arch& d = vcpu_.run()->debug.arch;
   VBTS_ASSIGN_OR_RETURN(CpuState st, vcpu_.GetState());
   bool dirty = false;
+  last_stop_rip_ = st.rip;
+  if (post_exit_bp_) {
+    // Whatever stopped the guest (the post-exit breakpoint, or a step), the
+    // instruction after the I/O is now under supervision again.
+    post_exit_bp_.reset();
+    VBTS_RETURN_IF_ERROR(SetDebug(debug_control_, debug_dr0_, debug_dr7_));
+  }
   if (tf_trick_handler_ && d.exception == kVectorDb && (d.dr6 & kDr6B0) && st.rip == *tf_trick_handler_) {
     // One native user instruction ran and its single-step #DB was delivered to
     // the guest's #DB handler, where vbts's breakpoint stopped it before the
@@ -157,6 +200,7 @@ absl::StatusOr<Supervisor::Verdict> Supervisor::OnDebug() {
       VBTS_RETURN_IF_ERROR(SetDebug(KVM_GUESTDBG_ENABLE | KVM_GUESTDBG_SINGLESTEP, 0, 0));
     }
   }
+  if (observer_) VBTS_RETURN_IF_ERROR(observer_->AtBoundary(st, dirty));
   return Supervise(st, dirty);
 }
 
@@ -169,6 +213,7 @@ absl::StatusOr<Supervisor::Verdict> Supervisor::OnInternalError() {
                    absl::StrFormat("KVM internal error (suberror %u) at %s", run->internal.suberror, st.Describe())};
   }
   bool dirty = false;
+  if (observer_) VBTS_RETURN_IF_ERROR(observer_->AtBoundary(st, dirty));
   VBTS_ASSIGN_OR_RETURN(std::optional<Verdict> v, CompleteAt(st, dirty, /*must=*/true));
   if (v) return *v;
   return Supervise(st, dirty);
@@ -189,6 +234,7 @@ absl::StatusOr<std::optional<Supervisor::Verdict>> Supervisor::CompleteAt(CpuSta
     pmu::CpuidResult r = model_.Cpuid(leaf, subleaf, 0);
     return CpuidResult{r.eax, r.ebx, r.ecx, r.edx};
   };
+  const CpuState before = st;
   absl::StatusOr<Completion> c = Complete(st, mem_, *insn, cpuid);
   if (!c.ok()) {
     return std::optional<Verdict>(Verdict{
@@ -198,6 +244,7 @@ absl::StatusOr<std::optional<Supervisor::Verdict>> Supervisor::CompleteAt(CpuSta
     case Completion::Result::kRetired:
       stats_.completed++;
       dirty = true;
+      if (observer_) VBTS_RETURN_IF_ERROR(observer_->Retired(before, c->transfer, st, dirty));
       return std::optional<Verdict>();
     case Completion::Result::kFault: {
       if (dirty) {
@@ -224,16 +271,27 @@ absl::StatusOr<std::optional<Supervisor::Verdict>> Supervisor::CompleteAt(CpuSta
 }
 
 absl::StatusOr<Supervisor::Verdict> Supervisor::Supervise(CpuState& st, bool dirty) {
-  if (stepping_) {
+  if (ShouldStep()) {
     for (int i = 0; i < kMaxChainedCompletions; i++) {
+      // An interrupt vbts raised comes before the instruction at RIP: let KVM
+      // deliver it instead of performing that instruction.
+      if (observer_ && observer_->EventPending()) break;
       absl::StatusOr<DecodedInsn> insn = DecodeCurrent(st, mem_);
       if (insn.ok() && IsHlt(*insn)) {
         // kvm-host-facts: under single-step KVM runs straight past HLT. Do what
         // HLT does: advance RIP, leave no interrupt shadow, and halt the vCPU
         // in the kernel until an interrupt wakes it (or report IF=0 for good).
         if (!(st.rflags & kRflagsIf)) return Verdict{Verdict::kHaltedIfClear, ""};
+        const CpuState before = st;
         st.rip += insn->length;
         st.interrupt_shadow = false;
+        if (observer_) {
+          ControlTransfer none;
+          none.from = before.pc_linear();
+          none.to = st.pc_linear();
+          none.old_cpl = none.new_cpl = st.cpl();
+          VBTS_RETURN_IF_ERROR(observer_->Retired(before, none, st, dirty));
+        }
         VBTS_RETURN_IF_ERROR(vcpu_.SetState(st));
         VBTS_RETURN_IF_ERROR(vcpu_.SetMpState(KVM_MP_STATE_HALTED));
         stats_.halts++;
@@ -246,6 +304,8 @@ absl::StatusOr<Supervisor::Verdict> Supervisor::Supervise(CpuState& st, bool dir
     }
     VBTS_ASSIGN_OR_RETURN(Verdict v, PrepareStep(st, dirty));
     if (v.kind != Verdict::kResume) return v;
+  } else if (debug_control_ != 0) {
+    VBTS_RETURN_IF_ERROR(SetDebug(0, 0, 0));  // tracing ended on a host that needs no stepping
   }
   if (dirty) VBTS_RETURN_IF_ERROR(vcpu_.SetState(st));
   return Verdict{};

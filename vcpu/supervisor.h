@@ -19,6 +19,7 @@
 #include "vcpu/cpu_state.h"
 #include "vcpu/host_facts.h"
 #include "vcpu/kvm_vcpu.h"
+#include "vcpu/step_observer.h"
 
 namespace vbts::vcpu {
 
@@ -50,6 +51,14 @@ class Supervisor {
 
   // Whether this host makes vbts single-step guests (HostFacts decides).
   bool stepping() const { return stepping_; }
+  // The tracing engine; it is told about every instruction boundary while it
+  // wants them, and the guest is single-stepped while it does.
+  void SetObserver(StepObserver* observer) { observer_ = observer; }
+  // Call after vbts changed guest-visible state outside a stop (an MSR write
+  // that may have turned tracing on): starts stepping if now needed.
+  absl::Status Refresh();
+  // Call after handling a port-I/O or MMIO exit, before resuming.
+  absl::Status AfterDeviceExit();
   // Call once the boot state is set, before the first KVM_RUN: checks the
   // first instruction and turns on single-stepping where needed.
   absl::StatusOr<Verdict> Start();
@@ -76,13 +85,19 @@ class Supervisor {
   // Returns a verdict only when the run must stop or a fault was injected.
   absl::StatusOr<std::optional<Verdict>> CompleteAt(CpuState& st, bool& dirty, bool must);
 
+  bool ShouldStep() const { return stepping_ || (observer_ && observer_->WantsEveryInstruction()); }
+
   KvmVcpu& vcpu_;
+  StepObserver* observer_ = nullptr;
   PhysMemory& mem_;
   const pmu::CpuModel& model_;
   HostFacts facts_;
   bool stepping_ = false;
   uint32_t debug_control_ = 0;
-  uint64_t debug_dr0_ = 0, debug_dr7_ = 0;
+  uint64_t debug_dr0_ = 0, debug_dr3_ = 0, debug_dr7_ = 0;
+  // DR3 breakpoint on the instruction after a device exit (AfterDeviceExit).
+  std::optional<uint64_t> post_exit_bp_;
+  uint64_t last_stop_rip_ = ~0ull;  // RIP at the last single-step stop
   // TF trick state: the #DB handler entry vbts put its breakpoint on, and
   // whether the guest itself had TF set when vbts set it.
   std::optional<uint64_t> tf_trick_handler_;

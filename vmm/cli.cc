@@ -86,6 +86,15 @@ int CliMain(int argc, char** argv) {
   run->add_option("--timeout", config.timeout_seconds, "stop the guest after SECONDS (exit status 124)")
       ->check(CLI::NonNegativeNumber);
   run->add_option("--append", config.append, "Multiboot command line after the image name");
+  run->add_option("--vpmu", config.vpmu,
+                  "virtual PMU/DS/LBR: emulated (by stepping the guest while tracing is on), passthrough (host "
+                  "KVM's LBR virtualisation, where it has one), off")
+      ->check(CLI::IsMember({"emulated", "passthrough", "off"}))
+      ->capture_default_str();
+  run->add_option("--branches", config.branches_path,
+                  "write every control transfer as `0x<from> 0x<to> <kind>` lines to FILE (steps the guest)");
+  run->add_option("--insns", config.insns_path,
+                  "write the linear address of every executed instruction to FILE (steps the guest)");
   run->add_flag("-v,--verbose", config.verbose, "on an abnormal end, dump registers and device statistics");
   run->add_option("IMAGE", config.image_path, "Multiboot v1 image (ELF32 or a.out-kludge)")->required();
 

@@ -35,7 +35,11 @@ double Now() {
 }  // namespace
 
 Machine::Machine(const MachineConfig& config, const vcpu::HostFacts& facts) : config_(config), facts_(facts) {}
-Machine::~Machine() { KickTimer::Stop(); }
+Machine::~Machine() {
+  KickTimer::Stop();
+  if (branches_file_) std::fclose(branches_file_);
+  if (insns_file_) std::fclose(insns_file_);
+}
 
 absl::StatusOr<std::unique_ptr<Machine>> Machine::Create(const MachineConfig& config, const Kvm& kvm,
                                                          const vcpu::HostFacts& facts) {
@@ -90,6 +94,43 @@ absl::Status Machine::Setup(const Kvm& kvm) {
   VBTS_RETURN_IF_ERROR(pio_.Register(DebugExit::kPort, DebugExit::kSize, debug_exit_.get(), "isa-debug-exit"));
 
   supervisor_ = std::make_unique<vcpu::Supervisor>(*vcpu_, *ram_, *model_, facts_);
+  if (config_.vpmu == "emulated") {
+    vpmu_ = std::make_unique<pmu::VirtualPmu>(*model_);
+    // KVM must exit on every MSR the virtual PMU owns (kvm-host-facts.md:
+    // unfiltered, KVM answers DEBUGCTL, MISC_ENABLE and some counters itself).
+    std::vector<MsrRange> deny;
+    for (const pmu::MsrRange& r : vpmu_->InterceptedMsrs()) {
+      if (!deny.empty() && deny.back().base + deny.back().count == r.first)
+        deny.back().count += r.last - r.first + 1;
+      else
+        deny.push_back({r.first, r.last - r.first + 1});
+    }
+    VBTS_RETURN_IF_ERROR(vm_->SetMsrFilter(deny));
+    tracer_ = std::make_unique<vcpu::Tracer>(*vcpu_, *ram_, *vpmu_,
+                                             [vm = vm_.get()](uint8_t vector) { return vm->SignalMsi(0, vector); });
+    supervisor_->SetObserver(tracer_.get());
+    for (auto [path, file] : {std::pair{&config_.branches_path, &branches_file_}, {&config_.insns_path, &insns_file_}}) {
+      if (path->empty()) continue;
+      *file = std::fopen(path->c_str(), "w");
+      if (!*file) return absl::NotFoundError(absl::StrFormat("cannot write %s: %s", *path, std::strerror(errno)));
+    }
+    if (branches_file_ || insns_file_) {
+      tracer_->SetSink([this](const pmu::Branch& b) {
+        if (branches_file_ && b.taken())
+          std::fprintf(branches_file_, "0x%llx 0x%llx %s\n", static_cast<unsigned long long>(b.from),
+                       static_cast<unsigned long long>(b.to), pmu::BranchKindName(b.kind));
+        if (insns_file_ && !pmu::IsEventDelivery(b.kind))
+          std::fprintf(insns_file_, "0x%llx\n", static_cast<unsigned long long>(b.from));
+      });
+    }
+  } else if (config_.vpmu == "passthrough") {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--vpmu=passthrough needs a host KVM that virtualises LBRs itself; this one cannot (",
+        facts_.lbr_reason, "). Use --vpmu=emulated (the default)."));
+  } else if (config_.vpmu != "off") {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--vpmu=%s: expected emulated, passthrough or off", config_.vpmu));
+  }
   return SetBootState(img.entry, mbi.info_gpa);
 }
 
@@ -113,6 +154,33 @@ absl::Status Machine::SetBootState(uint32_t entry, uint32_t mbi) {
   st.cr0 = 0x11;  // PE | ET
   st.cr3 = st.cr4 = st.efer = 0;
   return vcpu_->SetState(st);
+}
+
+void Machine::PrintWarnings() {
+  if (!tracer_) return;
+  for (const std::string& w : tracer_->TakeWarnings()) std::fprintf(stderr, "vbts: warning: %s\n", w.c_str());
+}
+
+absl::Status Machine::HandleMsr(bool write) {
+  kvm_run* run = vcpu_->run();
+  msr_exits_++;
+  if (!vpmu_ || !vpmu_->Owns(run->msr.index)) {
+    // Only filtered MSRs exit (KVM_MSR_EXIT_REASON_FILTER); be exact anyway.
+    run->msr.error = 1;
+    return absl::OkStatus();
+  }
+  if (write) {
+    pmu::MsrResult r = vpmu_->WriteMsr(run->msr.index, run->msr.data);
+    run->msr.error = r.gp ? 1 : 0;
+    // Tracing may have been switched on: on hosts that do not step anyway,
+    // stepping starts with the next instruction.
+    VBTS_RETURN_IF_ERROR(supervisor_->Refresh());
+  } else {
+    pmu::MsrResult r = vpmu_->ReadMsr(run->msr.index);
+    run->msr.error = r.gp ? 1 : 0;
+    run->msr.data = r.gp ? 0 : r.value;
+  }
+  return absl::OkStatus();
 }
 
 RunResult Machine::Finish(RunEnd end, int status, std::string message) {
@@ -139,6 +207,17 @@ RunResult Machine::Finish(RunEnd end, int status, std::string message) {
     absl::StrAppendFormat(&r.details, "unclaimed MMIO: %u reads, %u writes\n", mmio_unclaimed_reads_,
                           mmio_unclaimed_writes_);
   if (supervisor_) r.details += supervisor_->Statistics();
+  if (tracer_) {
+    const vcpu::TracerStats& t = tracer_->stats();
+    const pmu::PmuStats& p = vpmu_->stats();
+    absl::StrAppendFormat(&r.details,
+                          "tracer: %u boundaries, %u instructions, %u events, %u unexplained; %u PMIs sent, %u "
+                          "masked; %u MSR exits\n"
+                          "virtual PMU: %u BTS records (%u dropped), %u LBR pushes, %u PMIs requested\n",
+                          t.boundaries, t.instructions, t.events, t.lost, t.pmis_sent, t.pmis_masked, msr_exits_,
+                          p.bts_records, p.bts_dropped, p.lbr_pushes, p.pmis);
+  }
+  PrintWarnings();
   return r;
 }
 
@@ -194,10 +273,12 @@ absl::StatusOr<bool> Machine::HandleExit(RunResult* result) {
       for (uint32_t i = 0; i < run->io.count; i++)
         VBTS_RETURN_IF_ERROR(
             pio_.Dispatch(run->io.port, run->io.size, write, absl::MakeSpan(data + i * run->io.size, run->io.size)));
+      PrintWarnings();
       if (std::optional<int> status = debug_exit_->exit_status()) {
         *result = Finish(RunEnd::kGuestExit, *status, "");
         return false;
       }
+      VBTS_RETURN_IF_ERROR(supervisor_->AfterDeviceExit());
       return true;
     }
     case KVM_EXIT_MMIO:
@@ -209,6 +290,7 @@ absl::StatusOr<bool> Machine::HandleExit(RunResult* result) {
         std::memset(run->mmio.data, 0xFF, sizeof run->mmio.data);
         mmio_unclaimed_reads_++;
       }
+      VBTS_RETURN_IF_ERROR(supervisor_->AfterDeviceExit());
       return true;
     case KVM_EXIT_HLT:
       // Only without an in-kernel LAPIC; vbts always has one, but be exact.
@@ -222,11 +304,17 @@ absl::StatusOr<bool> Machine::HandleExit(RunResult* result) {
       VBTS_ASSIGN_OR_RETURN(vcpu::Supervisor::Verdict v, run->exit_reason == KVM_EXIT_DEBUG
                                                              ? supervisor_->OnDebug()
                                                              : supervisor_->OnInternalError());
+      if (tracer_ && run->exit_reason == KVM_EXIT_INTERNAL_ERROR) PrintWarnings();
       std::optional<RunResult> end = FromVerdict(v);
       if (!end) return true;
       *result = *end;
       return false;
     }
+    case KVM_EXIT_X86_RDMSR:
+    case KVM_EXIT_X86_WRMSR:
+      VBTS_RETURN_IF_ERROR(HandleMsr(run->exit_reason == KVM_EXIT_X86_WRMSR));
+      PrintWarnings();
+      return true;
     case KVM_EXIT_FAIL_ENTRY:
       *result = Finish(RunEnd::kError, kExitVbtsError,
                        absl::StrFormat("vbts: KVM could not enter the guest (KVM_EXIT_FAIL_ENTRY, reason 0x%x)",

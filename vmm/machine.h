@@ -5,15 +5,18 @@
 #define VBTS_VMM_MACHINE_H_
 
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "pmu/cpu_model.h"
+#include "pmu/vpmu.h"
 #include "vcpu/host_facts.h"
 #include "vcpu/kvm_vcpu.h"
 #include "vcpu/supervisor.h"
+#include "vcpu/tracer.h"
 #include "vmm/debug_exit.h"
 #include "vmm/guest_memory.h"
 #include "vmm/kvm_vm.h"
@@ -29,6 +32,15 @@ struct MachineConfig {
   double timeout_seconds = 0;  // 0: no limit
   std::string append;          // Multiboot command line after the image name
   bool verbose = false;
+  // --vpmu: "emulated" (the virtual PMU, docs/pmu-model.md), "off" (no
+  // PMU/DS/LBR: the model's CPUID hides them, the MSRs #GP), "passthrough".
+  std::string vpmu = "emulated";
+  // --branches=FILE: every control transfer the tracer sees, as
+  // "0x<from> 0x<to> <kind>" lines (docs/cli.md); --insns=FILE: the linear
+  // address of every instruction executed, one per line.  Either makes vbts
+  // step the whole guest.
+  std::string branches_path;
+  std::string insns_path;
   int output_fd = 1;           // where COM1 output goes
 };
 
@@ -55,6 +67,9 @@ class Machine {
   absl::Status SetBootState(uint32_t entry, uint32_t mbi);
   // Handles one KVM exit; sets `result` and returns false when the run ends.
   absl::StatusOr<bool> HandleExit(RunResult* result);
+  // KVM_EXIT_X86_RDMSR/WRMSR of an MSR the virtual PMU owns.
+  absl::Status HandleMsr(bool write);
+  void PrintWarnings();
   RunResult Finish(RunEnd end, int status, std::string message);
   // The end of the run a supervisor verdict means, if any.
   std::optional<RunResult> FromVerdict(const vcpu::Supervisor::Verdict& v);
@@ -66,6 +81,11 @@ class Machine {
   std::unique_ptr<Vm> vm_;
   std::unique_ptr<vcpu::KvmVcpu> vcpu_;
   std::unique_ptr<vcpu::Supervisor> supervisor_;
+  std::unique_ptr<pmu::VirtualPmu> vpmu_;
+  std::unique_ptr<vcpu::Tracer> tracer_;
+  uint64_t msr_exits_ = 0;
+  std::FILE* branches_file_ = nullptr;
+  std::FILE* insns_file_ = nullptr;
   PioBus pio_;
   std::unique_ptr<Uart16550> uart_;
   std::unique_ptr<DebugExit> debug_exit_;

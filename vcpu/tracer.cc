@@ -1,0 +1,422 @@
+// tracer.cc: inferring control transfers from single-step stops.
+//
+// At each boundary the tracer decodes the instruction about to run and
+// predicts where it can go: its fall-through, the target of a direct branch,
+// the register or stack slot of an indirect JMP/CALL or RET.  At the next
+// boundary it checks the guest against that prediction.  When the guest is
+// somewhere else, the host delivered an exception or interrupt; on this host
+// the first stop after a delivery is after the handler's first instruction
+// (kvm-host-facts.md), so the tracer looks for the IDT vector whose handler's
+// first instruction leads exactly there and whose stack frame returns to the
+// instruction that was interrupted or faulted.  Instructions the supervisor
+// performs itself arrive through Retired() with their exact transfer.
+#include "vcpu/tracer.h"
+
+#include <cstring>
+#include <set>
+
+#include "absl/strings/str_format.h"
+#include "pmu/paging.h"
+#include "pmu/status_macros.h"
+#include "vcpu/idt.h"
+
+namespace vbts::vcpu {
+namespace {
+
+constexpr uint32_t kLvtPcOffset = 0x340;
+constexpr uint32_t kLvtMask = 1u << 16;
+constexpr uint32_t kDeliveryFixed = 0, kDeliveryNmi = 4;
+constexpr int kMaxWarnings = 32;
+
+uint64_t IpMask(pmu::ExecMode m, int operand_size) {
+  if (m == pmu::ExecMode::kLong64) return operand_size == 16 ? 0xFFFF : ~0ull;
+  return operand_size == 16 ? 0xFFFF : 0xFFFFFFFFull;
+}
+
+absl::StatusOr<std::optional<uint64_t>> ReadStack(const CpuState& st, PhysMemory& mem, uint64_t la, int bytes) {
+  pmu::LinearMemory lin(mem, st.paging_regs());
+  uint8_t b[8] = {};
+  pmu::Access acc;
+  acc.user = st.cpl() == 3;
+  VBTS_ASSIGN_OR_RETURN(pmu::AccessFault f, lin.Read(Gva(la), absl::MakeSpan(b, bytes), acc));
+  if (!f.ok()) return std::optional<uint64_t>();
+  uint64_t v = 0;
+  std::memcpy(&v, b, bytes);
+  return std::optional<uint64_t>(v);
+}
+
+pmu::BranchKind KindOfCompleted(TransferKind k) {
+  switch (k) {
+    case TransferKind::kInt: return pmu::BranchKind::kSoftInt;
+    case TransferKind::kIret: return pmu::BranchKind::kIret;
+    case TransferKind::kFarCall: return pmu::BranchKind::kFarCall;
+    case TransferKind::kFarJmp: return pmu::BranchKind::kFarJmp;
+    case TransferKind::kFarRet: return pmu::BranchKind::kFarRet;
+    case TransferKind::kSyscall: return pmu::BranchKind::kSyscall;
+    case TransferKind::kSysret: return pmu::BranchKind::kSysret;
+    case TransferKind::kSysenter: return pmu::BranchKind::kSysenter;
+    case TransferKind::kSysexit: return pmu::BranchKind::kSysexit;
+    case TransferKind::kNone:
+    case TransferKind::kCpuid: return pmu::BranchKind::kNone;
+  }
+  return pmu::BranchKind::kNone;
+}
+
+int SoftIntVector(const DecodedInsn& insn) {
+  switch (insn.kind) {
+    case InsnKind::kIntN: return static_cast<int>(insn.imm & 0xFF);
+    case InsnKind::kInt3: return 3;
+    case InsnKind::kInto: return 4;
+    case InsnKind::kInt1: return 1;
+    default: return -1;
+  }
+}
+
+}  // namespace
+
+pmu::ExecMode ExecModeOf(const CpuState& st) {
+  switch (st.mode()) {
+    case CpuMode::kReal:
+    case CpuMode::kVirtual8086: return pmu::ExecMode::kReal;
+    case CpuMode::kProtected16:
+    case CpuMode::kCompat16: return pmu::ExecMode::kProt16;
+    case CpuMode::kProtected32:
+    case CpuMode::kCompat32: return pmu::ExecMode::kProt32;
+    case CpuMode::kLong64: return pmu::ExecMode::kLong64;
+  }
+  return pmu::ExecMode::kProt32;
+}
+
+Tracer::Tracer(KvmVcpu& vcpu, PhysMemory& mem, pmu::VirtualPmu& pmu, std::function<absl::Status(uint8_t)> send_msi)
+    : vcpu_(vcpu), mem_(mem), pmu_(pmu), send_msi_(std::move(send_msi)) {}
+
+bool Tracer::WantsEveryInstruction() const {
+  return pmu_.NeedsObservation() || static_cast<bool>(sink_) || pmi_in_flight_.has_value();
+}
+
+void Tracer::Warn(std::string w) {
+  if (warned_.size() >= kMaxWarnings || !warned_.insert(w).second) return;
+  warnings_.push_back(std::move(w));
+}
+
+std::vector<std::string> Tracer::TakeWarnings() {
+  std::vector<std::string> w = pmu_.TakeWarnings();
+  for (std::string& s : warnings_) w.push_back(std::move(s));
+  warnings_.clear();
+  return w;
+}
+
+Tracer::Boundary Tracer::Capture(const CpuState& st) {
+  Boundary b;
+  b.rip = st.rip;
+  b.lin = st.pc_linear();
+  b.rsp = st.gpr[kRsp];
+  b.cs = st.cs.selector;
+  b.cpl = static_cast<uint8_t>(st.cpl());
+  b.mode = ExecModeOf(st);
+  b.ia32e = st.long_mode_active();
+  b.tf = (st.rflags & kRflagsTf) != 0;
+  absl::StatusOr<DecodedInsn> insn = DecodeCurrent(st, mem_);
+  if (!insn.ok()) return b;  // the fetch faults: the next stop is the #PF/#GP handler
+  b.decoded = true;
+  b.insn = *insn;
+  const uint64_t mask = IpMask(b.mode, b.insn.operand_size);
+  b.fallthrough = (st.rip + b.insn.length) & (b.mode == pmu::ExecMode::kLong64 ? ~0ull : 0xFFFFFFFFull);
+  if (b.mode == pmu::ExecMode::kProt16 || b.mode == pmu::ExecMode::kReal) b.fallthrough &= 0xFFFF;
+  using pmu::BranchKind;
+  if (b.insn.has_rel) {
+    b.predicted_target = (b.fallthrough + static_cast<uint64_t>(b.insn.rel)) & mask;
+  } else if (b.insn.target_reg >= 0 && b.insn.target_reg < 16 &&
+             (b.insn.branch == BranchKind::kIndJmp || b.insn.branch == BranchKind::kIndCall)) {
+    b.predicted_target = st.gpr[b.insn.target_reg] & mask;
+  } else if (b.insn.branch == BranchKind::kRet) {
+    const int width = b.insn.operand_size / 8;
+    const uint64_t sp = b.insn.stack_width == 64 ? st.gpr[kRsp]
+                        : b.insn.stack_width == 32 ? (st.gpr[kRsp] & 0xFFFFFFFFull)
+                                                   : (st.gpr[kRsp] & 0xFFFF);
+    absl::StatusOr<std::optional<uint64_t>> v = ReadStack(st, mem_, st.ss.base + sp, width);
+    if (v.ok() && *v) b.predicted_target = **v & mask;
+  }
+  return b;
+}
+
+absl::Status Tracer::Emit(const pmu::Branch& b, const CpuState& paging_of, bool guest_tf) {
+  if (sink_) sink_(b);
+  if (pmu::IsEventDelivery(b.kind)) stats_.events++; else stats_.instructions++;
+  pmu::LinearMemory lin(mem_, paging_of.paging_regs());
+  VBTS_ASSIGN_OR_RETURN(pmu::PmuEffects fx, pmu_.Observe(b, lin, guest_tf));
+  if (fx.pmi) pmi_due_ = true;
+  if (fx.single_step_trap && !warned_single_step_) {
+    // The guest's own EFLAGS.TF single-step trap while vbts steps it is not
+    // delivered in this version (docs/tracing.md, "Limits"); say so once.
+    warned_single_step_ = true;
+    Warn(absl::StrFormat("guest set EFLAGS.TF at 0x%x: vbts does not deliver the guest's own single-step #DB while "
+                         "tracing (BTF/TF emulation is not implemented yet)",
+                         b.from));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Tracer::RaisePmi() {
+  pmi_due_ = false;
+  VBTS_ASSIGN_OR_RETURN(kvm_lapic_state lapic, vcpu_.GetLapic());
+  uint32_t lvt;
+  std::memcpy(&lvt, lapic.regs + kLvtPcOffset, 4);
+  if (lvt & kLvtMask) {
+    stats_.pmis_masked++;
+    return absl::OkStatus();
+  }
+  const uint32_t mode = (lvt >> 8) & 7;
+  const uint8_t vector = lvt & 0xFF;
+  if (mode != kDeliveryFixed && mode != kDeliveryNmi) {
+    Warn(absl::StrFormat("LVT performance-counter entry 0x%08x uses delivery mode %u; vbts delivers only fixed and "
+                         "NMI PMIs, this one is dropped",
+                         lvt, mode));
+    return absl::OkStatus();
+  }
+  // Intel processors set the LVTPC mask when they deliver a PMI (SDM 10.5.1
+  // note on LVT performance counter); the guest's handler unmasks it.  The
+  // LAPIC state must be written before the interrupt is sent
+  // (kvm-host-facts.md (b)).
+  lvt |= kLvtMask;
+  std::memcpy(lapic.regs + kLvtPcOffset, &lvt, 4);
+  VBTS_RETURN_IF_ERROR(vcpu_.SetLapic(lapic));
+  if (mode == kDeliveryNmi) {
+    VBTS_RETURN_IF_ERROR(vcpu_.Nmi());
+    pmi_in_flight_ = 2;
+  } else {
+    VBTS_RETURN_IF_ERROR(send_msi_(vector));
+    pmi_in_flight_ = vector;
+  }
+  stats_.pmis_sent++;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> Tracer::ResolveEvent(const Boundary& p, const CpuState& st, bool after_retire) {
+  // Candidate vectors: the PMI vbts raised first, then every gate.
+  std::vector<int> order;
+  if (pmi_in_flight_) order.push_back(*pmi_in_flight_);
+  const int count = st.long_mode_active() ? (st.idtr.limit + 1) / 16 : (st.idtr.limit + 1) / 8;
+  for (int v = 0; v < count && v < 256; v++)
+    if (!pmi_in_flight_ || v != *pmi_in_flight_) order.push_back(v);
+  const uint64_t st_rip = st.rip;
+  for (int v : order) {
+    absl::StatusOr<HandlerEntry> e = FindHandlerEntry(st, mem_, static_cast<uint8_t>(v));
+    if (!e.ok()) continue;
+    if (e->cs.selector != st.cs.selector) continue;  // the handler's first instruction did not change CS
+    absl::StatusOr<DecodedInsn> h1 = DecodeAt(st, mem_, Gva(e->linear));
+    if (!h1.ok()) continue;
+    const pmu::ExecMode hmode = ExecModeOf(st);
+    const uint64_t mask = IpMask(hmode, h1->operand_size);
+    const uint64_t h1_next = (e->offset + h1->length) & mask;
+    uint64_t h1_to;
+    int h1_push = 0;  // bytes the first instruction pushed
+    const int w = hmode == pmu::ExecMode::kLong64 ? 8 : h1->operand_size / 8;
+    if (h1->branch == pmu::BranchKind::kNone) {
+      h1_to = h1_next;
+      if (h1->zydis_mnemonic != 0 && h1->mnemonic == "push") h1_push = w;
+    } else if (h1->has_rel && (h1->branch == pmu::BranchKind::kJmp || h1->branch == pmu::BranchKind::kCall ||
+                               h1->branch == pmu::BranchKind::kJcc)) {
+      h1_to = (h1_next + static_cast<uint64_t>(h1->rel)) & mask;
+      if (h1->branch == pmu::BranchKind::kCall) h1_push = w;
+      if (h1->branch == pmu::BranchKind::kJcc && st_rip == h1_next) h1_to = h1_next;
+    } else {
+      continue;
+    }
+    if (h1_to != st_rip) continue;
+    // The frame: [error code,] RIP, CS, RFLAGS[, RSP, SS] (SDM 6.12.1, 6.14.2).
+    const int fw = e->ia32e ? 8 : 4;
+    const uint64_t frame = st.ss.base + ((st.gpr[kRsp] + h1_push) & (st.ss.db || e->ia32e ? ~0ull : 0xFFFF)) +
+                           (v < 32 && VectorHasErrorCode(static_cast<uint8_t>(v)) ? fw : 0);
+    absl::StatusOr<std::optional<uint64_t>> saved_rip = ReadStack(st, mem_, frame, fw);
+    absl::StatusOr<std::optional<uint64_t>> saved_cs = ReadStack(st, mem_, frame + fw, 2);
+    if (!saved_rip.ok() || !*saved_rip || !saved_cs.ok() || !*saved_cs) continue;
+    if ((**saved_cs & 0xFFFF) != p.cs && !(p.decoded && p.insn.branch != pmu::BranchKind::kNone)) continue;
+    const uint64_t ret = **saved_rip;
+    pmu::BranchKind ev = v == 2 ? pmu::BranchKind::kNmi
+                         : v < 32 ? pmu::BranchKind::kException
+                                  : pmu::BranchKind::kInterrupt;
+    if (pmi_in_flight_ && v == *pmi_in_flight_) ev = v == 2 ? pmu::BranchKind::kNmi : pmu::BranchKind::kInterrupt;
+    uint64_t from_lin;
+    uint8_t from_cpl = p.cpl;
+    pmu::ExecMode from_mode = p.mode;
+    const uint16_t saved_sel = static_cast<uint16_t>(**saved_cs & 0xFFFF);
+    if (p.decoded && p.insn.branch == pmu::BranchKind::kSoftInt && ret == p.fallthrough && saved_sel == p.cs &&
+        v == SoftIntVector(p.insn)) {
+      // The host ran INT n/INT3/INTO/INT1 itself: one transfer to the handler
+      // (VT-x/SVM; on this host vbts performs them and reports them through
+      // Retired()).
+      ev = pmu::BranchKind::kSoftInt;
+      from_lin = p.lin;
+    } else if (ret == p.rip && saved_sel == p.cs) {
+      // Delivered before the instruction at p retired (a fault, or an
+      // interrupt taken at that boundary).
+      from_lin = p.lin;
+    } else if (after_retire && p.decoded &&
+               (ret == p.fallthrough || (p.predicted_target && ret == *p.predicted_target) ||
+                (p.insn.branch != pmu::BranchKind::kNone && !p.predicted_target))) {
+      // p retired (to `ret`), then the event was taken before the next one.
+      pmu::Branch b;
+      if (p.predicted_target && ret == *p.predicted_target && p.insn.branch != pmu::BranchKind::kNone)
+        b.kind = p.insn.branch;
+      else if (ret == p.fallthrough)
+        b.kind = pmu::BranchKind::kNone;
+      else
+        b.kind = p.insn.branch;
+      b.from = p.lin;
+      b.to = p.lin - p.rip + ret;
+      b.cpl_from = b.cpl_to = p.cpl;
+      b.mode_from = b.mode_to = p.mode;
+      b.ia32e = p.ia32e;
+      b.branch_insn = p.insn.branch != pmu::BranchKind::kNone;
+      VBTS_RETURN_IF_ERROR(Emit(b, st, p.tf));
+      from_lin = b.to;
+    } else {
+      continue;
+    }
+    pmu::Branch evb;
+    evb.kind = ev;
+    evb.from = from_lin;
+    evb.to = e->linear;
+    evb.cpl_from = from_cpl;
+    evb.cpl_to = static_cast<uint8_t>(st.cpl());
+    evb.mode_from = from_mode;
+    evb.mode_to = hmode;
+    evb.vector = static_cast<uint8_t>(v);
+    evb.ia32e = st.long_mode_active();
+    if (pmi_in_flight_ && v == *pmi_in_flight_) pmi_in_flight_.reset();
+    VBTS_RETURN_IF_ERROR(Emit(evb, st, p.tf));
+    // The handler's first instruction, which the host already ran.
+    pmu::Branch hb;
+    hb.kind = h1_to == h1_next ? pmu::BranchKind::kNone : h1->branch;
+    hb.from = e->linear;
+    hb.to = st.pc_linear();
+    hb.cpl_from = hb.cpl_to = static_cast<uint8_t>(st.cpl());
+    hb.mode_from = hb.mode_to = hmode;
+    hb.ia32e = st.long_mode_active();
+    hb.branch_insn = h1->branch != pmu::BranchKind::kNone;
+    VBTS_RETURN_IF_ERROR(Emit(hb, st, false));
+    return true;
+  }
+  return false;
+}
+
+absl::Status Tracer::Resolve(const Boundary& p, const CpuState& st) {
+  using pmu::BranchKind;
+  const bool same_cs = st.cs.selector == p.cs && st.cpl() == p.cpl;
+  const uint64_t rip = st.rip;
+  if (!p.decoded) {
+    // The fetch at p faulted: the only way on is an exception delivery.
+    VBTS_ASSIGN_OR_RETURN(bool ev, ResolveEvent(p, st, /*after_retire=*/false));
+    if (!ev) {
+      stats_.lost++;
+      Warn(absl::StrFormat("tracer: cannot explain how the guest got from 0x%x to %s", p.lin, st.Describe()));
+    }
+    return absl::OkStatus();
+  }
+  const BranchKind k = p.insn.branch;
+  std::optional<BranchKind> retired;  // kind of the transfer if explained without an event
+  switch (k) {
+    case BranchKind::kNone:
+      if (same_cs && rip == p.fallthrough) retired = BranchKind::kNone;
+      break;
+    case BranchKind::kJcc:
+      if (same_cs && p.predicted_target && rip == *p.predicted_target) retired = BranchKind::kJcc;
+      else if (same_cs && rip == p.fallthrough) retired = BranchKind::kNone;
+      break;
+    case BranchKind::kJmp:
+    case BranchKind::kCall:
+    case BranchKind::kRet:
+      if (same_cs && p.predicted_target && rip == *p.predicted_target) retired = k;
+      break;
+    case BranchKind::kIndJmp:
+    case BranchKind::kIndCall:
+      if (same_cs && p.predicted_target) {
+        if (rip == *p.predicted_target) retired = k;
+      } else if (same_cs) {
+        // Memory operand: the stack pointer tells a plain JMP/CALL from an
+        // event delivery (which pushes at least three slots).
+        const uint64_t w = p.insn.operand_size / 8;
+        const uint64_t expect = k == BranchKind::kIndCall ? p.rsp - w : p.rsp;
+        if (st.gpr[kRsp] == expect) retired = k;
+      }
+      break;
+    default: {
+      // Far transfers, IRET, INT n, SYSCALL/SYSENTER/...: run by the host
+      // (the supervisor reports those it performs itself through Retired).
+      // They may fault, and a host-run INT n lands after its handler's first
+      // instruction: both are recognised like events.
+      VBTS_ASSIGN_OR_RETURN(bool ev, ResolveEvent(p, st, /*after_retire=*/false));
+      if (ev) return absl::OkStatus();
+      if (k != BranchKind::kSoftInt) retired = k;
+      break;
+    }
+  }
+  if (retired) {
+    pmu::Branch b;
+    b.kind = *retired;
+    b.from = p.lin;
+    b.to = st.pc_linear();
+    b.cpl_from = p.cpl;
+    b.cpl_to = static_cast<uint8_t>(st.cpl());
+    b.mode_from = p.mode;
+    b.mode_to = ExecModeOf(st);
+    b.ia32e = st.long_mode_active();
+    b.branch_insn = k != BranchKind::kNone;
+    if (*retired == BranchKind::kSoftInt) b.vector = static_cast<uint8_t>(p.insn.imm);
+    return Emit(b, st, p.tf);
+  }
+  VBTS_ASSIGN_OR_RETURN(bool ev, ResolveEvent(p, st, /*after_retire=*/true));
+  if (!ev) {
+    stats_.lost++;
+    Warn(absl::StrFormat("tracer: cannot explain how `%s` at 0x%x led to %s; records may be missing there",
+                         p.insn.mnemonic, p.lin, st.Describe()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Tracer::AtBoundary(CpuState& st, bool& /*dirty*/) {
+  if (!WantsEveryInstruction()) {
+    prev_.reset();
+    pmi_deliverable_ = false;
+    return absl::OkStatus();
+  }
+  stats_.boundaries++;
+  if (prev_) {
+    const Boundary& p = *prev_;
+    // A REP string instruction stops at its own RIP until it retires.
+    if (st.rip == p.rip && st.cs.selector == p.cs && p.decoded && p.insn.rep_string && !pmi_in_flight_) {
+      return absl::OkStatus();
+    }
+    VBTS_RETURN_IF_ERROR(Resolve(p, st));
+  }
+  if (pmi_due_) VBTS_RETURN_IF_ERROR(RaisePmi());
+  pmi_deliverable_ = pmi_in_flight_.has_value() && (st.rflags & kRflagsIf) && !st.interrupt_shadow;
+  prev_ = Capture(st);
+  return absl::OkStatus();
+}
+
+absl::Status Tracer::Retired(const CpuState& before, const ControlTransfer& t, CpuState& after, bool& /*dirty*/) {
+  if (!WantsEveryInstruction()) {
+    prev_.reset();
+    return absl::OkStatus();
+  }
+  pmu::Branch b;
+  b.kind = KindOfCompleted(t.kind);
+  b.from = before.pc_linear();
+  b.to = after.pc_linear();
+  b.cpl_from = static_cast<uint8_t>(before.cpl());
+  b.cpl_to = static_cast<uint8_t>(after.cpl());
+  b.mode_from = ExecModeOf(before);
+  b.mode_to = ExecModeOf(after);
+  b.ia32e = after.long_mode_active();
+  b.vector = t.vector;
+  b.branch_insn = b.kind != pmu::BranchKind::kNone;
+  VBTS_RETURN_IF_ERROR(Emit(b, after, (before.rflags & kRflagsTf) != 0));
+  if (pmi_due_) VBTS_RETURN_IF_ERROR(RaisePmi());
+  pmi_deliverable_ = pmi_in_flight_.has_value() && (after.rflags & kRflagsIf) && !after.interrupt_shadow;
+  prev_ = Capture(after);
+  return absl::OkStatus();
+}
+
+}  // namespace vbts::vcpu

@@ -1,0 +1,99 @@
+// tracer.h: the branch-tracing engine.  It watches every instruction
+// boundary of a stepped guest (through the supervisor's StepObserver hook),
+// works out what each instruction did — fell through, took a branch of which
+// kind, or was interrupted by an exception/interrupt the host KVM delivered —
+// and feeds those control transfers in program order to the virtual PMU
+// (pmu/vpmu.h), which writes the guest's BTS records and LBRs.  When the
+// virtual PMU asks for a PMI, the tracer raises it through the guest LAPIC's
+// LVT performance-counter entry.  docs/tracing.md explains the inference.
+#ifndef VBTS_VCPU_TRACER_H_
+#define VBTS_VCPU_TRACER_H_
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "pmu/branch.h"
+#include "pmu/vpmu.h"
+#include "vcpu/decoder.h"
+#include "vcpu/kvm_vcpu.h"
+#include "vcpu/step_observer.h"
+
+namespace vbts::vcpu {
+
+struct TracerStats {
+  uint64_t boundaries = 0;      // instruction boundaries observed
+  uint64_t instructions = 0;    // retired instructions reported
+  uint64_t events = 0;          // exception/interrupt deliveries recognised
+  uint64_t lost = 0;            // boundaries the tracer could not explain (resynchronised)
+  uint64_t pmis_sent = 0;       // PMIs raised through LVTPC
+  uint64_t pmis_masked = 0;     // PMIs not raised: LVTPC masked
+};
+
+pmu::ExecMode ExecModeOf(const CpuState& st);
+
+class Tracer : public StepObserver {
+ public:
+  // `send_msi(vector)`: fixed-delivery interrupt to the vCPU's LAPIC.
+  Tracer(KvmVcpu& vcpu, PhysMemory& mem, pmu::VirtualPmu& pmu, std::function<absl::Status(uint8_t)> send_msi);
+
+  bool WantsEveryInstruction() const override;
+  bool EventPending() const override { return pmi_deliverable_; }
+  absl::Status AtBoundary(CpuState& st, bool& dirty) override;
+  absl::Status Retired(const CpuState& before, const ControlTransfer& t, CpuState& after, bool& dirty) override;
+
+  // Every transfer the tracer reports, in order (for `vbts record`).
+  void SetSink(std::function<void(const pmu::Branch&)> sink) { sink_ = std::move(sink); }
+  std::vector<std::string> TakeWarnings();
+  const TracerStats& stats() const { return stats_; }
+
+ private:
+  // The instruction boundary the guest was last seen at, with what vbts
+  // predicted about the instruction there.
+  struct Boundary {
+    uint64_t rip = 0;
+    uint64_t lin = 0;
+    uint64_t rsp = 0;
+    uint16_t cs = 0;
+    uint8_t cpl = 0;
+    pmu::ExecMode mode = pmu::ExecMode::kProt32;
+    bool ia32e = false;
+    bool tf = false;
+    bool decoded = false;
+    DecodedInsn insn;
+    uint64_t fallthrough = 0;                 // RIP after the instruction without a branch
+    std::optional<uint64_t> predicted_target;  // RIP a direct/register/RET branch goes to
+  };
+  Boundary Capture(const CpuState& st);
+  // Explains how the guest got from prev_ to `st` and reports it.
+  absl::Status Resolve(const Boundary& p, const CpuState& st);
+  // Tries to explain `st` as an event delivered at `p` (before its
+  // instruction retired) or, with `after_retire`, right after it retired; a
+  // host-run INT n at `p` is recognised the same way.
+  absl::StatusOr<bool> ResolveEvent(const Boundary& p, const CpuState& st, bool after_retire);
+  absl::Status Emit(const pmu::Branch& b, const CpuState& paging_of, bool guest_tf);
+  absl::Status RaisePmi();
+  void Warn(std::string w);
+
+  KvmVcpu& vcpu_;
+  PhysMemory& mem_;
+  pmu::VirtualPmu& pmu_;
+  std::function<absl::Status(uint8_t)> send_msi_;
+  std::function<void(const pmu::Branch&)> sink_;
+  std::optional<Boundary> prev_;
+  bool pmi_due_ = false;
+  bool warned_single_step_ = false;
+  std::optional<uint8_t> pmi_in_flight_;  // vector of a PMI raised but not yet seen delivered
+  bool pmi_deliverable_ = false;          // ... and the guest can take it at this boundary
+  std::vector<std::string> warnings_;
+  std::set<std::string> warned_;  // every warning once per run
+  TracerStats stats_;
+};
+
+}  // namespace vbts::vcpu
+
+#endif  // VBTS_VCPU_TRACER_H_
