@@ -100,6 +100,9 @@ def main():
     if not q:
         print(f"FAIL: QEMU never reached the entry point 0x{entry:x}")
         return 1
+    if "tracer:" in verr:
+        print("FAIL: the tracer could not explain part of the run:\n  " + verr.strip().replace("\n", "\n  "))
+        return 1
     faults = {(f, t) for f, t, k in transfers if k == "exception"}
     fault_from = {f for f, _ in faults}
     q, v = collapse(q), collapse(v)
