@@ -123,6 +123,8 @@ absl::Status Machine::Setup(const Kvm& kvm) {
           std::fprintf(insns_file_, "0x%llx\n", static_cast<unsigned long long>(b.from));
       });
     }
+  } else if (!config_.branches_path.empty() || !config_.insns_path.empty()) {
+    return absl::InvalidArgumentError("--branches and --insns need the tracing engine: --vpmu=emulated");
   } else if (config_.vpmu == "passthrough") {
     return absl::FailedPreconditionError(absl::StrCat(
         "--vpmu=passthrough needs a host KVM that virtualises LBRs itself; this one cannot (",
