@@ -8,6 +8,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "pmu/cpu_model.h"
+#include "vmm/test_runner.h"
+
+#include <unistd.h>
 #include "vmm/exit_status.h"
 #include "vmm/host_probe.h"
 #include "vmm/info.h"
@@ -104,6 +107,16 @@ int CliMain(int argc, char** argv) {
   info->add_option("--cpu", info_cpu, "also print a CPU model's CPUID (" + pmu::CpuModelNames() + ")");
   info->add_flag("-v,--verbose", info_verbose, "more detail");
 
+  TestRunOptions test_opt;
+  std::string test_dir;
+  CLI::App* test = app.add_subcommand(
+      "test", "Run a directory of guest images as a manifest describes them; print a pass/fail table.");
+  test->add_option("DIR", test_dir,
+                   "directory of the images (default: guest-tests/ next to this vbts binary)");
+  test->add_option("--manifest", test_opt.manifest,
+                   "the manifest (default: DIR/tests.cfg, else the source tree's guest-tests/tests.cfg)");
+  test->add_option("--filter", test_opt.filter, "run only the tests whose name contains TEXT");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -112,6 +125,24 @@ int CliMain(int argc, char** argv) {
   }
   if (*run) return RunCommand(config, mem);
   if (*info) return RunInfo(info_verbose, info_cpu);
+  if (*test) {
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) {
+      PrintError("vbts test: cannot find the vbts binary (/proc/self/exe)");
+      return kExitVbtsError;
+    }
+    self[n] = 0;
+    test_opt.vbts = self;
+    std::string bin_dir = test_opt.vbts.substr(0, test_opt.vbts.rfind('/'));
+    test_opt.image_dir = test_dir.empty() ? bin_dir + "/guest-tests" : test_dir;
+    if (test_opt.manifest.empty()) {
+      test_opt.manifest = test_opt.image_dir + "/tests.cfg";
+      if (access(test_opt.manifest.c_str(), R_OK) != 0)
+        test_opt.manifest = std::string(VBTS_SOURCE_DIR) + "/guest-tests/tests.cfg";
+    }
+    return RunTests(test_opt);
+  }
   return kExitUsage;
 }
 
