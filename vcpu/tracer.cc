@@ -91,7 +91,8 @@ Tracer::Tracer(KvmVcpu& vcpu, PhysMemory& mem, pmu::VirtualPmu& pmu, std::functi
     : vcpu_(vcpu), mem_(mem), pmu_(pmu), send_msi_(std::move(send_msi)) {}
 
 bool Tracer::WantsEveryInstruction() const {
-  return pmu_.NeedsObservation() || static_cast<bool>(sink_) || pmi_in_flight_.has_value();
+  return pmu_.NeedsObservation() || static_cast<bool>(sink_) || pmi_in_flight_.has_value() || guest_tf_ ||
+         db_in_flight_;
 }
 
 void Tracer::Warn(std::string w) {
@@ -129,7 +130,23 @@ Tracer::Boundary Tracer::Capture(const CpuState& st) {
   } else if (b.insn.target_reg >= 0 && b.insn.target_reg < 16 &&
              (b.insn.branch == BranchKind::kIndJmp || b.insn.branch == BranchKind::kIndCall)) {
     b.predicted_target = st.gpr[b.insn.target_reg] & mask;
-  } else if (b.insn.branch == BranchKind::kRet) {
+  }
+  if (b.insn.zydis_mnemonic != 0 && (b.insn.mnemonic == "popf" || b.insn.mnemonic == "popfd" ||
+                                     b.insn.mnemonic == "popfq")) {
+    const uint64_t sp = b.mode == pmu::ExecMode::kLong64 ? st.gpr[kRsp]
+                        : st.ss.db                      ? (st.gpr[kRsp] & 0xFFFFFFFFull)
+                                                        : (st.gpr[kRsp] & 0xFFFF);
+    absl::StatusOr<std::optional<uint64_t>> v = ReadStack(st, mem_, st.ss.base + sp, 2);
+    if (v.ok() && *v) b.tf_after = (**v & kRflagsTf) != 0;
+  } else if (b.insn.branch == BranchKind::kIret) {
+    const int w = b.insn.operand_size / 8;
+    const uint64_t sp = b.mode == pmu::ExecMode::kLong64 ? st.gpr[kRsp]
+                        : st.ss.db                      ? (st.gpr[kRsp] & 0xFFFFFFFFull)
+                                                        : (st.gpr[kRsp] & 0xFFFF);
+    absl::StatusOr<std::optional<uint64_t>> v = ReadStack(st, mem_, st.ss.base + sp + 2 * w, 2);
+    if (v.ok() && *v) b.tf_after = (**v & kRflagsTf) != 0;
+  }
+  if (b.insn.branch == BranchKind::kRet) {
     const int width = b.insn.operand_size / 8;
     const uint64_t sp = b.insn.stack_width == 64 ? st.gpr[kRsp]
                         : b.insn.stack_width == 32 ? (st.gpr[kRsp] & 0xFFFFFFFFull)
@@ -140,20 +157,49 @@ Tracer::Boundary Tracer::Capture(const CpuState& st) {
   return b;
 }
 
-absl::Status Tracer::Emit(const pmu::Branch& b, const CpuState& paging_of, bool guest_tf) {
+absl::Status Tracer::Emit(const pmu::Branch& b, const CpuState& paging_of, std::optional<bool> tf_after) {
   if (sink_) sink_(b);
-  if (pmu::IsEventDelivery(b.kind)) stats_.events++; else stats_.instructions++;
+  const bool event = pmu::IsEventDelivery(b.kind);
+  if (event) stats_.events++; else stats_.instructions++;
+  // The guest's TF as the instruction started (SDM 17.3.1.4: the trap follows
+  // an instruction that began with TF=1; one that sets TF is not trapped).
+  const bool tf_before = guest_tf_;
   pmu::LinearMemory lin(mem_, paging_of.paging_regs());
-  VBTS_ASSIGN_OR_RETURN(pmu::PmuEffects fx, pmu_.Observe(b, lin, guest_tf));
+  VBTS_ASSIGN_OR_RETURN(pmu::PmuEffects fx, pmu_.Observe(b, lin, event ? false : tf_before));
   if (fx.pmi) pmi_due_ = true;
-  if (fx.single_step_trap && !warned_single_step_) {
-    // The guest's own EFLAGS.TF single-step trap while vbts steps it is not
-    // delivered in this version (docs/tracing.md, "Limits"); say so once.
-    warned_single_step_ = true;
-    Warn(absl::StrFormat("guest set EFLAGS.TF at 0x%x: vbts does not deliver the guest's own single-step #DB while "
-                         "tracing (BTF/TF emulation is not implemented yet)",
-                         b.from));
+  if (event || b.kind == pmu::BranchKind::kSoftInt) {
+    // Delivery through a gate clears TF (SDM 6.12.1); no trap follows it.
+    guest_tf_ = false;
+    step_trap_due_ = false;
+  } else {
+    if (tf_after) guest_tf_ = *tf_after;
+    if (fx.single_step_trap) step_trap_due_ = true;
   }
+  return absl::OkStatus();
+}
+
+absl::Status Tracer::PatchFrameTf(const CpuState& st, uint64_t eflags_la, int width) {
+  (void)width;
+  pmu::LinearMemory lin(mem_, st.paging_regs());
+  pmu::Access acc;
+  acc.implicit = true;
+  uint8_t b[2];
+  VBTS_ASSIGN_OR_RETURN(pmu::AccessFault f, lin.Read(Gva(eflags_la), absl::MakeSpan(b), acc));
+  if (!f.ok()) return absl::OkStatus();
+  b[1] |= kRflagsTf >> 8;
+  VBTS_ASSIGN_OR_RETURN(f, lin.Write(Gva(eflags_la), absl::MakeConstSpan(b), acc));
+  return absl::OkStatus();
+}
+
+absl::Status Tracer::RaiseSingleStep() {
+  step_trap_due_ = false;
+  // DR6.BS reports a single-step trap (SDM 17.2.3); the guest clears it.
+  VBTS_ASSIGN_OR_RETURN(kvm_debugregs d, vcpu_.GetDebugRegs());
+  d.dr6 |= 1u << 14;
+  VBTS_RETURN_IF_ERROR(vcpu_.SetDebugRegs(d));
+  VBTS_RETURN_IF_ERROR(vcpu_.InjectException(1, std::nullopt));
+  db_in_flight_ = true;
+  stats_.single_steps++;
   return absl::OkStatus();
 }
 
@@ -195,10 +241,11 @@ absl::Status Tracer::RaisePmi() {
 absl::StatusOr<bool> Tracer::ResolveEvent(const Boundary& p, const CpuState& st, bool after_retire) {
   // Candidate vectors: the PMI vbts raised first, then every gate.
   std::vector<int> order;
+  if (db_in_flight_) order.push_back(1);
   if (pmi_in_flight_) order.push_back(*pmi_in_flight_);
   const int count = st.long_mode_active() ? (st.idtr.limit + 1) / 16 : (st.idtr.limit + 1) / 8;
   for (int v = 0; v < count && v < 256; v++)
-    if (!pmi_in_flight_ || v != *pmi_in_flight_) order.push_back(v);
+    if ((!pmi_in_flight_ || v != *pmi_in_flight_) && (!db_in_flight_ || v != 1)) order.push_back(v);
   const uint64_t st_rip = st.rip;
   for (int v : order) {
     absl::StatusOr<HandlerEntry> e = FindHandlerEntry(st, mem_, static_cast<uint8_t>(v));
@@ -269,7 +316,7 @@ absl::StatusOr<bool> Tracer::ResolveEvent(const Boundary& p, const CpuState& st,
       b.mode_from = b.mode_to = p.mode;
       b.ia32e = p.ia32e;
       b.branch_insn = p.insn.branch != pmu::BranchKind::kNone;
-      VBTS_RETURN_IF_ERROR(Emit(b, st, p.tf));
+      VBTS_RETURN_IF_ERROR(Emit(b, st, p.tf_after));
       from_lin = b.to;
     } else {
       continue;
@@ -285,7 +332,13 @@ absl::StatusOr<bool> Tracer::ResolveEvent(const Boundary& p, const CpuState& st,
     evb.vector = static_cast<uint8_t>(v);
     evb.ia32e = st.long_mode_active();
     if (pmi_in_flight_ && v == *pmi_in_flight_) pmi_in_flight_.reset();
-    VBTS_RETURN_IF_ERROR(Emit(evb, st, p.tf));
+    if (v == 1) db_in_flight_ = false;
+    // The host pushed EFLAGS without the guest's TF (it does not see it
+    // while vbts steps the guest); put it back.
+    if (guest_tf_ && ev != pmu::BranchKind::kSoftInt) {
+      VBTS_RETURN_IF_ERROR(PatchFrameTf(st, frame + 2 * fw, fw));
+    }
+    VBTS_RETURN_IF_ERROR(Emit(evb, st, std::nullopt));
     // The handler's first instruction, which the host already ran.
     pmu::Branch hb;
     hb.kind = h1_to == h1_next ? pmu::BranchKind::kNone : h1->branch;
@@ -295,7 +348,7 @@ absl::StatusOr<bool> Tracer::ResolveEvent(const Boundary& p, const CpuState& st,
     hb.mode_from = hb.mode_to = hmode;
     hb.ia32e = st.long_mode_active();
     hb.branch_insn = h1->branch != pmu::BranchKind::kNone;
-    VBTS_RETURN_IF_ERROR(Emit(hb, st, false));
+    VBTS_RETURN_IF_ERROR(Emit(hb, st, std::nullopt));
     return true;
   }
   return false;
@@ -364,7 +417,7 @@ absl::Status Tracer::Resolve(const Boundary& p, const CpuState& st) {
     b.ia32e = st.long_mode_active();
     b.branch_insn = k != BranchKind::kNone;
     if (*retired == BranchKind::kSoftInt) b.vector = static_cast<uint8_t>(p.insn.imm);
-    return Emit(b, st, p.tf);
+    return Emit(b, st, p.tf_after);
   }
   VBTS_ASSIGN_OR_RETURN(bool ev, ResolveEvent(p, st, /*after_retire=*/true));
   if (!ev) {
@@ -376,7 +429,7 @@ absl::Status Tracer::Resolve(const Boundary& p, const CpuState& st) {
 }
 
 absl::Status Tracer::AtBoundary(CpuState& st, bool& /*dirty*/) {
-  if (!WantsEveryInstruction()) {
+  if (!WantsEveryInstruction() && !follow_all_) {
     prev_.reset();
     pmi_deliverable_ = false;
     return absl::OkStatus();
@@ -390,6 +443,7 @@ absl::Status Tracer::AtBoundary(CpuState& st, bool& /*dirty*/) {
     }
     VBTS_RETURN_IF_ERROR(Resolve(p, st));
   }
+  if (step_trap_due_) VBTS_RETURN_IF_ERROR(RaiseSingleStep());
   if (pmi_due_) VBTS_RETURN_IF_ERROR(RaisePmi());
   pmi_deliverable_ = pmi_in_flight_.has_value() && (st.rflags & kRflagsIf) && !st.interrupt_shadow;
   prev_ = Capture(st);
@@ -397,7 +451,7 @@ absl::Status Tracer::AtBoundary(CpuState& st, bool& /*dirty*/) {
 }
 
 absl::Status Tracer::Retired(const CpuState& before, const ControlTransfer& t, CpuState& after, bool& /*dirty*/) {
-  if (!WantsEveryInstruction()) {
+  if (!WantsEveryInstruction() && !follow_all_) {
     prev_.reset();
     return absl::OkStatus();
   }
@@ -412,7 +466,16 @@ absl::Status Tracer::Retired(const CpuState& before, const ControlTransfer& t, C
   b.ia32e = after.long_mode_active();
   b.vector = t.vector;
   b.branch_insn = b.kind != pmu::BranchKind::kNone;
-  VBTS_RETURN_IF_ERROR(Emit(b, after, (before.rflags & kRflagsTf) != 0));
+  std::optional<bool> tf_after;
+  if (t.kind == TransferKind::kIret) tf_after = (after.rflags & kRflagsTf) != 0;
+  if (t.kind == TransferKind::kInt && guest_tf_) {
+    // vbts pushed the frame from KVM's view of EFLAGS, which hides the
+    // guest's TF while it is stepped.
+    const int w = after.long_mode_active() ? 8 : (after.cs.db ? 4 : 2);
+    VBTS_RETURN_IF_ERROR(PatchFrameTf(after, after.ss.base + after.gpr[kRsp] + 2 * w, w));
+  }
+  VBTS_RETURN_IF_ERROR(Emit(b, after, tf_after));
+  if (step_trap_due_) VBTS_RETURN_IF_ERROR(RaiseSingleStep());
   if (pmi_due_) VBTS_RETURN_IF_ERROR(RaisePmi());
   pmi_deliverable_ = pmi_in_flight_.has_value() && (after.rflags & kRflagsIf) && !after.interrupt_shadow;
   prev_ = Capture(after);

@@ -32,6 +32,7 @@ struct TracerStats {
   uint64_t lost = 0;            // boundaries the tracer could not explain (resynchronised)
   uint64_t pmis_sent = 0;       // PMIs raised through LVTPC
   uint64_t pmis_masked = 0;     // PMIs not raised: LVTPC masked
+  uint64_t single_steps = 0;    // the guest's own single-step traps delivered
 };
 
 pmu::ExecMode ExecModeOf(const CpuState& st);
@@ -42,10 +43,14 @@ class Tracer : public StepObserver {
   Tracer(KvmVcpu& vcpu, PhysMemory& mem, pmu::VirtualPmu& pmu, std::function<absl::Status(uint8_t)> send_msi);
 
   bool WantsEveryInstruction() const override;
-  bool EventPending() const override { return pmi_deliverable_; }
+  bool EventPending() const override { return pmi_deliverable_ || db_in_flight_; }
   absl::Status AtBoundary(CpuState& st, bool& dirty) override;
   absl::Status Retired(const CpuState& before, const ControlTransfer& t, CpuState& after, bool& dirty) override;
 
+  // The supervisor steps every instruction anyway (this host without guards,
+  // --exact-cpuid): the tracer then follows every boundary, so that the
+  // guest's own TF keeps working even with tracing off.
+  void SetFollowAll(bool on) { follow_all_ = on; }
   // Every transfer the tracer reports, in order (for `vbts record`).
   void SetSink(std::function<void(const pmu::Branch&)> sink) { sink_ = std::move(sink); }
   std::vector<std::string> TakeWarnings();
@@ -67,6 +72,8 @@ class Tracer : public StepObserver {
     DecodedInsn insn;
     uint64_t fallthrough = 0;                 // RIP after the instruction without a branch
     std::optional<uint64_t> predicted_target;  // RIP a direct/register/RET branch goes to
+    // EFLAGS.TF the instruction loads (POPF, IRET), read before it runs.
+    std::optional<bool> tf_after;
   };
   Boundary Capture(const CpuState& st);
   // Explains how the guest got from prev_ to `st` and reports it.
@@ -75,8 +82,15 @@ class Tracer : public StepObserver {
   // instruction retired) or, with `after_retire`, right after it retired; a
   // host-run INT n at `p` is recognised the same way.
   absl::StatusOr<bool> ResolveEvent(const Boundary& p, const CpuState& st, bool after_retire);
-  absl::Status Emit(const pmu::Branch& b, const CpuState& paging_of, bool guest_tf);
+  // Reports one transfer to the sink and the virtual PMU, and keeps the
+  // guest's TF: `tf_after` is what the instruction loaded into TF, if anything.
+  absl::Status Emit(const pmu::Branch& b, const CpuState& paging_of, std::optional<bool> tf_after);
   absl::Status RaisePmi();
+  // Delivers the guest's own single-step trap (#DB with DR6.BS) at this boundary.
+  absl::Status RaiseSingleStep();
+  // Sets EFLAGS.TF in an event frame the host wrote (the host does not see
+  // the guest's TF while vbts steps it).
+  absl::Status PatchFrameTf(const CpuState& st, uint64_t eflags_la, int width);
   void Warn(std::string w);
 
   KvmVcpu& vcpu_;
@@ -86,7 +100,10 @@ class Tracer : public StepObserver {
   std::function<void(const pmu::Branch&)> sink_;
   std::optional<Boundary> prev_;
   bool pmi_due_ = false;
-  bool warned_single_step_ = false;
+  bool step_trap_due_ = false;  // the guest's single-step trap is due at this boundary
+  bool db_in_flight_ = false;   // a #DB vbts injected, not yet seen delivered
+  bool guest_tf_ = false;       // the guest's own EFLAGS.TF (KVM hides it while stepping)
+  bool follow_all_ = false;
   std::optional<uint8_t> pmi_in_flight_;  // vector of a PMI raised but not yet seen delivered
   bool pmi_deliverable_ = false;          // ... and the guest can take it at this boundary
   std::vector<std::string> warnings_;

@@ -109,6 +109,7 @@ absl::Status Machine::Setup(const Kvm& kvm) {
     tracer_ = std::make_unique<vcpu::Tracer>(*vcpu_, *ram_, *vpmu_,
                                              [vm = vm_.get()](uint8_t vector) { return vm->SignalMsi(0, vector); });
     supervisor_->SetObserver(tracer_.get());
+    tracer_->SetFollowAll(supervisor_->stepping());
     for (auto [path, file] : {std::pair{&config_.branches_path, &branches_file_}, {&config_.insns_path, &insns_file_}}) {
       if (path->empty()) continue;
       *file = std::fopen(path->c_str(), "w");
