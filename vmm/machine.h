@@ -29,6 +29,9 @@ struct MachineConfig {
   double timeout_seconds = 0;  // 0: no limit
   std::string append;          // Multiboot command line after the image name
   bool verbose = false;
+  // Single-step the whole guest on hosts that rewrite CPUID, so that every
+  // CPUID answers from the CPU model (docs/completion.md, "CPUID").
+  bool exact_cpuid = false;
   int output_fd = 1;           // where COM1 output goes
 };
 
@@ -48,6 +51,8 @@ class Machine {
                                                          const vcpu::HostFacts& facts);
   ~Machine();
   RunResult Run();
+  // The supervisor (its mode, statistics), for tests and diagnostics.
+  const vcpu::Supervisor& supervisor() const { return *supervisor_; }
 
  private:
   Machine(const MachineConfig& config, const vcpu::HostFacts& facts);
