@@ -53,6 +53,8 @@ class Machine {
   RunResult Run();
   // The supervisor (its mode, statistics), for tests and diagnostics.
   const vcpu::Supervisor& supervisor() const { return *supervisor_; }
+  // The branch-tracing engine's hook (vcpu/step_observer.h); call before Run().
+  void SetObserver(vcpu::StepObserver* observer) { supervisor_->SetObserver(observer); }
 
  private:
   Machine(const MachineConfig& config, const vcpu::HostFacts& facts);
