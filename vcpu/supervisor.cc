@@ -165,7 +165,7 @@ bool Supervisor::NextRunSteps(const CpuState& st) {
 }
 
 absl::StatusOr<Supervisor::Verdict> Supervisor::Arm(CpuState& st, bool& dirty, bool at_boundary,
-                                                    bool exception_pending) {
+                                                    bool exception_pending, bool may_step_over) {
   if (WantsStepping()) {
     mode_ = Mode::kStepping;
     step_over_ = false;
@@ -190,7 +190,7 @@ absl::StatusOr<Supervisor::Verdict> Supervisor::Arm(CpuState& st, bool& dirty, b
   std::array<uint64_t, 4> addrs{};
   const int n = GuardAddresses(st, addrs);
   const bool on_guard = std::find(addrs.begin(), addrs.begin() + n, st.pc_linear()) != addrs.begin() + n;
-  if (at_boundary && on_guard) {
+  if (at_boundary && may_step_over && on_guard) {
     // KVM ignores RFLAGS.RF for its own breakpoints in emulated code: the
     // breakpoint would fire again at once. Step the one instruction with all
     // breakpoints off (and interrupts held back, so that it is this
@@ -317,7 +317,10 @@ absl::StatusOr<Supervisor::Verdict> Supervisor::OnOtherExit(bool interrupted) {
   if (step_over_ || (!HostFailsInvisibly() && !observer_ && mode_ == Mode::kFree)) return Verdict{};
   VBTS_ASSIGN_OR_RETURN(CpuState st, vcpu_.GetState());
   bool dirty = false;
-  VBTS_ASSIGN_OR_RETURN(Verdict v, Arm(st, dirty, /*at_boundary=*/interrupted, /*exception_pending=*/false));
+  // No step-over here: a guest that is about to execute a guarded
+  // instruction has not hit the breakpoint yet, and must (OnDebug handles it).
+  VBTS_ASSIGN_OR_RETURN(Verdict v, Arm(st, dirty, /*at_boundary=*/interrupted, /*exception_pending=*/false,
+                                       /*may_step_over=*/false));
   if (v.kind != Verdict::kResume) return v;
   if (dirty) VBTS_RETURN_IF_ERROR(vcpu_.SetState(st));
   return v;

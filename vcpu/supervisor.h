@@ -136,8 +136,11 @@ class Supervisor {
   // Chooses the mode and writes the guest debug controls for the next run.
   // `at_boundary`: the guest is at an instruction boundary and its state may
   // be written (not after an I/O or MMIO exit); `exception_pending`: the
-  // next run starts by delivering an exception vbts injected.
-  absl::StatusOr<Verdict> Arm(CpuState& st, bool& dirty, bool at_boundary, bool exception_pending);
+  // next run starts by delivering an exception vbts injected;
+  // `may_step_over`: the instruction at RIP was looked at, so a guard there
+  // is stepped over instead of being left to fire.
+  absl::StatusOr<Verdict> Arm(CpuState& st, bool& dirty, bool at_boundary, bool exception_pending,
+                              bool may_step_over = true);
   // Arms or disarms the TF trick for native 64-bit CPL3 code while stepping.
   absl::StatusOr<Verdict> PrepareStep(CpuState& st, bool& dirty);
   absl::Status SetDebug(uint32_t control, const std::array<uint64_t, 4>& dr, uint64_t dr7);
