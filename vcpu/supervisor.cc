@@ -315,6 +315,9 @@ absl::StatusOr<Supervisor::Verdict> Supervisor::OnOtherExit(bool interrupted) {
   // Nothing to re-evaluate on a host that needs no supervision and with no
   // observer; a step-over in flight ends at its own stop.
   if (step_over_ || (!HostFailsInvisibly() && !observer_ && mode_ == Mode::kFree)) return Verdict{};
+  // A TF-trick step is in flight (RFLAGS.TF is vbts's, not the guest's): its
+  // stop comes after the one native instruction; decide there.
+  if (tf_trick_handler_) return Verdict{};
   VBTS_ASSIGN_OR_RETURN(CpuState st, vcpu_.GetState());
   bool dirty = false;
   // No step-over here: a guest that is about to execute a guarded
