@@ -147,7 +147,8 @@ std::string FormatHostInfo(const vcpu::HostFacts& f, bool verbose) {
   Row(out, "far RET completion", Need(f.needs_far_ret_completion, "on KVM_EXIT_INTERNAL_ERROR"));
   Row(out, "HLT while stepping", Need(f.needs_hlt_emulation, "vbts halts the vCPU itself (KVM_SET_MP_STATE)"));
   Row(out, "native 64-bit user code",
-      f.native_user_needs_tf_trick ? "TF trick: TF + hw breakpoint on the guest's #DB handler"
+      f.native_user_needs_tf_trick ? "runs natively; when single-stepped: TF trick (TF + hw breakpoint on the guest's "
+                                     "#DB handler)"
                                    : "stepped by KVM like other code");
   Row(out, "resuming at a breakpoint",
       f.breakpoints_need_step_over ? "remove it, step once, re-insert (RF ignored)" : "RFLAGS.RF");
