@@ -44,14 +44,16 @@ void DeriveHostPolicy(HostFacts& f) {
   f.needs_int_completion_cpl3 = Misbehaves(f.int_pm32_cpl3);
   f.needs_iret_completion = Misbehaves(f.iret_pm32);
   f.needs_far_ret_completion = Misbehaves(f.far_ret_outer_pm32);
-  // Failures KVM reports (internal errors) can be completed on demand; a guest
-  // #UD for INT n or a silently rewritten CPUID can only be caught by
-  // stepping and decoding every instruction.
+  // Failures KVM reports (internal errors) are completed on demand; a guest
+  // #UD for INT n or a silently rewritten CPUID are invisible to the VMM: the
+  // Supervisor guards the free-running guest with breakpoints (on the #UD
+  // handler, on CPUID sites) or single-steps it.
   const bool invisible_int = f.int_pm32_cpl3.outcome == ProbeOutcome::kGuestUd ||
                              f.int_pm32_cpl3.outcome == ProbeOutcome::kGuestFault ||
                              f.int_pm32_cpl0.outcome == ProbeOutcome::kGuestUd ||
                              f.int_pm32_cpl0.outcome == ProbeOutcome::kGuestFault;
-  f.needs_supervised_stepping = invisible_int || f.needs_cpuid_completion;
+  f.needs_ud_guard = invisible_int;
+  f.needs_supervision = invisible_int || f.needs_cpuid_completion;
   f.native_user_needs_tf_trick = Misbehaves(f.step_lm64_cpl3);
   f.needs_hlt_emulation = f.hlt_step.outcome == ProbeOutcome::kDiffers;
   f.breakpoints_need_step_over = f.hw_bp_rf_pm32.outcome == ProbeOutcome::kDiffers;

@@ -94,7 +94,8 @@ struct HostFacts {
   bool needs_int_completion_cpl3 = false;   // INT n at CPL3 does not reach the gate
   bool needs_iret_completion = false;       // 32-bit IRET ends in an internal error
   bool needs_far_ret_completion = false;    // RETF to an outer CPL ends in an internal error
-  bool needs_supervised_stepping = false;   // some failure is invisible to the VMM: step and decode
+  bool needs_supervision = false;           // some failure is invisible to the VMM: guard (or step) the guest
+  bool needs_ud_guard = false;              // INT n becomes a guest fault: breakpoint on the #UD handler
   bool native_user_needs_tf_trick = false;  // lm64 CPL3 is not single-stepped by KVM
   bool needs_hlt_emulation = false;         // stepped HLT falls through: vbts parks the vCPU
   bool breakpoints_need_step_over = false;  // RF ignored: remove, step once, re-insert

@@ -19,6 +19,11 @@ class StepObserver {
   // need it).  Re-read by the supervisor at every stop and exit.
   virtual bool WantsEveryInstruction() const = 0;
 
+  // Called before AtBoundary: whether the guest was single-stepped into
+  // this boundary from the previous one the observer saw (false after a free
+  // run, whose stops are not consecutive instructions).
+  virtual void SetConsecutive(bool consecutive) { (void)consecutive; }
+
   // True when the observer has just raised an interrupt (a PMI) that the
   // host will deliver at this boundary: the supervisor must then let KVM run
   // (the interrupt comes before the instruction at RIP) instead of

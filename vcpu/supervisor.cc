@@ -1,68 +1,38 @@
-// supervisor.cc: stepping policy, on-demand completion, HLT under single-step,
-// and the TF trick for native 64-bit user code.
+// supervisor.cc: the supervision policy (free run with guards, or
+// single-stepping), on-demand completion, the #UD guard, CPUID guards, HLT
+// under single-step, and the TF trick for native 64-bit user code.
 #include "vcpu/supervisor.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_format.h"
-#include "pmu/paging.h"
 #include "pmu/status_macros.h"
-#include "vcpu/completer.h"
-#include "vcpu/decoder.h"
 #include "vcpu/descriptors.h"
+#include "vcpu/guards.h"
 
 namespace vbts::vcpu {
 namespace {
 
-constexpr uint8_t kVectorDb = 1;
-// DR7: L0 (bit 0), GE (bit 9, recommended), bit 10 reads as 1; RW0/LEN0 = 0: execute.
-constexpr uint64_t kDr7ExecBp0 = (1u << 0) | (1u << 9) | (1u << 10);
-constexpr uint64_t kDr6B0 = 1u << 0;
-// DR7.L3 (bit 6), RW3/LEN3 (bits 28-31) = 0: execute.
-constexpr uint64_t kDr7ExecBp3 = (1u << 6) | (1u << 9) | (1u << 10);
+constexpr int kDebugRegisters = 4;
+// DR7: Ln (bit 2n) enables breakpoint n; RWn/LENn = 0: execute, 1 byte.
+// GE (bit 9, recommended) and bit 10 (reads as 1).
+constexpr uint64_t kDr7Fixed = (1u << 9) | (1u << 10);
+constexpr uint64_t kDr7L3 = 1u << 6;  // DR3 enabled; RW3/LEN3 = 0: execute
 // A completed instruction may land on another that needs completion (an INT
 // whose handler starts with IRET); a guest cannot make vbts loop forever.
 constexpr int kMaxChainedCompletions = 64;
 
 bool IsHlt(const DecodedInsn& insn) { return insn.length == 1 && insn.bytes[0] == 0xF4; }
 
-// Reads `n` bytes at linear address `la` as the kernel would (implicit supervisor access).
-absl::StatusOr<uint64_t> ReadLinear64(const CpuState& st, PhysMemory& mem, uint64_t la) {
-  pmu::LinearMemory lin(mem, st.paging_regs());
-  uint8_t b[8];
-  pmu::Access acc;
-  acc.implicit = true;
-  VBTS_ASSIGN_OR_RETURN(pmu::AccessFault f, lin.Read(Gva(la), absl::MakeSpan(b), acc));
-  if (!f.ok()) return absl::FailedPreconditionError(absl::StrFormat("linear address 0x%x is not mapped", la));
-  uint64_t v;
-  std::memcpy(&v, b, 8);
-  return v;
+bool IsSoftwareInterrupt(const DecodedInsn& insn) {
+  return insn.kind == InsnKind::kIntN || insn.kind == InsnKind::kInt3 || insn.kind == InsnKind::kInto ||
+         insn.kind == InsnKind::kInt1;
 }
 
-// The code/stack segment a GDT selector names (for unwinding a #DB frame).
-absl::StatusOr<Segment> LoadGdtSegment(const CpuState& st, PhysMemory& mem, uint16_t sel) {
-  if (SelectorIsNull(sel) || SelectorTi(sel) || SelectorIndex(sel) * 8u + 7 > st.gdtr.limit)
-    return absl::FailedPreconditionError(absl::StrFormat("selector 0x%x is not in the GDT", sel));
-  Descriptor d;
-  VBTS_ASSIGN_OR_RETURN(d.lo, ReadLinear64(st, mem, st.gdtr.base + SelectorIndex(sel) * 8u));
-  return SegmentFromDescriptor(d, sel);
-}
-
-// Entry point of the 64-bit interrupt/trap gate for `vector` (SDM 6.14.1).
-absl::StatusOr<uint64_t> InterruptGateTarget(const CpuState& st, PhysMemory& mem, uint8_t vector) {
-  if (vector * 16u + 15 > st.idtr.limit)
-    return absl::FailedPreconditionError(absl::StrFormat("IDT limit 0x%x excludes vector %u", st.idtr.limit, vector));
-  VBTS_ASSIGN_OR_RETURN(uint64_t lo, ReadLinear64(st, mem, st.idtr.base + vector * 16u));
-  VBTS_ASSIGN_OR_RETURN(uint64_t hi, ReadLinear64(st, mem, st.idtr.base + vector * 16u + 8));
-  const unsigned type = (lo >> 40) & 0xF;
-  if (!((lo >> 47) & 1) || (type != 0xE && type != 0xF))
-    return absl::FailedPreconditionError(absl::StrFormat("vector %u is not a present interrupt/trap gate", vector));
-  return (lo & 0xFFFF) | ((lo >> 32) & 0xFFFF0000ull) | ((hi & 0xFFFFFFFFull) << 32);
-}
-
-// Instructions vbts performs itself while stepping a guest on a host that
-// needs supervision: each is one the host's emulator either fails on or gets
-// wrong without telling the VMM (docs/completion.md has the table).
+// Instructions vbts performs itself when it stops in front of one on a host
+// that needs supervision: each is one the host's emulator either fails on or
+// gets wrong without telling the VMM (docs/completion.md has the table).
 bool SupervisedCompletion(const DecodedInsn& insn) {
   switch (insn.kind) {
     case InsnKind::kCpuid:
@@ -86,6 +56,22 @@ bool NeedsMsrs(const DecodedInsn& insn) {
 
 }  // namespace
 
+const char* SupervisorModeName(Supervisor::Mode m) {
+  switch (m) {
+    case Supervisor::Mode::kFree: return "free run";
+    case Supervisor::Mode::kGuarded: return "free run with guards";
+    case Supervisor::Mode::kStepping: return "single-stepping";
+  }
+  return "?";
+}
+
+std::vector<uint64_t> FindCpuidSites(const uint8_t* code, size_t size, uint64_t base) {
+  std::vector<uint64_t> sites;
+  for (size_t i = 0; i + 1 < size; i++)
+    if (code[i] == 0x0F && code[i + 1] == 0xA2) sites.push_back(base + i);
+  return sites;
+}
+
 std::string ExceptionRecord::Describe() const {
   static const char* kNames[32] = {"#DE", "#DB", "NMI", "#BP", "#OF", "#BR", "#UD", "#NM", "#DF", "#MF(9)",
                                    "#TS", "#NP", "#SS", "#GP", "#PF", "#15", "#MF", "#AC", "#MC", "#XM",
@@ -95,238 +81,393 @@ std::string ExceptionRecord::Describe() const {
   return absl::StrFormat("%s at RIP 0x%x", name, rip);
 }
 
-Supervisor::Supervisor(KvmVcpu& vcpu, PhysMemory& mem, const pmu::CpuModel& model, const HostFacts& facts)
-    : vcpu_(vcpu), mem_(mem), model_(model), facts_(facts), stepping_(facts.needs_supervised_stepping) {}
-
-std::string Supervisor::Statistics() const {
-  return absl::StrFormat(
-      "supervisor: %s; %u steps (%u native user steps), %u instructions completed, %u internal errors, "
-      "%u faults injected, %u halts\n",
-      stepping_ ? "single-stepping (this host needs it)" : "not stepping", stats_.steps, stats_.user_steps,
-      stats_.completed, stats_.internal_errors, stats_.faults_injected, stats_.halts);
+Supervisor::Supervisor(KvmVcpu& vcpu, PhysMemory& mem, const pmu::CpuModel& model, const HostFacts& facts,
+                       SupervisorOptions options)
+    : vcpu_(vcpu), mem_(mem), model_(model), facts_(facts), options_(std::move(options)) {
+  if (!facts_.needs_supervision) return;
+  // Guards are KVM hardware breakpoints in code KVM emulates.
+  const bool breakpoints = (facts_.guest_debug_flags & KVM_GUESTDBG_USE_HW_BP) &&
+                           (facts_.hw_bp_rf_pm32.outcome == ProbeOutcome::kWorks ||
+                            facts_.hw_bp_rf_pm32.outcome == ProbeOutcome::kDiffers);
+  if (!breakpoints) {
+    stepping_reason_ = "this host's KVM hardware breakpoints do not work, so vbts cannot guard the guest";
+    return;
+  }
+  if (!facts_.needs_cpuid_completion) return;
+  if (options_.exact_cpuid) {
+    stepping_reason_ = "--exact-cpuid";
+    return;
+  }
+  std::vector<uint64_t> sites = options_.cpuid_sites;
+  std::sort(sites.begin(), sites.end());
+  sites.erase(std::unique(sites.begin(), sites.end()), sites.end());
+  const size_t free_registers = kDebugRegisters - (facts_.needs_ud_guard ? 1 : 0);
+  if (sites.size() > free_registers) {
+    stepping_reason_ = absl::StrFormat(
+        "the image has %u CPUID instructions, more than the %u debug registers left to guard them",
+        sites.size(), free_registers);
+    return;
+  }
+  cpuid_sites_ = std::move(sites);
 }
 
-absl::Status Supervisor::SetDebug(uint32_t control, uint64_t dr0, uint64_t dr7) {
-  const uint64_t dr3 = post_exit_bp_.value_or(0);
-  if (control == debug_control_ && dr0 == debug_dr0_ && dr7 == debug_dr7_ && dr3 == debug_dr3_)
-    return absl::OkStatus();
-  std::array<uint64_t, 8> dr = {dr0, 0, 0, dr3, 0, 0, 0, dr7};
-  uint32_t kvm_control = control;
-  if (post_exit_bp_ && (control & KVM_GUESTDBG_ENABLE)) {
-    dr[7] |= kDr7ExecBp3;
-    kvm_control |= KVM_GUESTDBG_USE_HW_BP;
-  }
-  VBTS_RETURN_IF_ERROR(vcpu_.SetGuestDebug(kvm_control, dr));
+std::string Supervisor::Statistics() const {
+  std::string s = absl::StrFormat("supervisor: %s", SupervisorModeName(mode_));
+  if (!stepping_reason_.empty()) absl::StrAppend(&s, " (", stepping_reason_, ")");
+  absl::StrAppendFormat(&s,
+                        "; %u steps (%u native user steps), %u guard stops (%u INT #UDs undone, %u #UDs passed, "
+                        "%u CPUIDs at guarded sites, %u step-overs), %u instructions completed, %u internal errors, "
+                        "%u faults injected, %u halts\n",
+                        stats_.steps, stats_.user_steps, stats_.guard_stops, stats_.ud_undone, stats_.ud_passed,
+                        stats_.cpuid_guarded, stats_.step_overs, stats_.completed, stats_.internal_errors,
+                        stats_.faults_injected, stats_.halts);
+  return s;
+}
+
+absl::Status Supervisor::SetDebug(uint32_t control, const std::array<uint64_t, 4>& dr, uint64_t dr7) {
+  if (control == debug_control_ && dr == debug_dr_ && dr7 == debug_dr7_) return absl::OkStatus();
+  std::array<uint64_t, 8> regs = {dr[0], dr[1], dr[2], dr[3], 0, 0, 0, dr7};
+  VBTS_RETURN_IF_ERROR(vcpu_.SetGuestDebug(control, regs));
   debug_control_ = control;
-  debug_dr0_ = dr0;
-  debug_dr3_ = dr3;
+  debug_dr_ = dr;
   debug_dr7_ = dr7;
   return absl::OkStatus();
 }
 
-absl::Status Supervisor::AfterDeviceExit() {
-  if (!ShouldStep()) return absl::OkStatus();
-  // Measured on this host: at a port-I/O exit of a stepped guest RIP is
-  // already past the IN/OUT, and on re-entry KVM runs the next instruction
-  // without a single-step stop, so it would escape supervision (a CPUID there
-  // would return the host's leaf 1) and tracing.  A hardware breakpoint on it
-  // stops the guest before it runs (breakpoints fire before the instruction
-  // in emulated code; native 64-bit ring-3 code does no port I/O).  Where
-  // RIP still points at the I/O instruction (VT-x/SVM), KVM's own step stop
-  // follows it and nothing is needed.
-  VBTS_ASSIGN_OR_RETURN(kvm_regs regs, vcpu_.GetRegs());
-  if (regs.rip == last_stop_rip_) return absl::OkStatus();
-  VBTS_ASSIGN_OR_RETURN(CpuState st, vcpu_.GetState());
-  post_exit_bp_ = st.pc_linear();
-  return SetDebug(debug_control_, debug_dr0_, debug_dr7_);
+bool Supervisor::CompleteAtStop(const DecodedInsn& insn) const {
+  return HostFailsInvisibly() && SupervisedCompletion(insn);
 }
 
-absl::Status Supervisor::Refresh() {
-  if (ShouldStep() && !(debug_control_ & KVM_GUESTDBG_SINGLESTEP))
-    return SetDebug(KVM_GUESTDBG_ENABLE | KVM_GUESTDBG_SINGLESTEP, 0, 0);
-  return absl::OkStatus();
+bool Supervisor::WantsStepping() const { return ObserverWantsSteps() || !stepping_reason_.empty(); }
+
+int Supervisor::GuardAddresses(const CpuState& st, std::array<uint64_t, 4>& addrs) {
+  int n = 0;
+  ud_entry_.reset();
+  if (facts_.needs_ud_guard) {
+    // Recomputed at every stop and exit: the guest may have changed IDTR or
+    // IDT[6] since (docs/completion.md says what that leaves open).
+    absl::StatusOr<uint64_t> entry = HandlerEntry(st, mem_, kVecUd);
+    if (entry.ok()) {
+      ud_entry_ = *entry;
+      addrs[n++] = *entry;
+    }
+  }
+  for (uint64_t site : cpuid_sites_)
+    if (n < kDebugRegisters) addrs[n++] = site;
+  return n;
+}
+
+bool Supervisor::NextRunSteps(const CpuState& st) {
+  if (WantsStepping()) return true;
+  if (!HostFailsInvisibly()) return false;
+  std::array<uint64_t, 4> addrs{};
+  const int n = GuardAddresses(st, addrs);
+  return std::find(addrs.begin(), addrs.begin() + n, st.pc_linear()) != addrs.begin() + n;
+}
+
+absl::StatusOr<Supervisor::Verdict> Supervisor::Arm(CpuState& st, bool& dirty, bool at_boundary,
+                                                    bool exception_pending, bool may_step_over) {
+  if (WantsStepping()) {
+    mode_ = Mode::kStepping;
+    step_over_ = false;
+    ud_entry_.reset();
+    if (exception_pending || !at_boundary) {
+      // The next stop is in an exception handler (ring 0), or the state may
+      // not be written now: plain single-step; the TF trick waits.
+      tf_trick_handler_.reset();
+      VBTS_RETURN_IF_ERROR(SetDebug(KVM_GUESTDBG_ENABLE | KVM_GUESTDBG_SINGLESTEP, {}, 0));
+      return Verdict{};
+    }
+    return PrepareStep(st, dirty);
+  }
+  tf_trick_handler_.reset();
+  if (!HostFailsInvisibly()) {
+    mode_ = Mode::kFree;
+    step_over_ = false;
+    VBTS_RETURN_IF_ERROR(SetDebug(0, {}, 0));
+    return Verdict{};
+  }
+  mode_ = Mode::kGuarded;
+  std::array<uint64_t, 4> addrs{};
+  const int n = GuardAddresses(st, addrs);
+  const bool on_guard = std::find(addrs.begin(), addrs.begin() + n, st.pc_linear()) != addrs.begin() + n;
+  if (at_boundary && may_step_over && on_guard) {
+    // KVM ignores RFLAGS.RF for its own breakpoints in emulated code: the
+    // breakpoint would fire again at once. Step the one instruction with all
+    // breakpoints off (and interrupts held back, so that it is this
+    // instruction that runs), then re-arm at that stop.
+    step_over_ = true;
+    stats_.step_overs++;
+    uint32_t control = KVM_GUESTDBG_ENABLE | KVM_GUESTDBG_SINGLESTEP;
+    if (facts_.guest_debug_flags & KVM_GUESTDBG_BLOCKIRQ) control |= KVM_GUESTDBG_BLOCKIRQ;
+    VBTS_RETURN_IF_ERROR(SetDebug(control, {}, 0));
+    return Verdict{};
+  }
+  step_over_ = false;
+  uint64_t dr7 = kDr7Fixed;
+  for (int i = 0; i < n; i++) dr7 |= 1ull << (2 * i);
+  VBTS_RETURN_IF_ERROR(n ? SetDebug(KVM_GUESTDBG_ENABLE | KVM_GUESTDBG_USE_HW_BP, addrs, dr7) : SetDebug(0, {}, 0));
+  return Verdict{};
 }
 
 absl::StatusOr<Supervisor::Verdict> Supervisor::Start() {
-  if (!ShouldStep()) return Verdict{};
-  VBTS_RETURN_IF_ERROR(SetDebug(KVM_GUESTDBG_ENABLE | KVM_GUESTDBG_SINGLESTEP, 0, 0));
   VBTS_ASSIGN_OR_RETURN(CpuState st, vcpu_.GetState());
-  last_stop_rip_ = st.rip;
-  bool dirty = false;
-  if (observer_) VBTS_RETURN_IF_ERROR(observer_->AtBoundary(st, dirty));
-  return Supervise(st, dirty);
+  return Boundary(st, /*dirty=*/false, /*reported=*/false);
 }
 
 absl::StatusOr<Supervisor::Verdict> Supervisor::OnDebug() {
-  stats_.steps++;
-  const kvm_debug_exit_arch& d = vcpu_.run()->debug.arch;
-  VBTS_ASSIGN_OR_RETURN(CpuState st, vcpu_.GetState());
-  bool dirty = false;
-  last_stop_rip_ = st.rip;
-  if (post_exit_bp_) {
-    // Whatever stopped the guest (the post-exit breakpoint, or a step), the
-    // instruction after the I/O is now under supervision again.
-    post_exit_bp_.reset();
-    VBTS_RETURN_IF_ERROR(SetDebug(debug_control_, debug_dr0_, debug_dr7_));
+  const bool stepped = mode_ == Mode::kStepping || step_over_;
+  if (stepped) {
+    stats_.steps++;
+  } else {
+    stats_.guard_stops++;
   }
-  if (tf_trick_handler_ && d.exception == kVectorDb && (d.dr6 & kDr6B0) && st.rip == *tf_trick_handler_) {
+  step_over_ = false;
+  reported_rip_.reset();
+  VBTS_ASSIGN_OR_RETURN(CpuState st, vcpu_.GetState());
+  last_stop_pc_ = st.pc_linear();
+  bool dirty = false;
+  if (mode_ == Mode::kStepping && tf_trick_handler_ && st.pc_linear() == *tf_trick_handler_) {
     // One native user instruction ran and its single-step #DB was delivered to
     // the guest's #DB handler, where vbts's breakpoint stopped it before the
-    // handler's first instruction. Unwind the 64-bit frame (RIP, CS, RFLAGS,
-    // RSP, SS; SDM 6.14.2) so the guest continues as if it had only stepped.
-    uint64_t frame[5];
-    bool ok = true;
-    for (int i = 0; i < 5 && ok; i++) {
-      absl::StatusOr<uint64_t> v = ReadLinear64(st, mem_, st.gpr[kRsp] + 8 * i);
-      if (v.ok()) frame[i] = *v; else ok = false;
-    }
-    if (ok && (frame[1] & 3) == 3 && !guest_tf_) {
-      absl::StatusOr<Segment> cs = LoadGdtSegment(st, mem_, static_cast<uint16_t>(frame[1]));
-      absl::StatusOr<Segment> ss = LoadGdtSegment(st, mem_, static_cast<uint16_t>(frame[4]));
-      if (cs.ok() && ss.ok()) {
-        st.rip = frame[0];
-        st.cs = *cs;
-        st.rflags = frame[2] & ~kRflagsTf;
-        st.gpr[kRsp] = frame[3];
-        st.ss = *ss;
-        stats_.user_steps++;
-        dirty = true;
-      }
-    }
-    if (!dirty) {
+    // handler's first instruction. Take the delivery back so that the guest
+    // continues as if it had only been stepped.
+    absl::StatusOr<CpuState> user = UndoDelivery(st, mem_);
+    if (user.ok() && user->cpl() == 3 && !guest_tf_) {
+      st = *user;
+      st.rflags &= ~kRflagsTf;
+      stats_.user_steps++;
+      dirty = true;
+    } else {
       // A #DB that is the guest's own (kernel-mode, or the guest had TF set):
       // let its handler run. Drop the breakpoint; stepping continues.
       tf_trick_handler_.reset();
-      VBTS_RETURN_IF_ERROR(SetDebug(KVM_GUESTDBG_ENABLE | KVM_GUESTDBG_SINGLESTEP, 0, 0));
+      VBTS_RETURN_IF_ERROR(SetDebug(KVM_GUESTDBG_ENABLE | KVM_GUESTDBG_SINGLESTEP, {}, 0));
     }
   }
-  if (observer_) VBTS_RETURN_IF_ERROR(observer_->AtBoundary(st, dirty));
-  return Supervise(st, dirty);
+  if (mode_ == Mode::kGuarded && ud_entry_ && st.pc_linear() == *ud_entry_) {
+    VBTS_RETURN_IF_ERROR(UdGuard(st, dirty));
+  }
+  return Boundary(st, dirty, /*reported=*/false);
+}
+
+absl::Status Supervisor::UdGuard(CpuState& st, bool& dirty) {
+  // The guest is at its #UD handler's first instruction. If the frame says
+  // the #UD came from an INT n/INT3/INTO/INT1, it is the host's: no processor
+  // raises #UD for those (INTO in 64-bit mode and LOCK INT do not decode as
+  // such), so take the delivery back; Boundary() then completes the INT.
+  absl::StatusOr<CpuState> before = UndoDelivery(st, mem_);
+  if (before.ok()) {
+    absl::StatusOr<DecodedInsn> insn = DecodeCurrent(*before, mem_);
+    if (insn.ok() && IsSoftwareInterrupt(*insn) && !insn->lock) {
+      st = *before;
+      dirty = true;
+      stats_.ud_undone++;
+      return absl::OkStatus();
+    }
+  }
+  stats_.ud_passed++;  // a genuine #UD (or a jump to the handler): the guest's handler runs
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Supervisor::Verdict> Supervisor::OnInternalError() {
   stats_.internal_errors++;
   const kvm_run* run = vcpu_.run();
   VBTS_ASSIGN_OR_RETURN(CpuState st, vcpu_.GetState());
+  const bool reported = reported_rip_ && *reported_rip_ == st.pc_linear();
+  reported_rip_.reset();
+  step_over_ = false;
   if (run->internal.suberror != KVM_INTERNAL_ERROR_EMULATION) {
     return Verdict{Verdict::kUnsupported,
                    absl::StrFormat("KVM internal error (suberror %u) at %s", run->internal.suberror, st.Describe())};
   }
   bool dirty = false;
-  if (observer_) VBTS_RETURN_IF_ERROR(observer_->AtBoundary(st, dirty));
-  VBTS_ASSIGN_OR_RETURN(std::optional<Verdict> v, CompleteAt(st, dirty, /*must=*/true));
-  if (v) return *v;
-  return Supervise(st, dirty);
-}
-
-absl::StatusOr<std::optional<Supervisor::Verdict>> Supervisor::CompleteAt(CpuState& st, bool& dirty, bool must) {
+  if (observer_ && !reported) {
+    const uint64_t pc = st.pc_linear();
+    observer_->SetConsecutive(mode_ == Mode::kStepping);
+    VBTS_RETURN_IF_ERROR(observer_->AtBoundary(st, dirty));
+    // The observer moved the guest (delivered a trap): the failed
+    // instruction is no longer next.
+    if (st.pc_linear() != pc) return Boundary(st, dirty, /*reported=*/true);
+  }
   absl::StatusOr<DecodedInsn> insn = DecodeCurrent(st, mem_);
   if (!insn.ok()) {
-    if (!must) return std::optional<Verdict>();  // KVM itself will fault on the fetch
-    return std::optional<Verdict>(Verdict{
-        Verdict::kUnsupported, absl::StrFormat("KVM could not execute the instruction at %s, and vbts cannot "
-                                               "decode it: %s",
-                                               st.Describe(), insn.status().message())});
+    return Verdict{Verdict::kUnsupported,
+                   absl::StrFormat("KVM could not execute the instruction at %s, and vbts cannot decode it: %s",
+                                   st.Describe(), insn.status().message())};
   }
-  if (!must && !SupervisedCompletion(*insn)) return std::optional<Verdict>();
-  if (NeedsMsrs(*insn)) VBTS_RETURN_IF_ERROR(vcpu_.ReadSystemMsrs(&st));
+  VBTS_ASSIGN_OR_RETURN(Outcome o, Perform(st, dirty, *insn, /*must=*/true));
+  switch (o.kind) {
+    case Outcome::kStop:
+    case Outcome::kNotMine:
+      return Verdict{Verdict::kUnsupported, o.message};
+    case Outcome::kFault: {
+      VBTS_ASSIGN_OR_RETURN(Verdict v, Arm(st, dirty, /*at_boundary=*/true, /*exception_pending=*/true));
+      if (v.kind != Verdict::kResume) return v;
+      VBTS_RETURN_IF_ERROR(InjectFault(st, dirty, o.fault));
+      return Verdict{};
+    }
+    case Outcome::kRetired:
+      break;
+  }
+  return Boundary(st, dirty, /*reported=*/false);
+}
+
+absl::StatusOr<Supervisor::Verdict> Supervisor::OnOtherExit(bool interrupted) {
+  reported_rip_.reset();
+  // Nothing to re-evaluate on a host that needs no supervision and with no
+  // observer; a step-over in flight ends at its own stop.
+  if (step_over_ || (!HostFailsInvisibly() && !observer_ && mode_ == Mode::kFree)) return Verdict{};
+  // A TF-trick step is in flight (RFLAGS.TF is vbts's, not the guest's): its
+  // stop comes after the one native instruction; decide there.
+  if (tf_trick_handler_) return Verdict{};
+  VBTS_ASSIGN_OR_RETURN(CpuState st, vcpu_.GetState());
+  bool dirty = false;
+  // No step-over here: a guest that is about to execute a guarded
+  // instruction has not hit the breakpoint yet, and must (OnDebug handles it).
+  VBTS_ASSIGN_OR_RETURN(Verdict v, Arm(st, dirty, /*at_boundary=*/interrupted, /*exception_pending=*/false,
+                                       /*may_step_over=*/false));
+  if (v.kind != Verdict::kResume) return v;
+  if (dirty) VBTS_RETURN_IF_ERROR(vcpu_.SetState(st));
+  if (mode_ == Mode::kStepping && !tf_trick_handler_ && st.pc_linear() != last_stop_pc_) {
+    // Measured on this host: at a port-I/O exit of a stepped guest RIP is
+    // already past the IN/OUT, and on re-entry KVM runs the next instruction
+    // without a single-step stop, so it would escape supervision and the
+    // tracer. A breakpoint (DR3) on it stops the guest before it runs
+    // (breakpoints fire before the instruction in emulated code; native
+    // 64-bit ring-3 code does no port I/O). Where RIP has not moved
+    // (VT-x/SVM, MSR exits) KVM's own step stop follows and nothing is done.
+    // The next stop re-arms (Boundary -> Arm), which removes it; a kick of
+    // the timer before the guest ran again arms it anew (RIP still moved).
+    VBTS_RETURN_IF_ERROR(SetDebug(debug_control_ | KVM_GUESTDBG_USE_HW_BP, {0, 0, 0, st.pc_linear()},
+                                  debug_dr7_ | kDr7Fixed | kDr7L3));
+    stats_.post_io_breakpoints++;
+  }
+  return v;
+}
+
+absl::StatusOr<Supervisor::Outcome> Supervisor::Perform(CpuState& st, bool& dirty, const DecodedInsn& insn,
+                                                        bool must) {
+  if (NeedsMsrs(insn)) VBTS_RETURN_IF_ERROR(vcpu_.ReadSystemMsrs(&st));
   CpuidFn cpuid = [this](uint32_t leaf, uint32_t subleaf) {
     pmu::CpuidResult r = model_.Cpuid(leaf, subleaf, 0);
     return CpuidResult{r.eax, r.ebx, r.ecx, r.edx};
   };
   const CpuState before = st;
-  absl::StatusOr<Completion> c = Complete(st, mem_, *insn, cpuid);
+  absl::StatusOr<Completion> c = Complete(st, mem_, insn, cpuid);
   if (!c.ok()) {
-    return std::optional<Verdict>(Verdict{
-        Verdict::kUnsupported, absl::StrFormat("`%s` at %s: %s", insn->mnemonic, st.Describe(), c.status().message())});
+    return Outcome{Outcome::kStop, {},
+                   absl::StrFormat("`%s` at %s: %s", insn.mnemonic, before.Describe(), c.status().message())};
   }
   switch (c->result) {
     case Completion::Result::kRetired:
       stats_.completed++;
+      if (insn.kind == InsnKind::kCpuid && mode_ == Mode::kGuarded) stats_.cpuid_guarded++;
       dirty = true;
       if (observer_) VBTS_RETURN_IF_ERROR(observer_->Retired(before, c->transfer, st, dirty));
-      return std::optional<Verdict>();
-    case Completion::Result::kFault: {
-      if (dirty) {
-        VBTS_RETURN_IF_ERROR(vcpu_.SetState(st));
-        dirty = false;
-      }
-      if (c->fault.vector == 14) {  // #PF reports its linear address in CR2 (SDM 4.7)
-        st.cr2 = c->fault.cr2;
-        VBTS_RETURN_IF_ERROR(vcpu_.SetState(st));
-      }
-      VBTS_RETURN_IF_ERROR(vcpu_.InjectException(c->fault.vector, c->fault.error_code));
-      stats_.faults_injected++;
-      last_exception_ = ExceptionRecord{c->fault.vector, c->fault.error_code, st.rip};
-      return std::optional<Verdict>(Verdict{});
-    }
+      return Outcome{Outcome::kRetired};
+    case Completion::Result::kFault:
+      return Outcome{Outcome::kFault, c->fault};
     case Completion::Result::kNotMine:
-      if (!must) return std::optional<Verdict>();
-      return std::optional<Verdict>(Verdict{
-          Verdict::kUnsupported,
-          absl::StrFormat("this host's KVM cannot execute `%s` at %s, and vbts does not complete it", insn->mnemonic,
-                          st.Describe())});
+      break;
   }
-  return std::optional<Verdict>();
+  if (!must) return Outcome{};
+  return Outcome{Outcome::kStop, {},
+                 absl::StrFormat("this host's KVM cannot execute `%s` at %s, and vbts does not complete it",
+                                 insn.mnemonic, st.Describe())};
 }
 
-absl::StatusOr<Supervisor::Verdict> Supervisor::Supervise(CpuState& st, bool dirty) {
-  if (ShouldStep()) {
-    for (int i = 0; i < kMaxChainedCompletions; i++) {
-      // An interrupt vbts raised comes before the instruction at RIP: let KVM
-      // deliver it instead of performing that instruction.
-      if (observer_ && observer_->EventPending()) break;
-      absl::StatusOr<DecodedInsn> insn = DecodeCurrent(st, mem_);
-      if (insn.ok() && IsHlt(*insn)) {
-        // kvm-host-facts: under single-step KVM runs straight past HLT. Do what
-        // HLT does: advance RIP, leave no interrupt shadow, and halt the vCPU
-        // in the kernel until an interrupt wakes it (or report IF=0 for good).
-        if (!(st.rflags & kRflagsIf)) return Verdict{Verdict::kHaltedIfClear, ""};
-        const CpuState before = st;
-        st.rip += insn->length;
-        st.interrupt_shadow = false;
-        if (observer_) {
-          ControlTransfer none;
-          none.from = before.pc_linear();
-          none.to = st.pc_linear();
-          none.old_cpl = none.new_cpl = st.cpl();
-          VBTS_RETURN_IF_ERROR(observer_->Retired(before, none, st, dirty));
-        }
-        VBTS_RETURN_IF_ERROR(vcpu_.SetState(st));
-        VBTS_RETURN_IF_ERROR(vcpu_.SetMpState(KVM_MP_STATE_HALTED));
-        stats_.halts++;
-        return Verdict{};
-      }
-      uint64_t before = stats_.completed;
-      VBTS_ASSIGN_OR_RETURN(std::optional<Verdict> v, CompleteAt(st, dirty, /*must=*/false));
-      if (v) return *v;
-      if (stats_.completed == before) break;
-    }
-    VBTS_ASSIGN_OR_RETURN(Verdict v, PrepareStep(st, dirty));
-    if (v.kind != Verdict::kResume) return v;
-  } else if (debug_control_ != 0) {
-    VBTS_RETURN_IF_ERROR(SetDebug(0, 0, 0));  // tracing ended on a host that needs no stepping
+absl::Status Supervisor::InjectFault(CpuState& st, bool& dirty, const GuestFault& fault) {
+  if (fault.vector == kVecPf) {  // #PF reports its linear address in CR2 (SDM 4.7)
+    st.cr2 = fault.cr2;
+    dirty = true;
   }
   if (dirty) VBTS_RETURN_IF_ERROR(vcpu_.SetState(st));
-  return Verdict{};
+  dirty = false;
+  VBTS_RETURN_IF_ERROR(vcpu_.InjectException(fault.vector, fault.error_code));
+  stats_.faults_injected++;
+  last_exception_ = ExceptionRecord{fault.vector, fault.error_code, st.rip};
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Supervisor::Verdict> Supervisor::Boundary(CpuState& st, bool dirty, bool reported) {
+  bool st_reported = reported;
+  for (int i = 0; i < kMaxChainedCompletions; i++) {
+    if (observer_ && !st_reported) {
+      observer_->SetConsecutive(mode_ == Mode::kStepping || i > 0);
+      VBTS_RETURN_IF_ERROR(observer_->AtBoundary(st, dirty));
+    }
+    st_reported = true;
+    // An interrupt or trap the observer raised comes before the instruction
+    // at RIP: let KVM deliver it instead of performing that instruction.
+    if (observer_ && observer_->EventPending()) break;
+    if (!HostFailsInvisibly() && !WantsStepping()) break;  // plain KVM: nothing to look at
+    absl::StatusOr<DecodedInsn> insn = DecodeCurrent(st, mem_);
+    if (!insn.ok()) break;  // KVM itself will fault on the fetch
+    if (IsHlt(*insn) && NextRunSteps(st)) {
+      // kvm-host-facts: under single-step KVM runs straight past HLT. Do what
+      // HLT does: advance RIP, leave no interrupt shadow, and halt the vCPU
+      // in the kernel until an interrupt wakes it (or report IF=0 for good).
+      if (!(st.rflags & kRflagsIf)) {
+        if (dirty) VBTS_RETURN_IF_ERROR(vcpu_.SetState(st));
+        return Verdict{Verdict::kHaltedIfClear, ""};
+      }
+      const CpuState before = st;
+      st.rip += insn->length;
+      st.interrupt_shadow = false;
+      dirty = true;
+      stats_.halts++;
+      if (observer_) {
+        ControlTransfer t;
+        t.from = before.pc_linear();
+        t.to = st.pc_linear();
+        t.old_cpl = t.new_cpl = before.cpl();
+        VBTS_RETURN_IF_ERROR(observer_->Retired(before, t, st, dirty));
+      }
+      VBTS_ASSIGN_OR_RETURN(Verdict v, Arm(st, dirty, /*at_boundary=*/true, /*exception_pending=*/false));
+      if (v.kind != Verdict::kResume) return v;
+      if (dirty) VBTS_RETURN_IF_ERROR(vcpu_.SetState(st));
+      VBTS_RETURN_IF_ERROR(vcpu_.SetMpState(KVM_MP_STATE_HALTED));
+      return Verdict{};
+    }
+    if (!CompleteAtStop(*insn)) break;
+    VBTS_ASSIGN_OR_RETURN(Outcome o, Perform(st, dirty, *insn, /*must=*/false));
+    if (o.kind == Outcome::kStop) {
+      if (dirty) VBTS_RETURN_IF_ERROR(vcpu_.SetState(st));
+      return Verdict{Verdict::kUnsupported, o.message};
+    }
+    if (o.kind == Outcome::kFault) {
+      VBTS_ASSIGN_OR_RETURN(Verdict v, Arm(st, dirty, /*at_boundary=*/true, /*exception_pending=*/true));
+      if (v.kind != Verdict::kResume) return v;
+      VBTS_RETURN_IF_ERROR(InjectFault(st, dirty, o.fault));
+      return Verdict{};
+    }
+    if (o.kind == Outcome::kNotMine) break;
+    st_reported = false;  // retired: the guest is at a new boundary
+  }
+  VBTS_ASSIGN_OR_RETURN(Verdict v, Arm(st, dirty, /*at_boundary=*/true, /*exception_pending=*/false));
+  if (v.kind != Verdict::kResume) return v;
+  if (dirty) VBTS_RETURN_IF_ERROR(vcpu_.SetState(st));
+  if (st_reported && (mode_ == Mode::kStepping || step_over_)) reported_rip_ = st.pc_linear();
+  return v;
 }
 
 absl::StatusOr<Supervisor::Verdict> Supervisor::PrepareStep(CpuState& st, bool& dirty) {
   const bool native_user = st.mode() == CpuMode::kLong64 && st.cpl() == 3 && facts_.native_user_needs_tf_trick;
   if (!native_user) {
     tf_trick_handler_.reset();
-    VBTS_RETURN_IF_ERROR(SetDebug(KVM_GUESTDBG_ENABLE | KVM_GUESTDBG_SINGLESTEP, 0, 0));
+    VBTS_RETURN_IF_ERROR(SetDebug(KVM_GUESTDBG_ENABLE | KVM_GUESTDBG_SINGLESTEP, {}, 0));
     return Verdict{};
   }
   // kvm-host-facts (a): KVM does not intercept single-step traps of native
   // 64-bit CPL3 code, so the guest's own #DB handler receives them. vbts sets
   // TF and puts a hardware breakpoint on that handler's entry (which runs
-  // emulated, where breakpoints fire before the instruction), then unwinds
-  // the frame in OnDebug.
-  absl::StatusOr<uint64_t> handler = InterruptGateTarget(st, mem_, kVectorDb);
+  // emulated, where breakpoints fire before the instruction), then takes the
+  // delivery back in OnDebug.
+  absl::StatusOr<uint64_t> handler = HandlerEntry(st, mem_, kVecDb);
   if (!handler.ok()) {
     return Verdict{Verdict::kUnsupported,
-                   absl::StrFormat("cannot supervise 64-bit ring-3 code at %s on this host: vbts steps it through "
+                   absl::StrFormat("cannot single-step 64-bit ring-3 code at %s on this host: vbts steps it through "
                                    "the guest's #DB gate, which is unusable (%s)",
                                    st.Describe(), handler.status().message())};
   }
@@ -336,8 +477,8 @@ absl::StatusOr<Supervisor::Verdict> Supervisor::PrepareStep(CpuState& st, bool& 
     dirty = true;
   }
   tf_trick_handler_ = *handler;
-  VBTS_RETURN_IF_ERROR(SetDebug(KVM_GUESTDBG_ENABLE | KVM_GUESTDBG_SINGLESTEP | KVM_GUESTDBG_USE_HW_BP, *handler,
-                                kDr7ExecBp0));
+  VBTS_RETURN_IF_ERROR(SetDebug(KVM_GUESTDBG_ENABLE | KVM_GUESTDBG_SINGLESTEP | KVM_GUESTDBG_USE_HW_BP,
+                                {*handler, 0, 0, 0}, kDr7Fixed | 1));
   return Verdict{};
 }
 

@@ -1,22 +1,35 @@
 // supervisor.h: makes guests behave architecturally on hosts whose KVM cannot
-// run some instructions (see docs/completion.md and vbts info). Where the host
-// hides such failures from the VMM (a guest #UD for INT n at CPL3, CPUID leaf 1
-// rewritten), the supervisor single-steps the guest, decodes the instruction
-// at each stop and performs the ones the host cannot run with the completion
-// engine (vcpu/completer.h); where KVM reports them (KVM_EXIT_INTERNAL_ERROR)
-// it completes them on demand. On hosts that need none of this (VT-x/SVM) it
-// never steps: the guest runs at plain KVM speed.
+// run some instructions (docs/completion.md, "Supervision", and vbts info).
+//
+// Failures KVM reports (KVM_EXIT_INTERNAL_ERROR) are completed on demand
+// with the completion engine (vcpu/completer.h).  Failures the host hides
+// from the VMM (this PVM host: INT n/INT3/INTO in ring 3 become a guest #UD;
+// CPUID leaf 1 is rewritten) are caught while the guest runs free, with KVM
+// hardware execution breakpoints ("guards"):
+//  - the #UD guard sits on the entry of the guest's #UD handler; when it
+//    fires for an INT n/INT3/INTO, the supervisor takes the #UD delivery back
+//    and completes the INT instead;
+//  - CPUID guards sit on the CPUID instructions of the loaded image (at most
+//    the debug registers left over; with more sites, or with exact_cpuid, the
+//    supervisor single-steps the whole guest and answers every CPUID).
+// The supervisor single-steps every instruction while its StepObserver (the
+// branch-tracing engine) asks for it.  On hosts that need none of this
+// (VT-x/SVM) nothing is armed and nothing is stepped.
 #ifndef VBTS_VCPU_SUPERVISOR_H_
 #define VBTS_VCPU_SUPERVISOR_H_
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "pmu/cpu_model.h"
 #include "pmu/phys_memory.h"
+#include "vcpu/completer.h"
 #include "vcpu/cpu_state.h"
+#include "vcpu/decoder.h"
 #include "vcpu/host_facts.h"
 #include "vcpu/kvm_vcpu.h"
 #include "vcpu/step_observer.h"
@@ -31,13 +44,29 @@ struct ExceptionRecord {
   std::string Describe() const;  // "#GP(0x202) at RIP 0x101234"
 };
 
+struct SupervisorOptions {
+  // Single-step the whole guest on hosts that rewrite CPUID, so that every
+  // CPUID (also in native 64-bit ring 3 and outside the image) answers from
+  // the CPU model (`vbts run --exact-cpuid`).
+  bool exact_cpuid = false;
+  // Linear addresses of the CPUID instructions in the loaded image (found by
+  // vmm/ with FindCpuidSites); guarded while the guest runs free.
+  std::vector<uint64_t> cpuid_sites;
+};
+
 struct SupervisorStats {
-  uint64_t steps = 0;          // single-step stops handled
+  uint64_t steps = 0;          // single-step stops handled (whole-guest stepping and step-overs)
   uint64_t user_steps = 0;     // native 64-bit CPL3 instructions stepped with the TF trick
   uint64_t completed = 0;      // instructions completed by vbts
   uint64_t internal_errors = 0;
   uint64_t faults_injected = 0;
   uint64_t halts = 0;          // HLTs performed for the stepped guest
+  uint64_t guard_stops = 0;    // free-run stops at a guard (breakpoint hits)
+  uint64_t ud_undone = 0;      // host #UDs for INT n/INT3/INTO taken back and completed
+  uint64_t ud_passed = 0;      // #UDs left to the guest's handler (genuine)
+  uint64_t cpuid_guarded = 0;  // CPUIDs answered at a guarded site
+  uint64_t step_overs = 0;     // single steps past a guard the guest's instruction sat on
+  uint64_t post_io_breakpoints = 0;  // breakpoints after a device exit while stepping (docs/tracing.md)
 };
 
 class Supervisor {
@@ -46,58 +75,109 @@ class Supervisor {
     enum Kind { kResume, kHaltedIfClear, kUnsupported } kind = kResume;
     std::string message;  // for kUnsupported: what, where
   };
+  // How the guest runs until the next stop.
+  enum class Mode {
+    kFree,      // plain KVM, nothing armed (VT-x/SVM hosts)
+    kGuarded,   // free run with the guards armed
+    kStepping,  // every instruction single-stepped (observer, --exact-cpuid, too many CPUID sites)
+  };
 
-  Supervisor(KvmVcpu& vcpu, PhysMemory& mem, const pmu::CpuModel& model, const HostFacts& facts);
+  Supervisor(KvmVcpu& vcpu, PhysMemory& mem, const pmu::CpuModel& model, const HostFacts& facts,
+             SupervisorOptions options = {});
 
-  // Whether this host makes vbts single-step guests (HostFacts decides).
-  bool stepping() const { return stepping_; }
-  // The tracing engine; it is told about every instruction boundary while it
-  // wants them, and the guest is single-stepped while it does.
+  // The branch-tracing engine; nullptr for none.  Consulted at every stop and exit.
   void SetObserver(StepObserver* observer) { observer_ = observer; }
-  // Call after vbts changed guest-visible state outside a stop (an MSR write
-  // that may have turned tracing on): starts stepping if now needed.
-  absl::Status Refresh();
-  // Call after handling a port-I/O or MMIO exit, before resuming.
-  absl::Status AfterDeviceExit();
-  // Call once the boot state is set, before the first KVM_RUN: checks the
-  // first instruction and turns on single-stepping where needed.
+
+  Mode mode() const { return mode_; }
+  // Why the whole guest is stepped without an observer asking for it ("" if it is not).
+  const std::string& stepping_reason() const { return stepping_reason_; }
+  // The CPUID sites that get a breakpoint (empty when the guest is stepped).
+  const std::vector<uint64_t>& guarded_cpuid_sites() const { return cpuid_sites_; }
+
+  // Call once the boot state is set, before the first KVM_RUN.
   absl::StatusOr<Verdict> Start();
-  // KVM_EXIT_DEBUG (a single-step stop or vbts's own breakpoint).
+  // KVM_EXIT_DEBUG: a single-step stop or one of vbts's breakpoints.
   absl::StatusOr<Verdict> OnDebug();
   // KVM_EXIT_INTERNAL_ERROR: the host's instruction emulator gave up.
   absl::StatusOr<Verdict> OnInternalError();
+  // Every other exit, after the machine handled it (I/O, MMIO, ...), and a
+  // KVM_RUN interrupted by the kick timer (`interrupted`).  Re-evaluates the
+  // mode and re-arms the guards (the guest may have changed its IDT).  After
+  // an I/O or MMIO exit the instruction is still pending in KVM, so nothing
+  // is completed and no register is written here.
+  absl::StatusOr<Verdict> OnOtherExit(bool interrupted);
 
   const std::optional<ExceptionRecord>& last_exception() const { return last_exception_; }
   const SupervisorStats& stats() const { return stats_; }
   std::string Statistics() const;
 
  private:
-  // At an instruction boundary: completes every instruction at RIP that the
-  // host cannot run (looping, as a completed INT lands on a handler whose
-  // first instruction may need it too), then prepares the next step.
-  absl::StatusOr<Verdict> Supervise(CpuState& st, bool dirty);
-  // Arms or disarms the TF trick for native 64-bit CPL3 code and writes the
-  // guest debug controls when they change.
-  absl::StatusOr<Verdict> PrepareStep(CpuState& st, bool& dirty);
-  absl::Status SetDebug(uint32_t control, uint64_t dr0, uint64_t dr7);
-  // Decodes the instruction at RIP and completes it if the policy says so
-  // (`must`: on an internal error, where anything not completed ends the run).
-  // Returns a verdict only when the run must stop or a fault was injected.
-  absl::StatusOr<std::optional<Verdict>> CompleteAt(CpuState& st, bool& dirty, bool must);
+  // Result of trying to complete one instruction.
+  struct Outcome {
+    enum Kind { kNotMine, kRetired, kFault, kStop } kind = kNotMine;
+    GuestFault fault;     // kFault
+    std::string message;  // kStop
+  };
 
-  bool ShouldStep() const { return stepping_ || (observer_ && observer_->WantsEveryInstruction()); }
+  // At an instruction boundary the supervisor stopped at: reports it to the
+  // observer (unless `reported`), completes every instruction at RIP that the
+  // host cannot run (looping: a completed INT lands on a handler whose first
+  // instruction may need it too), emulates a HLT that is about to be
+  // stepped, then arms the next run.
+  absl::StatusOr<Verdict> Boundary(CpuState& st, bool dirty, bool reported);
+  // The #UD guard fired: if the #UD is the host's answer to an INT n/INT3/
+  // INTO, takes the delivery back (st is then at the INT, which Boundary()
+  // completes); otherwise leaves `st` at the handler.
+  absl::Status UdGuard(CpuState& st, bool& dirty);
+  // Completes `insn` at `st` (must: on an internal error, where anything not
+  // completed is unsupported).  Tells the observer about a retirement.
+  absl::StatusOr<Outcome> Perform(CpuState& st, bool& dirty, const DecodedInsn& insn, bool must);
+  // Writes the state and injects the fault of a completed instruction.
+  absl::Status InjectFault(CpuState& st, bool& dirty, const GuestFault& fault);
+  // Chooses the mode and writes the guest debug controls for the next run.
+  // `at_boundary`: the guest is at an instruction boundary and its state may
+  // be written (not after an I/O or MMIO exit); `exception_pending`: the
+  // next run starts by delivering an exception vbts injected;
+  // `may_step_over`: the instruction at RIP was looked at, so a guard there
+  // is stepped over instead of being left to fire.
+  absl::StatusOr<Verdict> Arm(CpuState& st, bool& dirty, bool at_boundary, bool exception_pending,
+                              bool may_step_over = true);
+  // Arms or disarms the TF trick for native 64-bit CPL3 code while stepping.
+  absl::StatusOr<Verdict> PrepareStep(CpuState& st, bool& dirty);
+  absl::Status SetDebug(uint32_t control, const std::array<uint64_t, 4>& dr, uint64_t dr7);
+  // The addresses the guards sit on for `st` (the #UD handler entry first,
+  // then the CPUID sites); sets ud_entry_.  Returns how many.
+  int GuardAddresses(const CpuState& st, std::array<uint64_t, 4>& addrs);
+  // Whether the next run from `st` single-steps (stepping, or a step-over).
+  bool NextRunSteps(const CpuState& st);
+  bool WantsStepping() const;
+  bool ObserverWantsSteps() const { return observer_ && observer_->WantsEveryInstruction(); }
+  bool HostFailsInvisibly() const { return facts_.needs_supervision; }
+  // The instructions this host gets wrong without telling the VMM, which
+  // vbts completes whenever it stops in front of one.
+  bool CompleteAtStop(const DecodedInsn& insn) const;
 
   KvmVcpu& vcpu_;
-  StepObserver* observer_ = nullptr;
   PhysMemory& mem_;
   const pmu::CpuModel& model_;
   HostFacts facts_;
-  bool stepping_ = false;
+  SupervisorOptions options_;
+  StepObserver* observer_ = nullptr;
+  std::vector<uint64_t> cpuid_sites_;  // armed in kGuarded mode
+  std::string stepping_reason_;        // non-empty: step the whole guest
+  Mode mode_ = Mode::kFree;
+  // Guest debug controls as last written.
   uint32_t debug_control_ = 0;
-  uint64_t debug_dr0_ = 0, debug_dr3_ = 0, debug_dr7_ = 0;
-  // DR3 breakpoint on the instruction after a device exit (AfterDeviceExit).
-  std::optional<uint64_t> post_exit_bp_;
-  uint64_t last_stop_rip_ = ~0ull;  // RIP at the last single-step stop
+  std::array<uint64_t, 4> debug_dr_{};
+  uint64_t debug_dr7_ = 0;
+  // kGuarded: the #UD handler entry the #UD guard sits on.
+  std::optional<uint64_t> ud_entry_;
+  // kGuarded: the next run single-steps one instruction that sits on a guard.
+  bool step_over_ = false;
+  // The boundary last reported to the observer, when the guest was resumed
+  // from it by single-stepping (an internal error there is the same boundary).
+  std::optional<uint64_t> reported_rip_;
+  uint64_t last_stop_pc_ = ~0ull;  // linear RIP at the last KVM_EXIT_DEBUG
   // TF trick state: the #DB handler entry vbts put its breakpoint on, and
   // whether the guest itself had TF set when vbts set it.
   std::optional<uint64_t> tf_trick_handler_;
@@ -105,6 +185,14 @@ class Supervisor {
   std::optional<ExceptionRecord> last_exception_;
   SupervisorStats stats_;
 };
+
+const char* SupervisorModeName(Supervisor::Mode m);
+
+// Linear addresses of the CPUID instructions (bytes 0F A2) in `code`, an
+// executable segment loaded at linear address `base`.  A match that is not an
+// instruction boundary costs a guard but can never fire: a breakpoint fires
+// only where an instruction starts, and if one starts there it is a CPUID.
+std::vector<uint64_t> FindCpuidSites(const uint8_t* code, size_t size, uint64_t base);
 
 }  // namespace vbts::vcpu
 

@@ -429,13 +429,20 @@ absl::Status Tracer::Resolve(const Boundary& p, const CpuState& st) {
 }
 
 absl::Status Tracer::AtBoundary(CpuState& st, bool& /*dirty*/) {
-  if (!WantsEveryInstruction() && !follow_all_) {
+  if (!consecutive_) prev_.reset();  // after a free run: nothing to explain
+  if (!WantsEveryInstruction() && !consecutive_) {
     prev_.reset();
     pmi_deliverable_ = false;
     return absl::OkStatus();
   }
   stats_.boundaries++;
-  if (prev_) {
+  const bool fresh = fresh_;
+  fresh_ = false;
+  if (fresh && prev_ && st.pc_linear() == prev_->lin && st.cs.selector == prev_->cs) {
+    // The boundary Retired() just reported (the supervisor performed the
+    // instruction before it and stops here again): nothing ran in between.
+    stats_.boundaries--;
+  } else if (prev_) {
     const Boundary& p = *prev_;
     // A REP string instruction stops at its own RIP until it retires.
     if (st.rip == p.rip && st.cs.selector == p.cs && p.decoded && p.insn.rep_string && !pmi_in_flight_) {
@@ -451,10 +458,7 @@ absl::Status Tracer::AtBoundary(CpuState& st, bool& /*dirty*/) {
 }
 
 absl::Status Tracer::Retired(const CpuState& before, const ControlTransfer& t, CpuState& after, bool& /*dirty*/) {
-  if (!WantsEveryInstruction() && !follow_all_) {
-    prev_.reset();
-    return absl::OkStatus();
-  }
+  if (!WantsEveryInstruction() && !consecutive_ && !prev_) return absl::OkStatus();
   pmu::Branch b;
   b.kind = KindOfCompleted(t.kind);
   b.from = before.pc_linear();
@@ -479,6 +483,7 @@ absl::Status Tracer::Retired(const CpuState& before, const ControlTransfer& t, C
   if (pmi_due_) VBTS_RETURN_IF_ERROR(RaisePmi());
   pmi_deliverable_ = pmi_in_flight_.has_value() && (after.rflags & kRflagsIf) && !after.interrupt_shadow;
   prev_ = Capture(after);
+  fresh_ = true;
   return absl::OkStatus();
 }
 

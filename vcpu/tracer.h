@@ -43,14 +43,14 @@ class Tracer : public StepObserver {
   Tracer(KvmVcpu& vcpu, PhysMemory& mem, pmu::VirtualPmu& pmu, std::function<absl::Status(uint8_t)> send_msi);
 
   bool WantsEveryInstruction() const override;
+  // While the supervisor steps every instruction anyway (--exact-cpuid, too
+  // many CPUID sites) the tracer follows every boundary, so that the guest's
+  // own TF keeps working with tracing off.
+  void SetConsecutive(bool consecutive) override { consecutive_ = consecutive; }
   bool EventPending() const override { return pmi_deliverable_ || db_in_flight_; }
   absl::Status AtBoundary(CpuState& st, bool& dirty) override;
   absl::Status Retired(const CpuState& before, const ControlTransfer& t, CpuState& after, bool& dirty) override;
 
-  // The supervisor steps every instruction anyway (this host without guards,
-  // --exact-cpuid): the tracer then follows every boundary, so that the
-  // guest's own TF keeps working even with tracing off.
-  void SetFollowAll(bool on) { follow_all_ = on; }
   // Every transfer the tracer reports, in order (for `vbts record`).
   void SetSink(std::function<void(const pmu::Branch&)> sink) { sink_ = std::move(sink); }
   std::vector<std::string> TakeWarnings();
@@ -103,7 +103,8 @@ class Tracer : public StepObserver {
   bool step_trap_due_ = false;  // the guest's single-step trap is due at this boundary
   bool db_in_flight_ = false;   // a #DB vbts injected, not yet seen delivered
   bool guest_tf_ = false;       // the guest's own EFLAGS.TF (KVM hides it while stepping)
-  bool follow_all_ = false;
+  bool fresh_ = false;          // prev_ was set by Retired(), not yet seen by AtBoundary
+  bool consecutive_ = false;    // this boundary follows the previous one by a single step
   std::optional<uint8_t> pmi_in_flight_;  // vector of a PMI raised but not yet seen delivered
   bool pmi_deliverable_ = false;          // ... and the guest can take it at this boundary
   std::vector<std::string> warnings_;

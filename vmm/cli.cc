@@ -62,6 +62,8 @@ int RunCommand(const MachineConfig& base, const std::string& mem) {
     PrintError(absl::StrCat("vbts: ", machine.status().message()));
     return kExitVbtsError;
   }
+  if (const std::string& why = (*machine)->supervisor().stepping_reason(); !why.empty() && !config.exact_cpuid)
+    PrintError(absl::StrCat("vbts: note: single-stepping the whole guest (slow): ", why));
   RunResult r = (*machine)->Run();
   if (!r.message.empty()) PrintError(r.message);
   if (config.verbose) std::fprintf(stderr, "%s", r.details.c_str());
@@ -99,6 +101,9 @@ int CliMain(int argc, char** argv) {
   run->add_option("--insns", config.insns_path,
                   "write the linear address of every executed instruction to FILE (steps the guest)");
   run->add_flag("-v,--verbose", config.verbose, "on an abnormal end, dump registers and device statistics");
+  run->add_flag("--exact-cpuid", config.exact_cpuid,
+                "single-step the whole guest so that every CPUID answers from the CPU model, even where this "
+                "host's KVM cannot be guarded (slow; see docs/completion.md)");
   run->add_option("IMAGE", config.image_path, "Multiboot v1 image (ELF32 or a.out-kludge)")->required();
 
   bool info_verbose = false;

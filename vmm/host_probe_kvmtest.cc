@@ -85,7 +85,7 @@ TEST_F(HostProbeTest, PvmHostMatchesMeasuredFacts) {
   EXPECT_TRUE(f.needs_int_completion_cpl3);
   EXPECT_TRUE(f.needs_iret_completion);
   EXPECT_TRUE(f.needs_far_ret_completion);
-  EXPECT_TRUE(f.needs_supervised_stepping);
+  EXPECT_TRUE(f.needs_supervision);
   EXPECT_TRUE(f.native_user_needs_tf_trick);
   EXPECT_TRUE(f.needs_hlt_emulation);
   EXPECT_TRUE(f.breakpoints_need_step_over);
@@ -103,7 +103,7 @@ TEST_F(HostProbeTest, HardwareVirtualisationHostRunsEverything) {
                                &f.int_pm32_cpl3, &f.cpuid_leaf1, &f.cpuid_lm64_cpl3, &f.far_ret_outer_pm32,
                                &f.hlt_step, &f.paging32, &f.hw_bp_rf_pm32, &f.hw_bp_lm64_cpl3})
     EXPECT_EQ(r->outcome, ProbeOutcome::kWorks) << r->detail;
-  EXPECT_FALSE(f.needs_supervised_stepping);
+  EXPECT_FALSE(f.needs_supervision);
   EXPECT_FALSE(f.native_user_needs_tf_trick);
   EXPECT_FALSE(f.needs_iret_completion);
   EXPECT_FALSE(f.needs_int_completion_cpl0);
@@ -120,7 +120,7 @@ TEST_F(HostProbeTest, RepeatableAndDoesNotLeakSignals) {
     EXPECT_EQ(again->iret_pm32.outcome, F().iret_pm32.outcome);
     EXPECT_EQ(again->int_pm32_cpl3.outcome, F().int_pm32_cpl3.outcome);
     EXPECT_EQ(again->hlt_step.outcome, F().hlt_step.outcome);
-    EXPECT_EQ(again->needs_supervised_stepping, F().needs_supervised_stepping);
+    EXPECT_EQ(again->needs_supervision, F().needs_supervision);
   }
   // The watchdog timer is gone: sleeping a while must not kill the process
   // (an unhandled real-time signal would).

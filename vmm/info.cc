@@ -128,20 +128,27 @@ std::string FormatHostInfo(const vcpu::HostFacts& f, bool verbose) {
   if (f.int_pm32_cpl3.outcome == ProbeOutcome::kGuestUd || f.int_pm32_cpl3.outcome == ProbeOutcome::kGuestFault)
     why.push_back("INT n at CPL3 becomes a guest fault");
   if (f.needs_cpuid_completion) why.push_back("CPUID is rewritten");
-  Row(out, "supervised single-stepping",
-      f.needs_supervised_stepping
-          ? absl::StrCat("yes: ", absl::StrJoin(why, ", "), "; vbts steps and decodes every instruction")
+  Row(out, "supervision",
+      f.needs_supervision
+          ? absl::StrCat("yes: ", absl::StrJoin(why, ", "),
+                         "; the guest runs free, guarded by KVM hardware breakpoints (docs/completion.md)")
           : "no: guests run at KVM speed");
-  Row(out, "CPUID completion", Need(f.needs_cpuid_completion, "vbts answers CPUID from the CPU model"));
+  Row(out, "INT n #UD guard",
+      Need(f.needs_ud_guard, "breakpoint on the guest's #UD handler; a #UD for INT n is taken back and completed"));
+  Row(out, "CPUID completion",
+      Need(f.needs_cpuid_completion,
+           "vbts answers CPUID from the CPU model at guarded CPUID sites of the image, or everywhere when stepping "
+           "(--exact-cpuid)"));
   Row(out, "INT n completion, CPL0", Need(f.needs_int_completion_cpl0, "on KVM_EXIT_INTERNAL_ERROR"));
   Row(out, "INT n completion, CPL3",
-      Need(f.needs_int_completion_cpl3, f.needs_supervised_stepping ? "at the step stop before it"
-                                                                     : "on KVM_EXIT_INTERNAL_ERROR"));
+      Need(f.needs_int_completion_cpl3, f.needs_ud_guard ? "at the #UD guard, or at the step stop before it"
+                                                          : "on KVM_EXIT_INTERNAL_ERROR"));
   Row(out, "IRET completion", Need(f.needs_iret_completion, "on KVM_EXIT_INTERNAL_ERROR"));
   Row(out, "far RET completion", Need(f.needs_far_ret_completion, "on KVM_EXIT_INTERNAL_ERROR"));
   Row(out, "HLT while stepping", Need(f.needs_hlt_emulation, "vbts halts the vCPU itself (KVM_SET_MP_STATE)"));
   Row(out, "native 64-bit user code",
-      f.native_user_needs_tf_trick ? "TF trick: TF + hw breakpoint on the guest's #DB handler"
+      f.native_user_needs_tf_trick ? "runs natively; when single-stepped: TF trick (TF + hw breakpoint on the guest's "
+                                     "#DB handler)"
                                    : "stepped by KVM like other code");
   Row(out, "resuming at a breakpoint",
       f.breakpoints_need_step_over ? "remove it, step once, re-insert (RF ignored)" : "RFLAGS.RF");
@@ -222,7 +229,8 @@ int RunInfo(bool verbose, const std::string& cpu_model) {
     absl::StrAppend(&text, "\n", FormatCpuModel(*model));
     if (facts->needs_cpuid_completion)
       Row(text, "on this host",
-          "KVM_SET_CPUID2 alone would not show these values (see CPUID.1 above); vbts answers CPUID itself");
+          "KVM_SET_CPUID2 alone would not show these values (see CPUID.1 above); vbts answers CPUID itself where "
+          "it can see it (docs/completion.md)");
   }
   std::fputs(text.c_str(), stdout);
   std::fflush(stdout);

@@ -116,8 +116,9 @@ TEST(FormatHostInfoTest, PvmHostShowsFailuresAndCompletion) {
   EXPECT_THAT(text, HasSubstr("IRETD pm32 CPL0                INTERNAL ERROR   IE at iret"));
   EXPECT_THAT(text, HasSubstr("INT 0x30 pm32 CPL3 (DPL3 gate) GUEST #UD        guest #UD"));
   EXPECT_THAT(text, HasSubstr("single-step lm64 CPL3          NOT INTERCEPTED  guest #DB"));
-  EXPECT_THAT(text, HasSubstr("supervised single-stepping     yes: INT n at CPL3 becomes a guest fault, CPUID is "
-                              "rewritten"));
+  EXPECT_THAT(text, HasSubstr("supervision                    yes: INT n at CPL3 becomes a guest fault, CPUID is "
+                              "rewritten; the guest runs free, guarded by KVM hardware breakpoints"));
+  EXPECT_THAT(text, HasSubstr("INT n #UD guard                yes: breakpoint on the guest's #UD handler"));
   EXPECT_THAT(text, HasSubstr("TF trick"));
   EXPECT_THAT(text, HasSubstr("32-bit paging                  unsupported"));
   EXPECT_THAT(text, HasSubstr("probe time                     5.9 ms (29 KVM_RUN returns)"));
@@ -127,7 +128,8 @@ TEST(FormatHostInfoTest, PvmHostShowsFailuresAndCompletion) {
 
 TEST(FormatHostInfoTest, VmxHostNeedsNothing) {
   const std::string text = FormatHostInfo(VmxFacts());
-  EXPECT_THAT(text, HasSubstr("supervised single-stepping     no: guests run at KVM speed"));
+  EXPECT_THAT(text, HasSubstr("supervision                    no: guests run at KVM speed"));
+  EXPECT_THAT(text, HasSubstr("INT n #UD guard                no"));
   EXPECT_THAT(text, HasSubstr("IRET completion                no"));
   EXPECT_THAT(text, HasSubstr("native 64-bit user code        stepped by KVM"));
   EXPECT_THAT(text, HasSubstr("in-kernel LBR virtualisation   yes: Intel host"));
@@ -165,7 +167,8 @@ TEST(DeriveHostPolicyTest, PvmNeedsEverything) {
   EXPECT_TRUE(f.needs_int_completion_cpl3);
   EXPECT_TRUE(f.needs_iret_completion);
   EXPECT_TRUE(f.needs_far_ret_completion);
-  EXPECT_TRUE(f.needs_supervised_stepping);
+  EXPECT_TRUE(f.needs_supervision);
+  EXPECT_TRUE(f.needs_ud_guard);
   EXPECT_TRUE(f.native_user_needs_tf_trick);
   EXPECT_TRUE(f.needs_hlt_emulation);
   EXPECT_TRUE(f.breakpoints_need_step_over);
@@ -179,16 +182,18 @@ TEST(DeriveHostPolicyTest, InternalErrorsAloneDoNotNeedStepping) {
   vcpu::DeriveHostPolicy(f);
   EXPECT_TRUE(f.needs_iret_completion);
   EXPECT_TRUE(f.needs_int_completion_cpl3);
-  EXPECT_FALSE(f.needs_supervised_stepping);  // KVM reports them: complete on demand
+  EXPECT_FALSE(f.needs_supervision);  // KVM reports them: complete on demand
+  EXPECT_FALSE(f.needs_ud_guard);
   f.cpuid_leaf1 = R(ProbeOutcome::kDiffers, "rewritten");
   vcpu::DeriveHostPolicy(f);
-  EXPECT_TRUE(f.needs_supervised_stepping);
+  EXPECT_TRUE(f.needs_supervision);
+  EXPECT_FALSE(f.needs_ud_guard);  // only CPUID: no #UD guard
 }
 
 TEST(DeriveHostPolicyTest, UntestedProbesNeedNothing) {
   HostFacts f;
   vcpu::DeriveHostPolicy(f);
-  EXPECT_FALSE(f.needs_supervised_stepping);
+  EXPECT_FALSE(f.needs_supervision);
   EXPECT_FALSE(f.native_user_needs_tf_trick);
   EXPECT_FALSE(f.needs_iret_completion);
 }

@@ -48,6 +48,8 @@ struct Segment {
   uint64_t memsz = 0;
   std::string name;  // "phdr[2]" or "a.out kludge"
   std::string what;  // field description for messages
+  bool executable = true;  // ELF PF_X; the a.out kludge image is one segment, code included
+  uint64_t vaddr = 0;      // ELF p_vaddr (a.out: = gpa)
 };
 
 struct Plan {
@@ -148,7 +150,8 @@ absl::StatusOr<Plan> PlanAout(absl::Span<const uint8_t> file, std::string_view n
   }
   Plan plan;
   plan.segments.push_back(Segment{load_addr, text_offset, load_size, mem_size, "a.out kludge",
-                                  absl::StrFormat("a.out kludge load_addr 0x%08x", load_addr)});
+                                  absl::StrFormat("a.out kludge load_addr 0x%08x", load_addr),
+                                  /*executable=*/true, load_addr});
   plan.entry = entry_addr;
   plan.entry_field = "entry_addr";
   return plan;
@@ -233,7 +236,8 @@ absl::StatusOr<Plan> PlanElf(absl::Span<const uint8_t> file, std::string_view na
     }
     plan.segments.push_back(Segment{p_paddr, p_offset, p_filesz, p_memsz,
                                     absl::StrFormat("phdr[%u]", i),
-                                    absl::StrFormat("phdr[%u].p_paddr 0x%08x", i, p_paddr)});
+                                    absl::StrFormat("phdr[%u].p_paddr 0x%08x", i, p_paddr),
+                                    (p_flags & kPfX) != 0, p_vaddr});
     // QEMU's load_elf: e_entry is virtual; translate it through the first
     // executable segment whose file-backed virtual range holds it.
     if (!translated && (p_flags & kPfX) && p_vaddr != p_paddr && e_entry >= p_vaddr &&
@@ -347,6 +351,7 @@ absl::StatusOr<LoadedImage> LoadMultibootImage(absl::Span<const uint8_t> file,
   image.entry = plan.entry;
   for (const Segment& s : plan.segments) {
     image.ranges.push_back(GpaRange{s.gpa, s.gpa + s.memsz, s.name});
+    if (s.executable && s.filesz > 0) image.code.push_back(CodeRange{s.gpa, s.vaddr, s.filesz});
   }
   return image;
 }

@@ -28,9 +28,19 @@ inline constexpr uint64_t kMaxImageFileSize = uint64_t{1} << 30;
 
 enum class ImageFormat { kElf32, kAoutKludge };
 
+// The file-backed bytes of an executable segment: at guest-physical `gpa`,
+// linked to run at `vaddr` (ELF p_vaddr; equal to gpa for the a.out kludge).
+struct CodeRange {
+  uint64_t gpa = 0;
+  uint64_t vaddr = 0;
+  uint64_t size = 0;
+  bool operator==(const CodeRange&) const = default;
+};
+
 struct LoadedImage {
   uint32_t entry = 0;              // EIP to start at (physical).
   std::vector<GpaRange> ranges;    // What was written, incl. zeroed bss, in file order.
+  std::vector<CodeRange> code;     // Executable segments (ELF PF_X; the whole a.out-kludge image).
   uint32_t header_flags = 0;       // Multiboot header flags.
   uint32_t header_offset = 0;      // File offset of the Multiboot header.
   ImageFormat format = ImageFormat::kElf32;

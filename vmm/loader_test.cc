@@ -132,6 +132,8 @@ TEST_F(LoaderTest, LoadsElfSegmentAtPaddrAndZeroesBss) {
   EXPECT_EQ(img.header_flags, kMbFlags);
   EXPECT_EQ(img.header_offset, 0x1000u);
   EXPECT_THAT(img.ranges, ElementsAre(GpaRange{0x100000, 0x100200, "phdr[0]"}));
+  // p_flags 5 = R|X: the 0x100 file-backed bytes are code (bss is not).
+  EXPECT_THAT(img.code, ElementsAre(CodeRange{0x100000, 0x100000, 0x100}));
   EXPECT_TRUE(img.warnings.empty());
   for (size_t i = 0; i < 0x100; ++i) ASSERT_EQ(ram_.bytes()[0x100000 + i], file[0x1000 + i]);
   for (size_t i = 0x100; i < 0x200; ++i) ASSERT_EQ(ram_.bytes()[0x100000 + i], 0) << i;
@@ -144,6 +146,8 @@ TEST_F(LoaderTest, TranslatesElfEntryFromVaddrToPaddrLikeQemu) {
       MakeElf(0xC010000C, {Phdr{1, 0x1000, 0xC0100000, 0x100000, 0x100, 0x100, 5}});
   VBTS_ASSERT_OK_AND_ASSIGN(LoadedImage img, Load(file));
   EXPECT_EQ(img.entry, 0x10000Cu);
+  // Code at p_paddr 0x100000, linked for p_vaddr 0xC0100000.
+  EXPECT_THAT(img.code, ElementsAre(CodeRange{0x100000, 0xC0100000, 0x100}));
 }
 
 TEST_F(LoaderTest, EntryNotTranslatedThroughNonExecutableSegment) {
@@ -162,6 +166,8 @@ TEST_F(LoaderTest, SkipsNonLoadAndZeroSizeSegments) {
   VBTS_ASSERT_OK_AND_ASSIGN(LoadedImage img, Load(file));
   EXPECT_THAT(img.ranges, ElementsAre(GpaRange{0x100000, 0x100080, "phdr[2]"},
                                       GpaRange{0x101000, 0x102000, "phdr[3]"}));
+  // Only phdr[2] has PF_X (flags 5); phdr[3] (flags 6 = R|W) is data.
+  EXPECT_THAT(img.code, ElementsAre(CodeRange{0x100000, 0x100000, 0x80}));
   EXPECT_EQ(ram_.bytes()[0x101000], 0x80);
   EXPECT_EQ(ram_.bytes()[0x101080], 0);
   EXPECT_EQ(ram_.bytes()[0x101FFF], 0);
@@ -174,6 +180,8 @@ TEST_F(LoaderTest, LoadsAoutKludgeWithBss) {
   EXPECT_EQ(img.entry, 0x100060u);
   EXPECT_EQ(img.header_offset, 0x40u);
   EXPECT_THAT(img.ranges, ElementsAre(GpaRange{0x100000, 0x100180, "a.out kludge"}));
+  // The whole file-backed a.out image counts as code: [load_addr, load_end) = 0x100 bytes.
+  EXPECT_THAT(img.code, ElementsAre(CodeRange{0x100000, 0x100000, 0x100}));
   for (size_t i = 0; i < 0x100; ++i) ASSERT_EQ(ram_.bytes()[0x100000 + i], file[i]) << i;
   for (size_t i = 0x100; i < 0x180; ++i) ASSERT_EQ(ram_.bytes()[0x100000 + i], 0) << i;
   EXPECT_EQ(ram_.bytes()[0x100180], 0xCC);

@@ -93,7 +93,22 @@ absl::Status Machine::Setup(const Kvm& kvm) {
   VBTS_RETURN_IF_ERROR(pio_.Register(Uart16550::kCom1Port, Uart16550::kSize, uart_.get(), "COM1 16550"));
   VBTS_RETURN_IF_ERROR(pio_.Register(DebugExit::kPort, DebugExit::kSize, debug_exit_.get(), "isa-debug-exit"));
 
-  supervisor_ = std::make_unique<vcpu::Supervisor>(*vcpu_, *ram_, *model_, facts_);
+  // The CPUID instructions of the image, for the supervisor's CPUID guards:
+  // at the address each is loaded at and, for a segment linked elsewhere
+  // (ELF p_vaddr != p_paddr), at the address it is linked to run at.
+  vcpu::SupervisorOptions options;
+  options.exact_cpuid = config_.exact_cpuid;
+  for (const CodeRange& c : img.code) {
+    std::vector<uint8_t> bytes(c.size);
+    VBTS_RETURN_IF_ERROR(ram_->Read(Gpa(c.gpa), absl::MakeSpan(bytes)));
+    std::vector<uint64_t> sites = vcpu::FindCpuidSites(bytes.data(), bytes.size(), c.gpa);
+    if (c.vaddr != c.gpa) {
+      std::vector<uint64_t> linked = vcpu::FindCpuidSites(bytes.data(), bytes.size(), c.vaddr);
+      sites.insert(sites.end(), linked.begin(), linked.end());
+    }
+    options.cpuid_sites.insert(options.cpuid_sites.end(), sites.begin(), sites.end());
+  }
+  supervisor_ = std::make_unique<vcpu::Supervisor>(*vcpu_, *ram_, *model_, facts_, std::move(options));
   if (config_.vpmu == "emulated") {
     vpmu_ = std::make_unique<pmu::VirtualPmu>(*model_);
     // KVM must exit on every MSR the virtual PMU owns (kvm-host-facts.md:
@@ -109,7 +124,6 @@ absl::Status Machine::Setup(const Kvm& kvm) {
     tracer_ = std::make_unique<vcpu::Tracer>(*vcpu_, *ram_, *vpmu_,
                                              [vm = vm_.get()](uint8_t vector) { return vm->SignalMsi(0, vector); });
     supervisor_->SetObserver(tracer_.get());
-    tracer_->SetFollowAll(supervisor_->stepping());
     for (auto [path, file] : {std::pair{&config_.branches_path, &branches_file_}, {&config_.insns_path, &insns_file_}}) {
       if (path->empty()) continue;
       *file = std::fopen(path->c_str(), "w");
@@ -174,10 +188,9 @@ absl::Status Machine::HandleMsr(bool write) {
   }
   if (write) {
     pmu::MsrResult r = vpmu_->WriteMsr(run->msr.index, run->msr.data);
+    // Tracing may have been switched on: the run loop's OnOtherExit then
+    // makes the supervisor step from the next instruction on.
     run->msr.error = r.gp ? 1 : 0;
-    // Tracing may have been switched on: on hosts that do not step anyway,
-    // stepping starts with the next instruction.
-    VBTS_RETURN_IF_ERROR(supervisor_->Refresh());
   } else {
     pmu::MsrResult r = vpmu_->ReadMsr(run->msr.index);
     run->msr.error = r.gp ? 1 : 0;
@@ -257,6 +270,9 @@ RunResult Machine::Run() {
       if (mp.ok() && regs.ok() && *mp == KVM_MP_STATE_HALTED && !(regs->rflags & vcpu::kRflagsIf))
         return Finish(RunEnd::kHaltedIfClear, kExitHaltedIfClear,
                       "vbts: guest halted with interrupts disabled (HLT with IF=0)");
+      absl::StatusOr<vcpu::Supervisor::Verdict> v = supervisor_->OnOtherExit(/*interrupted=*/true);
+      if (!v.ok()) return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + v.status().ToString());
+      if (std::optional<RunResult> end = FromVerdict(*v)) return *end;
       continue;
     }
     exits_++;
@@ -264,6 +280,14 @@ RunResult Machine::Run() {
     absl::StatusOr<bool> more = HandleExit(&result);
     if (!more.ok()) return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + more.status().ToString());
     if (!*more) return result;
+    const uint32_t reason = vcpu_->run()->exit_reason;
+    if (reason != KVM_EXIT_DEBUG && reason != KVM_EXIT_INTERNAL_ERROR) {
+      // The guest ran: the supervisor re-evaluates its mode and re-arms its
+      // guards (the observer may want steps now; the IDT may have changed).
+      absl::StatusOr<vcpu::Supervisor::Verdict> v = supervisor_->OnOtherExit(/*interrupted=*/false);
+      if (!v.ok()) return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + v.status().ToString());
+      if (std::optional<RunResult> end = FromVerdict(*v)) return *end;
+    }
   }
 }
 
@@ -281,7 +305,6 @@ absl::StatusOr<bool> Machine::HandleExit(RunResult* result) {
         *result = Finish(RunEnd::kGuestExit, *status, "");
         return false;
       }
-      VBTS_RETURN_IF_ERROR(supervisor_->AfterDeviceExit());
       return true;
     }
     case KVM_EXIT_MMIO:
@@ -293,7 +316,6 @@ absl::StatusOr<bool> Machine::HandleExit(RunResult* result) {
         std::memset(run->mmio.data, 0xFF, sizeof run->mmio.data);
         mmio_unclaimed_reads_++;
       }
-      VBTS_RETURN_IF_ERROR(supervisor_->AfterDeviceExit());
       return true;
     case KVM_EXIT_HLT:
       // Only without an in-kernel LAPIC; vbts always has one, but be exact.

@@ -41,6 +41,9 @@ struct MachineConfig {
   // step the whole guest.
   std::string branches_path;
   std::string insns_path;
+  // Single-step the whole guest on hosts that rewrite CPUID, so that every
+  // CPUID answers from the CPU model (docs/completion.md, "CPUID").
+  bool exact_cpuid = false;
   int output_fd = 1;           // where COM1 output goes
 };
 
@@ -60,6 +63,10 @@ class Machine {
                                                          const vcpu::HostFacts& facts);
   ~Machine();
   RunResult Run();
+  // The supervisor (its mode, statistics), for tests and diagnostics.
+  const vcpu::Supervisor& supervisor() const { return *supervisor_; }
+  // The branch-tracing engine's hook (vcpu/step_observer.h); call before Run().
+  void SetObserver(vcpu::StepObserver* observer) { supervisor_->SetObserver(observer); }
 
  private:
   Machine(const MachineConfig& config, const vcpu::HostFacts& facts);
