@@ -66,12 +66,99 @@ std::vector<CpuModel> MakeModels() {
     AddBrand(t, "vbts virtual Intel(R) Xeon(R) X5650 (Westmere)");
     t.push_back({0x80000007, 0, false, 0, 0, 0, 1u << 8});     // invariant TSC
     t.push_back({0x80000008, 0, false, 0x00003028, 0, 0, 0});  // 40-bit physical, 48-bit linear
+    // SDM 17.4.9 (DTES64, DS-CPL), 18.6.1/table 2-20 (Nehalem/Westmere
+    // MSRs), 17.4.8.1 (PERF_CAPABILITIES: LBR format 3 = 64-bit EIP with
+    // flags; bit 6 PEBS trap, bit 7 PEBS arch regs, [11:8] PEBS record
+    // format 1, bit 12 freeze while SMM).
+    PmuModel& p = m.pmu;
+    p.ds = p.dtes64 = p.ds_cpl = p.pdcm = true;
+    p.perf_capabilities = 0x11C3;
+    p.misc_enable = 0x81;  // fast strings (0), performance monitoring available (7); BTS/PEBS available
+    p.debugctl_valid = 0x1FC3;  // LBR, BTF, TR, BTS, BTINT, BTS_OFF_OS/USR, FREEZE_LBRS/PERFMON_ON_PMI
+    p.perfmon_version = 3;
+    p.gp_counters = 4;
+    p.gp_width = 48;
+    p.fixed_counters = 3;
+    p.fixed_width = 48;
+    p.lbr = {16, 0x680, 0x6C0, 0, 0x1C9, 3, false, true};
+    models.push_back(std::move(m));
+  }
+  {
+    CpuModel m{"core-duo",
+               "Intel Core Duo T2500 (Yonah, 06_0EH): 32-bit only, DS without DTES64 (32-bit DS save area "
+               "format), DS-CPL, arch perfmon v1, 8 packed LBRs at 40H",
+               {}};
+    auto& t = m.leaves;
+    t.push_back({0, 0, false, 0xA, Ascii4("Genu"), Ascii4("ntel"), Ascii4("ineI")});
+    // No DTES64, no PDCM; EST (7), TM2 (8), monitor (3).
+    t.push_back({1, 0, false, 0x000006E8, 0x00010800, kSse3 | (1u << 3) | kCpuid1EcxDsCpl | (1u << 7) | (1u << 8),
+                 kBaseEdx | kCpuid1EdxDs | (1u << 22) | (1u << 27) | (1u << 29) | (1u << 31)});
+    t.push_back({0xA, 0, false, 0x07280201, 0, 0, 0});  // v1, 2 counters, 40 bits, 7 events
+    t.push_back({0x80000000, 0, false, 0x80000008, 0, 0, 0});
+    t.push_back({0x80000001, 0, false, 0, 0, 0, 1u << 20});  // XD; no long mode
+    AddBrand(t, "vbts virtual Genuine Intel(R) CPU T2500 (Core Duo)");
+    t.push_back({0x80000008, 0, false, 0x00002020, 0, 0, 0});  // 32-bit physical and linear
+    PmuModel& p = m.pmu;
+    p.ds = p.ds_cpl = true;
+    p.misc_enable = 0x1081;  // perfmon available (7), PEBS unavailable (12), BTS available (11 = 0)
+    p.debugctl_valid = 0x7C3;  // LBR, BTF, TR, BTS, BTINT, BTS_OFF_OS/USR (no freeze bits before v2)
+    p.perfmon_version = 1;
+    p.gp_counters = 2;
+    p.gp_width = 40;
+    p.lbr = {8, 0x40, 0, 0, 0x1C9, 0, true, false};
+    models.push_back(std::move(m));
+  }
+  {
+    CpuModel m{"skylake",
+               "Intel Core i7-6700 (Skylake, 06_5EH): 64-bit DS, arch perfmon v4, 32 LBRs with LBR_INFO "
+               "(format 5), full-width counter writes",
+               {}};
+    auto& t = m.leaves;
+    t.push_back({0, 0, false, 0x16, Ascii4("Genu"), Ascii4("ntel"), Ascii4("ineI")});
+    t.push_back({1, 0, false, 0x000506E3, 0x00010800,
+                 kSse3 | kPclmul | kCpuid1EcxDtes64 | kCpuid1EcxDsCpl | kSsse3 | kCx16 | kCpuid1EcxPdcm | kSse41 |
+                     kSse42 | kPopcnt | kAes,
+                 kBaseEdx | kCpuid1EdxDs});
+    t.push_back({0xA, 0, false, 0x08300404, 0, 0, 0x00000603});  // v4, 4 counters, 48 bits, 3 fixed
+    t.push_back({0x80000000, 0, false, 0x80000008, 0, 0, 0});
+    t.push_back({0x80000001, 0, false, 0, 0, 1, (1u << 11) | (1u << 20) | (1u << 26) | (1u << 27) | (1u << 29)});
+    AddBrand(t, "vbts virtual Intel(R) Core(TM) i7-6700 (Skylake)");
+    t.push_back({0x80000008, 0, false, 0x00003027, 0, 0, 0});  // 39-bit physical, 48-bit linear
+    PmuModel& p = m.pmu;
+    p.ds = p.dtes64 = p.ds_cpl = p.pdcm = true;
+    // LBR format 5 (EIP, flags, TSX, LBR_INFO), PEBS trap, arch regs, PEBS
+    // format 3, freeze while SMM, full-width writes (bit 13).
+    p.perf_capabilities = 0x33C5;
+    p.misc_enable = 0x81;
+    p.debugctl_valid = 0x5FC3;  // + FREEZE_WHILE_SMM (14)
+    p.perfmon_version = 4;
+    p.gp_counters = 4;
+    p.gp_width = 48;
+    p.fixed_counters = 3;
+    p.fixed_width = 48;
+    p.lbr = {32, 0x680, 0x6C0, 0xDC0, 0x1C9, 5, false, true};
     models.push_back(std::move(m));
   }
   return models;
 }
 
 }  // namespace
+
+CpuModel CpuModel::WithoutPmu() const {
+  CpuModel m = *this;
+  m.name += " (no PMU)";
+  for (CpuidLeaf& l : m.leaves) {
+    if (l.function == 1) {
+      l.ecx &= ~(kCpuid1EcxDtes64 | kCpuid1EcxDsCpl | kCpuid1EcxPdcm);
+      l.edx &= ~kCpuid1EdxDs;
+    } else if (l.function == 0xA) {
+      l.eax = l.ebx = l.ecx = l.edx = 0;
+    }
+  }
+  m.pmu = PmuModel{};
+  m.pmu.misc_enable = (pmu.misc_enable & ~0x80ull) | (1ull << 11) | (1ull << 12);  // no perfmon, BTS/PEBS unavailable
+  return m;
+}
 
 const std::vector<CpuModel>& CpuModels() {
   static const std::vector<CpuModel>* models = new std::vector<CpuModel>(MakeModels());

@@ -28,10 +28,49 @@ inline constexpr uint32_t kCpuid1EcxDsCpl = 1u << 4;
 inline constexpr uint32_t kCpuid1EcxPdcm = 1u << 15;
 inline constexpr uint32_t kCpuid1EdxDs = 1u << 21;
 
+// Last-branch-record geometry (SDM vol. 3B 17.4.8, 17.5–17.13 per family).
+struct LbrModel {
+  int entries = 0;           // 0: no LBR stack
+  uint32_t from_base = 0;    // MSR of FROM_0 (FROM_n = from_base + n)
+  uint32_t to_base = 0;      // MSR of TO_0; unused when `packed`
+  uint32_t info_base = 0;    // MSR_LBR_INFO_0, 0 if the model has none
+  uint32_t tos = 0x1C9;      // MSR_LASTBRANCH_TOS
+  int format = 0;            // IA32_PERF_CAPABILITIES[5:0] (SDM 17.4.8.1)
+  // One MSR per entry with FROM in bits 31:0 and TO in bits 63:32 (Pentium M,
+  // Core Solo/Duo: MSR_LASTBRANCH_0..7 at 40H-47H).
+  bool packed = false;
+  bool select = false;       // MSR_LBR_SELECT (1C8H) present
+};
+
+// The debug-store, branch-recording and performance-monitoring features of
+// a model: what the virtual PMU (pmu/vpmu.h) implements for it.
+struct PmuModel {
+  bool ds = false;              // CPUID.1:EDX.DS: IA32_DS_AREA, BTS
+  bool dtes64 = false;          // CPUID.1:ECX.DTES64: 64-bit DS save area format in all modes
+  bool ds_cpl = false;          // CPUID.1:ECX.DS-CPL: DEBUGCTL.BTS_OFF_OS/BTS_OFF_USR
+  bool pdcm = false;            // CPUID.1:ECX.PDCM: IA32_PERF_CAPABILITIES
+  uint64_t perf_capabilities = 0;
+  uint64_t misc_enable = 0;     // IA32_MISC_ENABLE as read (reset value)
+  uint64_t debugctl_valid = 0;  // writable IA32_DEBUGCTL bits; others #GP
+  int perfmon_version = 0;      // CPUID.0AH:EAX[7:0]
+  int gp_counters = 0;          // CPUID.0AH:EAX[15:8]
+  int gp_width = 0;             // CPUID.0AH:EAX[23:16]
+  int fixed_counters = 0;       // CPUID.0AH:EDX[4:0]
+  int fixed_width = 0;          // CPUID.0AH:EDX[12:5]
+  LbrModel lbr;
+};
+inline constexpr uint64_t kPerfCapFullWidthWrite = 1ull << 13;
+
 struct CpuModel {
   std::string name;
   std::string description;
   std::vector<CpuidLeaf> leaves;
+  PmuModel pmu;
+
+  // The same model without a PMU, debug store or branch recording (`vbts run
+  // --vpmu=off`): CPUID.1 DS/DTES64/DS-CPL/PDCM clear, leaf 0AH zero, and
+  // the virtual PMU answers #GP for all their MSRs.
+  CpuModel WithoutPmu() const;
 
   // What CPUID returns for (leaf, subleaf), with Intel's rules for leaves
   // outside the table: a basic leaf above CPUID.0:EAX returns the highest

@@ -1,0 +1,548 @@
+// vpmu.cc: the virtual PMU (pmu/vpmu.h). Every rule cites the Intel SDM vol.
+// 3B section it implements; docs/pmu-model.md collects them, with what vbts
+// reports where the SDM leaves the value open and what happens when the
+// guest programs nonsense.
+#include "pmu/vpmu.h"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <set>
+
+#include "absl/strings/str_format.h"
+#include "pmu/status_macros.h"
+
+namespace vbts::pmu {
+namespace {
+
+// Architectural MSRs (SDM vol. 4, table 2-2).
+constexpr uint32_t kMsrPmc0 = 0xC1;
+constexpr uint32_t kMsrPerfEvtSel0 = 0x186;
+constexpr uint32_t kMsrMiscEnable = 0x1A0;
+constexpr uint32_t kMsrLbrSelect = 0x1C8;
+constexpr uint32_t kMsrDebugCtl = 0x1D9;
+constexpr uint32_t kMsrLerFrom = 0x1DD;
+constexpr uint32_t kMsrLerTo = 0x1DE;
+constexpr uint32_t kMsrFixedCtr0 = 0x309;
+constexpr uint32_t kMsrPerfCapabilities = 0x345;
+constexpr uint32_t kMsrFixedCtrCtrl = 0x38D;
+constexpr uint32_t kMsrGlobalStatus = 0x38E;
+constexpr uint32_t kMsrGlobalCtrl = 0x38F;
+constexpr uint32_t kMsrGlobalOvfCtrl = 0x390;
+constexpr uint32_t kMsrPebsEnable = 0x3F1;
+constexpr uint32_t kMsrAPmc0 = 0x4C1;
+constexpr uint32_t kMsrDsArea = 0x600;
+// The intercepted ranges reserve room for the largest geometry of any model.
+constexpr int kMaxGp = 8, kMaxFixed = 4, kMaxLbr = 32;
+
+// IA32_DEBUGCTL (SDM 17.4.1, figure 17-3).
+constexpr uint64_t kDbgLbr = 1u << 0;
+constexpr uint64_t kDbgBtf = 1u << 1;
+constexpr uint64_t kDbgTr = 1u << 6;
+constexpr uint64_t kDbgBts = 1u << 7;
+constexpr uint64_t kDbgBtint = 1u << 8;
+constexpr uint64_t kDbgBtsOffOs = 1u << 9;
+constexpr uint64_t kDbgBtsOffUsr = 1u << 10;
+constexpr uint64_t kDbgFreezeLbrs = 1u << 11;
+constexpr uint64_t kDbgFreezePerfmon = 1u << 12;
+
+// IA32_PERFEVTSELx (SDM 18.2.1.1).
+constexpr uint64_t kEvtUsr = 1u << 16;
+constexpr uint64_t kEvtOs = 1u << 17;
+constexpr uint64_t kEvtInt = 1u << 20;
+constexpr uint64_t kEvtEn = 1u << 22;
+
+// IA32_PERF_GLOBAL_STATUS (SDM 18.2.2, 18.2.4): v4 freeze bits.
+constexpr uint64_t kStatusLbrFrz = 1ull << 58;
+constexpr uint64_t kStatusCtrFrz = 1ull << 59;
+
+// MSR_LBR_SELECT (SDM 17.9.2, table 17-14): a set bit suppresses the class.
+constexpr uint64_t kSelCplEq0 = 1u << 0, kSelCplNeq0 = 1u << 1, kSelJcc = 1u << 2, kSelNearRelCall = 1u << 3,
+                   kSelNearIndCall = 1u << 4, kSelNearRet = 1u << 5, kSelNearIndJmp = 1u << 6,
+                   kSelNearRelJmp = 1u << 7, kSelFarBranch = 1u << 8;
+constexpr uint64_t kLbrSelectMask = 0x1FF;
+
+uint64_t Mask(int bits) { return bits >= 64 ? ~0ull : (1ull << bits) - 1; }
+
+// Sign-extends a linear address from bit 47 (the FROM/TO formats keep
+// canonical addresses; SDM 17.4.8.1).
+uint64_t Canonical(uint64_t a) { return (a & (1ull << 47)) ? (a | 0xFFFF000000000000ull) : (a & Mask(48)); }
+
+
+struct Counter {
+  uint64_t value = 0;
+  uint64_t evtsel = 0;  // GP counters
+};
+
+struct LbrEntry {
+  uint64_t from = 0, to = 0, info = 0;
+};
+
+}  // namespace
+
+struct VirtualPmu::State {
+  explicit State(const CpuModel& m) : model(m), pmu(m.pmu) {}
+  const CpuModel& model;
+  const PmuModel& pmu;
+
+  uint64_t debugctl = 0;
+  uint64_t ds_area = 0;
+  uint64_t misc_enable = 0;
+  uint64_t lbr_select = 0;
+  uint64_t pebs_enable = 0;
+  uint64_t ler_from = 0, ler_to = 0;
+  std::array<LbrEntry, kMaxLbr> lbr{};
+  uint32_t tos = 0;
+  uint64_t last_from = 0, last_to = 0;  // last branch recorded in the LBRs (for LER)
+  bool have_last = false;
+  std::array<Counter, kMaxGp> gp{};
+  std::array<Counter, kMaxFixed> fixed{};
+  uint64_t fixed_ctrl = 0;
+  uint64_t global_ctrl = 0;
+  uint64_t global_status = 0;
+
+  std::vector<std::string> warnings;
+  std::set<std::string> warned;
+  PmuStats stats;
+
+  void Warn(std::string w) {
+    if (warned.size() < 64 && warned.insert(w).second) warnings.push_back(std::move(w));
+  }
+
+  // --- MSR geometry
+  bool IsLbrFrom(uint32_t msr, int* i) const {
+    if (!pmu.lbr.entries || msr < pmu.lbr.from_base || msr >= pmu.lbr.from_base + pmu.lbr.entries) return false;
+    *i = msr - pmu.lbr.from_base;
+    return true;
+  }
+  bool IsLbrTo(uint32_t msr, int* i) const {
+    if (!pmu.lbr.entries || pmu.lbr.packed || msr < pmu.lbr.to_base || msr >= pmu.lbr.to_base + pmu.lbr.entries)
+      return false;
+    *i = msr - pmu.lbr.to_base;
+    return true;
+  }
+  bool IsLbrInfo(uint32_t msr, int* i) const {
+    if (!pmu.lbr.entries || !pmu.lbr.info_base || msr < pmu.lbr.info_base ||
+        msr >= pmu.lbr.info_base + pmu.lbr.entries)
+      return false;
+    *i = msr - pmu.lbr.info_base;
+    return true;
+  }
+  bool v2() const { return pmu.perfmon_version >= 2; }
+  bool full_width_writes() const { return pmu.pdcm && (pmu.perf_capabilities & kPerfCapFullWidthWrite); }
+  uint64_t GlobalCtrlMask() const {
+    return Mask(pmu.gp_counters) | (Mask(pmu.fixed_counters) << 32);
+  }
+  uint64_t GlobalStatusMask() const {
+    uint64_t m = GlobalCtrlMask() | (1ull << 62) | (1ull << 63);
+    if (pmu.perfmon_version >= 4) m |= kStatusLbrFrz | kStatusCtrFrz;
+    return m;
+  }
+
+  // --- state machine
+  bool CounterEnabled(int i, bool fixed_counter) const {
+    if (v2() && !(global_ctrl & (1ull << (fixed_counter ? 32 + i : i)))) return false;
+    if (fixed_counter) return ((fixed_ctrl >> (4 * i)) & 3) != 0;
+    return (gp[i].evtsel & kEvtEn) != 0;
+  }
+  bool AnyCounterEnabled() const {
+    for (int i = 0; i < pmu.gp_counters; i++)
+      if (CounterEnabled(i, false)) return true;
+    for (int i = 0; i < pmu.fixed_counters; i++)
+      if (CounterEnabled(i, true)) return true;
+    return false;
+  }
+  bool BtsOn() const { return pmu.ds && (debugctl & kDbgTr) && (debugctl & kDbgBts); }
+
+  // Requests a PMI and applies the freeze controls (SDM 17.4.7, 18.2.4.2:
+  // legacy freeze clears DEBUGCTL.LBR / GLOBAL_CTRL; v4 sets LBR_FRZ/CTR_FRZ).
+  void RequestPmi(PmuEffects& fx) {
+    fx.pmi = true;
+    stats.pmis++;
+    if (debugctl & kDbgFreezeLbrs) {
+      if (pmu.perfmon_version >= 4) global_status |= kStatusLbrFrz;
+      else debugctl &= ~kDbgLbr;
+    }
+    if (debugctl & kDbgFreezePerfmon) {
+      if (pmu.perfmon_version >= 4) global_status |= kStatusCtrFrz;
+      else global_ctrl = 0;
+    }
+  }
+
+  // What an event select counts for one retired instruction (SDM 18.2.1.2,
+  // table 18-1; docs/pmu-model.md lists the events vbts implements).
+  static uint64_t GpIncrement(uint64_t evtsel, const Branch& b) {
+    const uint32_t event = evtsel & 0xFF, umask = (evtsel >> 8) & 0xFF;
+    if (event == 0xC0 && umask == 0) return 1;                    // instructions retired
+    if (event == 0xC4 && umask == 0) return b.branch_insn ? 1 : 0;  // branch instructions retired
+    if (event == 0x3C && (umask == 0 || umask == 1)) return 1;    // core/reference cycles: 1 per instruction
+    return 0;
+  }
+
+  void CountInstruction(const Branch& b, PmuEffects& fx) {
+    if (pmu.perfmon_version >= 4 && (global_status & kStatusCtrFrz)) return;
+    const bool ring0 = b.cpl_from == 0;
+    bool overflow_pmi = false;
+    for (int i = 0; i < pmu.gp_counters; i++) {
+      if (!CounterEnabled(i, false)) continue;
+      const uint64_t sel = gp[i].evtsel;
+      if (!(sel & (ring0 ? kEvtOs : kEvtUsr))) continue;
+      const uint64_t inc = GpIncrement(sel, b);
+      if (!inc) continue;
+      const uint64_t m = Mask(pmu.gp_width);
+      const uint64_t next = (gp[i].value + inc) & m;
+      if (next < gp[i].value) {  // wrapped: overflow (SDM 18.2.1.1, 18.2.2)
+        global_status |= 1ull << i;
+        if (sel & kEvtInt) overflow_pmi = true;
+      }
+      gp[i].value = next;
+    }
+    for (int i = 0; i < pmu.fixed_counters; i++) {
+      if (!CounterEnabled(i, true)) continue;
+      const uint64_t ctl = (fixed_ctrl >> (4 * i)) & 0xF;
+      if (!(ctl & (ring0 ? 1 : 2))) continue;
+      const uint64_t m = Mask(pmu.fixed_width);
+      const uint64_t next = (fixed[i].value + 1) & m;  // instructions, core and reference cycles alike
+      if (next < fixed[i].value) {
+        global_status |= 1ull << (32 + i);
+        if (ctl & 8) overflow_pmi = true;
+      }
+      fixed[i].value = next;
+    }
+    if (overflow_pmi) RequestPmi(fx);
+  }
+
+  bool LbrFiltered(const Branch& b) const {
+    if (!pmu.lbr.select) return false;
+    const uint64_t s = lbr_select;
+    if ((s & kSelCplEq0) && b.cpl_from == 0) return true;
+    if ((s & kSelCplNeq0) && b.cpl_from != 0) return true;
+    switch (b.kind) {
+      case BranchKind::kJcc: return s & kSelJcc;
+      case BranchKind::kCall: return s & kSelNearRelCall;
+      case BranchKind::kIndCall: return s & kSelNearIndCall;
+      case BranchKind::kRet: return s & kSelNearRet;
+      case BranchKind::kIndJmp: return s & kSelNearIndJmp;
+      case BranchKind::kJmp: return s & kSelNearRelJmp;
+      default: return IsFarBranch(b.kind) && (s & kSelFarBranch);
+    }
+  }
+
+  void PushLbr(const Branch& b) {
+    if (!(debugctl & kDbgLbr) || !pmu.lbr.entries) return;
+    if (pmu.perfmon_version >= 4 && (global_status & kStatusLbrFrz)) return;
+    if (IsEventDelivery(b.kind)) {
+      // LER: the last branch before the exception or interrupt (SDM 17.4.8.4? "last exception record").
+      if (have_last) {
+        ler_from = last_from;
+        ler_to = last_to;
+      }
+      if (b.kind == BranchKind::kException && b.vector == 1) return;  // not #DB (SDM 17.4.2)
+    }
+    if (LbrFiltered(b)) return;
+    tos = (tos + 1) % pmu.lbr.entries;
+    LbrEntry& e = lbr[tos];
+    if (pmu.lbr.packed) {
+      e.from = b.from & 0xFFFFFFFFull;
+      e.to = b.to & 0xFFFFFFFFull;
+    } else {
+      e.from = Canonical(b.from);
+      e.to = Canonical(b.to);
+      if (pmu.lbr.format == 3 || pmu.lbr.format == 4) e.from &= ~(1ull << 63);  // MISPRED = 0 (no prediction)
+      e.info = 0;  // format 5: MISPRED 0, no TSX, cycle count 0 (docs/pmu-model.md)
+    }
+    last_from = b.from;
+    last_to = b.to;
+    have_last = true;
+    stats.lbr_pushes++;
+  }
+
+  // --- BTS (SDM 17.4.5, 17.4.9).
+  absl::Status StoreBts(const Branch& b, LinearMemory& mem, PmuEffects& fx) {
+    if (pmu.ds_cpl) {
+      // CPL-qualified BTS (SDM 17.4.9.4, table 17-6): decided by the CPL of
+      // the branch target.
+      if ((debugctl & kDbgBtsOffOs) && b.cpl_to == 0) return absl::OkStatus();
+      if ((debugctl & kDbgBtsOffUsr) && b.cpl_to != 0) return absl::OkStatus();
+    }
+    // 64-bit format with DTES64, or in IA-32e mode (SDM 17.4.9.2/17.4.9.3).
+    const bool fmt64 = pmu.dtes64 || b.ia32e;
+    const uint64_t fw = fmt64 ? 8 : 4;  // management field width
+    const uint64_t rec = 3 * fw;        // record size: 24 or 12 bytes
+    Access acc;
+    acc.implicit = true;
+    uint8_t raw[32] = {};
+    VBTS_ASSIGN_OR_RETURN(AccessFault f, mem.Read(Gva(ds_area), absl::MakeSpan(raw, 4 * fw), acc));
+    if (!f.ok()) {
+      stats.bts_dropped++;
+      Warn(absl::StrFormat("BTS: the DS save area at 0x%x (IA32_DS_AREA) cannot be read (%s); branch records are "
+                           "dropped",
+                           ds_area, f.kind == AccessFault::Kind::kNonCanonical ? "non-canonical" : "not mapped"));
+      return absl::OkStatus();
+    }
+    auto field = [&](int i) {
+      uint64_t v = 0;
+      std::memcpy(&v, raw + i * fw, fw);
+      return v;
+    };
+    const uint64_t base = field(0), index = field(1), max = field(2), threshold = field(3);
+    if (max < base || max - base < rec) {
+      stats.bts_dropped++;
+      Warn(absl::StrFormat("BTS: absolute maximum 0x%x leaves no room for one %u-byte record above base 0x%x; "
+                           "branch records are dropped",
+                           max, rec, base));
+      return absl::OkStatus();
+    }
+    if (index < base || index > max) {
+      stats.bts_dropped++;
+      Warn(absl::StrFormat("BTS: index 0x%x is outside [base 0x%x, maximum 0x%x]; branch records are dropped",
+                           index, base, max));
+      return absl::OkStatus();
+    }
+    const bool circular = !(debugctl & kDbgBtint);
+    uint64_t at = index;
+    if (circular && max - at < rec) at = base;  // wrap before a record that would cross the maximum
+    const uint64_t candidate = at + rec;
+    if (candidate <= max) {
+      uint8_t r[24] = {};
+      const uint64_t from = fmt64 ? b.from : (b.from & 0xFFFFFFFFull);
+      const uint64_t to = fmt64 ? b.to : (b.to & 0xFFFFFFFFull);
+      const uint64_t flags = 0;  // bit 4 "predicted": vbts models no predictor (docs/pmu-model.md)
+      std::memcpy(r, &from, fw);
+      std::memcpy(r + fw, &to, fw);
+      std::memcpy(r + 2 * fw, &flags, fw);
+      acc.write = true;
+      VBTS_ASSIGN_OR_RETURN(f, mem.Write(Gva(at), absl::MakeConstSpan(r, rec), acc));
+      if (!f.ok()) {
+        stats.bts_dropped++;
+        Warn(absl::StrFormat("BTS: the record at 0x%x cannot be written (%s); branch records are dropped", at,
+                             f.kind == AccessFault::Kind::kNonCanonical ? "non-canonical" : "not mapped or read-only"));
+        return absl::OkStatus();
+      }
+      uint64_t next = candidate;
+      if (circular && next >= max) next = base;  // circular: back to base at the maximum (SDM 17.4.9.4? 17.4.5)
+      uint8_t ni[8];
+      std::memcpy(ni, &next, 8);
+      VBTS_ASSIGN_OR_RETURN(f, mem.Write(Gva(ds_area + fw), absl::MakeConstSpan(ni, fw), acc));
+      stats.bts_records++;
+    }
+    // The DS interrupt (SDM 17.4.9.4; book 6.5.6 and 9): in interrupt mode a
+    // PMI whenever the end of the record being stored reaches the threshold,
+    // also when the buffer is full and the record is not stored — so a
+    // threshold one record above the maximum interrupts at every branch once
+    // the buffer is full, and two or more records above it never; in
+    // circular mode once per pass, when the index steps onto a threshold
+    // below the maximum.
+    if (!circular) {
+      if (candidate >= threshold) RequestPmi(fx);
+    } else if (threshold < max && at < threshold && candidate >= threshold) {
+      RequestPmi(fx);
+    }
+    return absl::OkStatus();
+  }
+};
+
+VirtualPmu::VirtualPmu(const CpuModel& model) : s_(std::make_unique<State>(model)) {
+  s_->misc_enable = model.pmu.misc_enable;
+}
+VirtualPmu::~VirtualPmu() = default;
+
+std::vector<MsrRange> VirtualPmu::InterceptedMsrs() const {
+  // Every MSR any model defines for these features, so that a model lacking
+  // one gives #GP instead of the host KVM's answer (kvm-host-facts.md).
+  return {
+      {0x40, 0x47},                                  // MSR_LASTBRANCH_0..7 (Pentium M, Core Solo/Duo)
+      {kMsrPmc0, kMsrPmc0 + kMaxGp - 1},
+      {kMsrPerfEvtSel0, kMsrPerfEvtSel0 + kMaxGp - 1},
+      {kMsrMiscEnable, kMsrMiscEnable},
+      {kMsrLbrSelect, kMsrLbrSelect + 1},            // LBR_SELECT, LASTBRANCH_TOS
+      {kMsrDebugCtl, kMsrDebugCtl},
+      {0x1DB, kMsrLerTo},                            // LER (1DBH/1DCH on older parts, 1DDH/1DEH)
+      {kMsrFixedCtr0, kMsrFixedCtr0 + kMaxFixed - 1},
+      {kMsrPerfCapabilities, kMsrPerfCapabilities},
+      {kMsrFixedCtrCtrl, kMsrGlobalOvfCtrl},
+      {kMsrPebsEnable, kMsrPebsEnable},
+      {kMsrAPmc0, kMsrAPmc0 + kMaxGp - 1},
+      {kMsrDsArea, kMsrDsArea},
+      {0x680, 0x680 + kMaxLbr - 1},
+      {0x6C0, 0x6C0 + kMaxLbr - 1},
+      {0xDC0, 0xDC0 + kMaxLbr - 1},
+  };
+}
+
+bool VirtualPmu::Owns(uint32_t msr) const {
+  for (const MsrRange& r : InterceptedMsrs())
+    if (msr >= r.first && msr <= r.last) return true;
+  return false;
+}
+
+MsrResult VirtualPmu::ReadMsr(uint32_t msr) const {
+  const State& s = *s_;
+  const PmuModel& p = s.pmu;
+  auto ok = [](uint64_t v) { return MsrResult{false, v}; };
+  const MsrResult gp{true, 0};
+  int i;
+  if (msr == kMsrMiscEnable) return ok(s.misc_enable);
+  if (msr == kMsrDebugCtl) return p.debugctl_valid ? ok(s.debugctl) : gp;
+  if (msr == kMsrDsArea) return p.ds ? ok(s.ds_area) : gp;
+  if (msr == kMsrPerfCapabilities) return p.pdcm ? ok(p.perf_capabilities) : gp;
+  if (msr == kMsrPebsEnable) return (p.ds && p.pdcm) ? ok(s.pebs_enable) : gp;
+  if (msr == p.lbr.tos && p.lbr.entries) return ok(s.tos);
+  if (msr == kMsrLbrSelect) return p.lbr.select ? ok(s.lbr_select) : gp;
+  if (msr == kMsrLerFrom && p.lbr.entries) return ok(s.ler_from);
+  if (msr == kMsrLerTo && p.lbr.entries) return ok(s.ler_to);
+  if (s.IsLbrFrom(msr, &i)) {
+    if (p.lbr.packed) return ok(s.lbr[i].from | (s.lbr[i].to << 32));
+    return ok(s.lbr[i].from);
+  }
+  if (s.IsLbrTo(msr, &i)) return ok(s.lbr[i].to);
+  if (s.IsLbrInfo(msr, &i)) return ok(s.lbr[i].info);
+  if (msr >= kMsrPmc0 && msr < kMsrPmc0 + static_cast<uint32_t>(p.gp_counters)) return ok(s.gp[msr - kMsrPmc0].value);
+  if (msr >= kMsrAPmc0 && msr < kMsrAPmc0 + static_cast<uint32_t>(p.gp_counters) && s.full_width_writes())
+    return ok(s.gp[msr - kMsrAPmc0].value);
+  if (msr >= kMsrPerfEvtSel0 && msr < kMsrPerfEvtSel0 + static_cast<uint32_t>(p.gp_counters))
+    return ok(s.gp[msr - kMsrPerfEvtSel0].evtsel);
+  if (msr >= kMsrFixedCtr0 && msr < kMsrFixedCtr0 + static_cast<uint32_t>(p.fixed_counters))
+    return ok(s.fixed[msr - kMsrFixedCtr0].value);
+  if (s.v2()) {
+    if (msr == kMsrFixedCtrCtrl && p.fixed_counters) return ok(s.fixed_ctrl);
+    if (msr == kMsrGlobalStatus) return ok(s.global_status);
+    if (msr == kMsrGlobalCtrl) return ok(s.global_ctrl);
+    if (msr == kMsrGlobalOvfCtrl) return ok(0);
+  }
+  return gp;
+}
+
+MsrResult VirtualPmu::WriteMsr(uint32_t msr, uint64_t v) {
+  State& s = *s_;
+  const PmuModel& p = s.pmu;
+  const MsrResult ok{false, 0}, gp{true, 0};
+  int i;
+  if (msr == kMsrMiscEnable) {
+    // Only the fast-strings bit is writable in vbts's models; the
+    // performance-monitoring bits (7, 11, 12) are read-only (SDM vol. 4,
+    // table 2-2). Other changes #GP.
+    if ((v ^ s.misc_enable) & ~1ull) return gp;
+    s.misc_enable = v;
+    return ok;
+  }
+  if (msr == kMsrDebugCtl) {
+    if (!p.debugctl_valid || (v & ~p.debugctl_valid)) return gp;  // reserved bits (SDM 17.4.1)
+    s.debugctl = v;
+    return ok;
+  }
+  if (msr == kMsrDsArea) {
+    if (!p.ds || Canonical(v) != v) return gp;  // SDM 17.4.9: a linear address, canonical
+    s.ds_area = v;
+    return ok;
+  }
+  if (msr == kMsrPerfCapabilities) return gp;  // read-only
+  if (msr == kMsrPebsEnable) {
+    if (!(p.ds && p.pdcm)) return gp;
+    s.pebs_enable = v;  // accepted, inert: vbts writes no PEBS records (docs/pmu-model.md)
+    return ok;
+  }
+  if (msr == p.lbr.tos && p.lbr.entries) return gp;  // read-only (SDM 17.4.8.2? MSR_LASTBRANCH_TOS)
+  if (msr == kMsrLbrSelect) {
+    if (!p.lbr.select || (v & ~kLbrSelectMask)) return gp;
+    s.lbr_select = v;
+    return ok;
+  }
+  if ((msr == kMsrLerFrom || msr == kMsrLerTo) && p.lbr.entries) return gp;
+  if (s.IsLbrFrom(msr, &i)) {
+    if (p.lbr.packed) {
+      s.lbr[i].from = v & 0xFFFFFFFFull;
+      s.lbr[i].to = v >> 32;
+    } else {
+      s.lbr[i].from = v;
+    }
+    return ok;
+  }
+  if (s.IsLbrTo(msr, &i)) {
+    s.lbr[i].to = v;
+    return ok;
+  }
+  if (s.IsLbrInfo(msr, &i)) {
+    s.lbr[i].info = v;
+    return ok;
+  }
+  if (msr >= kMsrPmc0 && msr < kMsrPmc0 + static_cast<uint32_t>(p.gp_counters)) {
+    // Legacy writes: bits 31:0, sign-extended to the counter width (SDM 18.2.6).
+    uint64_t x = v & 0xFFFFFFFFull;
+    if (x & 0x80000000ull) x |= ~0xFFFFFFFFull;
+    s.gp[msr - kMsrPmc0].value = x & Mask(p.gp_width);
+    return ok;
+  }
+  if (msr >= kMsrAPmc0 && msr < kMsrAPmc0 + static_cast<uint32_t>(p.gp_counters) && s.full_width_writes()) {
+    if (v & ~Mask(p.gp_width)) return gp;
+    s.gp[msr - kMsrAPmc0].value = v;
+    return ok;
+  }
+  if (msr >= kMsrPerfEvtSel0 && msr < kMsrPerfEvtSel0 + static_cast<uint32_t>(p.gp_counters)) {
+    if (v >> 32) return gp;  // reserved upper half
+    s.gp[msr - kMsrPerfEvtSel0].evtsel = v;
+    return ok;
+  }
+  if (msr >= kMsrFixedCtr0 && msr < kMsrFixedCtr0 + static_cast<uint32_t>(p.fixed_counters)) {
+    if (v & ~Mask(p.fixed_width)) return gp;
+    s.fixed[msr - kMsrFixedCtr0].value = v;
+    return ok;
+  }
+  if (s.v2()) {
+    if (msr == kMsrFixedCtrCtrl && p.fixed_counters) {
+      if (v & ~Mask(4 * p.fixed_counters)) return gp;
+      s.fixed_ctrl = v;
+      return ok;
+    }
+    if (msr == kMsrGlobalStatus) return gp;  // read-only (SDM 18.2.2)
+    if (msr == kMsrGlobalCtrl) {
+      if (v & ~s.GlobalCtrlMask()) return gp;
+      s.global_ctrl = v;
+      return ok;
+    }
+    if (msr == kMsrGlobalOvfCtrl) {
+      if (v & ~s.GlobalStatusMask()) return gp;
+      s.global_status &= ~v;  // clears the status bits written as 1 (SDM 18.2.2)
+      return ok;
+    }
+  }
+  return gp;
+}
+
+bool VirtualPmu::NeedsObservation() const {
+  const State& s = *s_;
+  return (s.debugctl & (kDbgLbr | kDbgBtf)) || s.BtsOn() || s.AnyCounterEnabled();
+}
+
+absl::StatusOr<PmuEffects> VirtualPmu::Observe(const Branch& b, LinearMemory& mem, bool guest_tf) {
+  State& s = *s_;
+  PmuEffects fx;
+  const bool event = IsEventDelivery(b.kind);
+  if (!event) {
+    s.stats.instructions++;
+    s.CountInstruction(b, fx);
+  }
+  if (b.taken()) {
+    s.stats.branches++;
+    s.PushLbr(b);
+    if (s.BtsOn()) VBTS_RETURN_IF_ERROR(s.StoreBts(b, mem, fx));
+  }
+  if (event && b.kind == BranchKind::kException && b.vector == 1) {
+    // #DB delivery clears DEBUGCTL.LBR and BTF (SDM 17.4.2).
+    s.debugctl &= ~(kDbgLbr | kDbgBtf);
+  }
+  // BTF: single-step on branches (SDM 17.4.3): with TF set, the trap follows
+  // a taken branch only; without BTF, every instruction.
+  if (!event && guest_tf) fx.single_step_trap = !(s.debugctl & kDbgBtf) || b.taken();
+  return fx;
+}
+
+std::vector<std::string> VirtualPmu::TakeWarnings() {
+  std::vector<std::string> w;
+  w.swap(s_->warnings);
+  return w;
+}
+
+const PmuStats& VirtualPmu::stats() const { return s_->stats; }
+
+}  // namespace vbts::pmu
