@@ -394,7 +394,7 @@ absl::StatusOr<Supervisor::Verdict> Supervisor::Boundary(CpuState& st, bool dirt
   bool st_reported = reported;
   for (int i = 0; i < kMaxChainedCompletions; i++) {
     if (observer_ && !st_reported) {
-      observer_->SetConsecutive(mode_ == Mode::kStepping || i > 0);
+      observer_->SetConsecutive(mode_ == Mode::kStepping);
       VBTS_RETURN_IF_ERROR(observer_->AtBoundary(st, dirty));
     }
     st_reported = true;

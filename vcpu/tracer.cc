@@ -429,26 +429,26 @@ absl::Status Tracer::Resolve(const Boundary& p, const CpuState& st) {
 }
 
 absl::Status Tracer::AtBoundary(CpuState& st, bool& /*dirty*/) {
-  if (!consecutive_) prev_.reset();  // after a free run: nothing to explain
-  if (!WantsEveryInstruction() && !consecutive_) {
-    prev_.reset();
-    pmi_deliverable_ = false;
-    return absl::OkStatus();
-  }
-  stats_.boundaries++;
   const bool fresh = fresh_;
   fresh_ = false;
   if (fresh && prev_ && st.pc_linear() == prev_->lin && st.cs.selector == prev_->cs) {
     // The boundary Retired() just reported (the supervisor performed the
-    // instruction before it and stops here again): nothing ran in between.
-    stats_.boundaries--;
-  } else if (prev_) {
-    const Boundary& p = *prev_;
-    // A REP string instruction stops at its own RIP until it retires.
-    if (st.rip == p.rip && st.cs.selector == p.cs && p.decoded && p.insn.rep_string && !pmi_in_flight_) {
+    // instruction before it and looks at the new one): nothing ran since.
+  } else {
+    if (!consecutive_) prev_.reset();  // after a free run: nothing to explain
+    if (!WantsEveryInstruction() && !consecutive_) {
+      pmi_deliverable_ = false;
       return absl::OkStatus();
     }
-    VBTS_RETURN_IF_ERROR(Resolve(p, st));
+    stats_.boundaries++;
+    if (prev_) {
+      const Boundary& p = *prev_;
+      // A REP string instruction stops at its own RIP until it retires.
+      if (st.rip == p.rip && st.cs.selector == p.cs && p.decoded && p.insn.rep_string && !pmi_in_flight_) {
+        return absl::OkStatus();
+      }
+      VBTS_RETURN_IF_ERROR(Resolve(p, st));
+    }
   }
   if (step_trap_due_) VBTS_RETURN_IF_ERROR(RaiseSingleStep());
   if (pmi_due_) VBTS_RETURN_IF_ERROR(RaisePmi());
