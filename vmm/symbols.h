@@ -1,0 +1,77 @@
+// symbols.h: an ELF symbol table for `vbts record --range` and `vbts
+// report`: address -> "symbol+offset", symbol -> address range, and the
+// file bytes of the loadable segments (to find instruction lengths).  Reads
+// ELF32 and ELF64 little-endian files (.symtab, else .dynsym); every offset
+// and size is bounds-checked, a malformed file is an InvalidArgument naming
+// the field, never a crash.
+#ifndef VBTS_VMM_SYMBOLS_H_
+#define VBTS_VMM_SYMBOLS_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "vmm/trace_format.h"
+
+namespace vbts::vmm {
+
+struct Symbol {
+  uint64_t addr = 0;
+  uint64_t size = 0;     // 0 for assembler labels
+  std::string name;
+  bool func = false;     // STT_FUNC (else STT_NOTYPE)
+  bool global = false;
+  uint64_t section_end = 0;  // end of the section the symbol is in
+};
+
+class SymbolTable {
+ public:
+  SymbolTable() = default;
+  // Parses an ELF file's symbols (FUNC and NOTYPE symbols with a name,
+  // defined in an allocated section) and PT_LOAD segments.  `name` is used
+  // in error messages.
+  static absl::StatusOr<SymbolTable> FromElf(absl::Span<const uint8_t> file, std::string_view name);
+  static absl::StatusOr<SymbolTable> Load(const std::string& path);
+
+  bool empty() const { return by_addr_.empty(); }
+  size_t size() const { return all_.size(); }
+  // The symbol `addr` is in: inside a sized symbol, or at or after a label
+  // (size 0) in the same section, before the next symbol.  nullptr if none.
+  const Symbol* Find(uint64_t addr) const;
+  // "name+0x1a", "name" at offset 0, or "0x<addr>" without a symbol.
+  std::string Describe(uint64_t addr) const;
+  // The function `addr` is in: the symbol's name without an assembler local
+  // label suffix ("_start.loop" -> "_start"), or "0x<addr>" without a symbol.
+  std::string FunctionOf(uint64_t addr) const;
+  // A symbol by name (the first defined one).
+  const Symbol* Lookup(std::string_view name) const;
+  // The extent of a symbol: its size when it has one, else up to the next
+  // symbol that is not one of its own local labels ("name.x"), within its
+  // section.
+  trace::AddressRange Extent(const Symbol& s) const;
+  // Up to `max` file bytes of the image at linked address `addr` (empty when
+  // no loadable segment holds it).
+  absl::Span<const uint8_t> BytesAt(uint64_t addr, size_t max) const;
+
+ private:
+  struct Segment {
+    uint64_t vaddr = 0;
+    std::vector<uint8_t> bytes;
+  };
+  std::vector<Symbol> all_;           // sorted by address, every kept symbol
+  std::vector<size_t> by_addr_;       // one index into all_ per distinct address (the preferred name)
+  std::vector<Segment> segments_;
+};
+
+// Parses a `--range` value: START:END (END exclusive), each a number
+// (0x-hex or decimal), a symbol, or symbol+offset; or a single symbol, meaning
+// its extent.  `symbols` may be null (numbers only).
+absl::StatusOr<trace::AddressRange> ParseRange(std::string_view spec, const SymbolTable* symbols);
+
+}  // namespace vbts::vmm
+
+#endif  // VBTS_VMM_SYMBOLS_H_
