@@ -15,6 +15,7 @@
 #include "vmm/host_probe.h"
 #include "vmm/info.h"
 #include "vmm/machine.h"
+#include "vmm/recorder.h"
 
 namespace vbts::vmm {
 namespace {
@@ -39,7 +40,22 @@ absl::StatusOr<uint64_t> ParseSize(const std::string& text) {
 
 void PrintError(const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); }
 
-int RunCommand(const MachineConfig& base, const std::string& mem) {
+const char* RunEndName(RunEnd e) {
+  switch (e) {
+    case RunEnd::kGuestExit: return "guest-exit";
+    case RunEnd::kTimeout: return "timeout";
+    case RunEnd::kTripleFault: return "triple-fault";
+    case RunEnd::kHaltedIfClear: return "halted-if-clear";
+    case RunEnd::kUnsupported: return "unsupported";
+    case RunEnd::kError: return "error";
+  }
+  return "error";
+}
+
+// `vbts run`, and `vbts record` when `record` is set (the same run, with the
+// tracer's transfers streamed to the trace file).
+int RunCommand(const MachineConfig& base, const std::string& mem, const RecordOptions* record = nullptr,
+               const std::string& command = "") {
   MachineConfig config = base;
   absl::StatusOr<uint64_t> bytes = ParseSize(mem);
   if (!bytes.ok()) {
@@ -57,16 +73,42 @@ int RunCommand(const MachineConfig& base, const std::string& mem) {
     PrintError(absl::StrCat("vbts: probing the host's KVM failed: ", facts.status().message()));
     return kExitVbtsError;
   }
+  std::unique_ptr<RecordSession> session;
+  if (record) {
+    absl::StatusOr<std::unique_ptr<RecordSession>> s = RecordSession::Open(*record, config.image_path);
+    if (!s.ok()) {
+      PrintError(absl::StrCat("vbts: ", s.status().message()));
+      return kExitVbtsError;
+    }
+    session = std::move(*s);
+    config.transfer_sink = session->Sink();
+  }
   absl::StatusOr<std::unique_ptr<Machine>> machine = Machine::Create(config, *kvm, *facts);
   if (!machine.ok()) {
     PrintError(absl::StrCat("vbts: ", machine.status().message()));
     return kExitVbtsError;
+  }
+  if (session) {
+    std::vector<trace::AddressRange> code;
+    for (const CodeRange& c : (*machine)->code()) code.push_back({c.vaddr, c.vaddr + c.size});
+    if (absl::Status s = session->Start(config.image_path, config.cpu_model, code, command); !s.ok()) {
+      PrintError(absl::StrCat("vbts: ", s.message()));
+      return kExitVbtsError;
+    }
   }
   if (const std::string& why = (*machine)->supervisor().stepping_reason(); !why.empty() && !config.exact_cpuid)
     PrintError(absl::StrCat("vbts: note: single-stepping the whole guest (slow): ", why));
   RunResult r = (*machine)->Run();
   if (!r.message.empty()) PrintError(r.message);
   if (config.verbose) std::fprintf(stderr, "%s", r.details.c_str());
+  if (session) {
+    absl::StatusOr<std::string> summary = session->Finish(RunEndName(r.end), r.exit_status);
+    if (!summary.ok()) {
+      PrintError(absl::StrCat("vbts: recording failed: ", summary.status().message()));
+      return kExitVbtsError;
+    }
+    PrintError(*summary);
+  }
   return r.exit_status;
 }
 
@@ -84,27 +126,47 @@ int CliMain(int argc, char** argv) {
 
   MachineConfig config;
   std::string mem = "128M";
+  // The options of `vbts run`, which `vbts record` takes too.
+  auto add_run_options = [&config, &mem](CLI::App* cmd) {
+    cmd->add_option("--mem", mem, "guest RAM size (bytes, or with K/M/G suffix)")->capture_default_str();
+    cmd->add_option("--cpu", config.cpu_model, "guest CPU model (" + pmu::CpuModelNames() + ")")
+        ->capture_default_str();
+    cmd->add_option("--timeout", config.timeout_seconds, "stop the guest after SECONDS (exit status 124)")
+        ->check(CLI::NonNegativeNumber);
+    cmd->add_option("--append", config.append, "Multiboot command line after the image name");
+    cmd->add_option("--vpmu", config.vpmu,
+                    "virtual PMU/DS/LBR: emulated (by stepping the guest while tracing is on), passthrough (host "
+                    "KVM's LBR virtualisation, where it has one), off")
+        ->check(CLI::IsMember({"emulated", "passthrough", "off"}))
+        ->capture_default_str();
+    cmd->add_option("--branches", config.branches_path,
+                    "write every control transfer as `0x<from> 0x<to> <kind>` lines to FILE (steps the guest)");
+    cmd->add_option("--insns", config.insns_path,
+                    "write the linear address of every executed instruction to FILE (steps the guest)");
+    cmd->add_flag("-v,--verbose", config.verbose, "on an abnormal end, dump registers and device statistics");
+    cmd->add_flag("--exact-cpuid", config.exact_cpuid,
+                  "single-step the whole guest so that every CPUID answers from the CPU model, even where this "
+                  "host's KVM cannot be guarded (slow; see docs/completion.md)");
+    cmd->add_option("IMAGE", config.image_path, "Multiboot v1 image (ELF32 or a.out-kludge)")->required();
+  };
   CLI::App* run = app.add_subcommand("run", "Boot a Multiboot image; its COM1 output goes to stdout.");
-  run->add_option("--mem", mem, "guest RAM size (bytes, or with K/M/G suffix)")->capture_default_str();
-  run->add_option("--cpu", config.cpu_model, "guest CPU model (" + pmu::CpuModelNames() + ")")
+  add_run_options(run);
+
+  RecordOptions rec;
+  CLI::App* record = app.add_subcommand(
+      "record", "Run an image like `vbts run` while recording every control transfer to a trace file.");
+  record->add_option("-o,--output", rec.output, "the trace file to write (docs/trace-format.md)")->required();
+  record->add_option("--cpl", rec.cpl, "record only transfers from or to this CPL: 0, 3 or all")
+      ->check(CLI::IsMember({"0", "3", "all"}))
       ->capture_default_str();
-  run->add_option("--timeout", config.timeout_seconds, "stop the guest after SECONDS (exit status 124)")
-      ->check(CLI::NonNegativeNumber);
-  run->add_option("--append", config.append, "Multiboot command line after the image name");
-  run->add_option("--vpmu", config.vpmu,
-                  "virtual PMU/DS/LBR: emulated (by stepping the guest while tracing is on), passthrough (host "
-                  "KVM's LBR virtualisation, where it has one), off")
-      ->check(CLI::IsMember({"emulated", "passthrough", "off"}))
+  record->add_option("--range", rec.ranges,
+                     "record only transfers from or to START:END (addresses or symbols, END exclusive) or SYMBOL; "
+                     "repeatable");
+  record->add_option("--symbols", rec.symbols, "ELF file for symbol names in --range (default: the image)");
+  record->add_option("--max-records", rec.max_records,
+                     "stop recording after N transfers (0: no limit); the guest runs on")
       ->capture_default_str();
-  run->add_option("--branches", config.branches_path,
-                  "write every control transfer as `0x<from> 0x<to> <kind>` lines to FILE (steps the guest)");
-  run->add_option("--insns", config.insns_path,
-                  "write the linear address of every executed instruction to FILE (steps the guest)");
-  run->add_flag("-v,--verbose", config.verbose, "on an abnormal end, dump registers and device statistics");
-  run->add_flag("--exact-cpuid", config.exact_cpuid,
-                "single-step the whole guest so that every CPUID answers from the CPU model, even where this "
-                "host's KVM cannot be guarded (slow; see docs/completion.md)");
-  run->add_option("IMAGE", config.image_path, "Multiboot v1 image (ELF32 or a.out-kludge)")->required();
+  add_run_options(record);
 
   bool info_verbose = false;
   std::string info_cpu;
@@ -129,6 +191,11 @@ int CliMain(int argc, char** argv) {
     return rc == 0 ? 0 : kExitUsage;
   }
   if (*run) return RunCommand(config, mem);
+  if (*record) {
+    std::string command;
+    for (int i = 0; i < argc; i++) absl::StrAppend(&command, i ? " " : "", argv[i]);
+    return RunCommand(config, mem, &rec, command);
+  }
   if (*info) return RunInfo(info_verbose, info_cpu);
   if (*test) {
     char self[4096];

@@ -63,6 +63,7 @@ absl::Status Machine::Setup(const Kvm& kvm) {
   limits.reserved.push_back({kBootStack - 0x1000, kBootGdt + 0x18, "vbts boot stack and GDT"});
   VBTS_ASSIGN_OR_RETURN(LoadedImage img,
                         LoadMultibootImage(image, config_.image_path, *ram_, limits));
+  code_ = img.code;
 
   VBTS_ASSIGN_OR_RETURN(vm_, Vm::Create(kvm));
   VBTS_RETURN_IF_ERROR(vm_->SetMemoryRegion(0, 0, ram_->size(), ram_->host_base()));
@@ -129,8 +130,9 @@ absl::Status Machine::Setup(const Kvm& kvm) {
       *file = std::fopen(path->c_str(), "w");
       if (!*file) return absl::NotFoundError(absl::StrFormat("cannot write %s: %s", *path, std::strerror(errno)));
     }
-    if (branches_file_ || insns_file_) {
+    if (branches_file_ || insns_file_ || config_.transfer_sink) {
       tracer_->SetSink([this](const pmu::Branch& b) {
+        if (config_.transfer_sink) config_.transfer_sink(b);
         if (branches_file_ && b.taken())
           std::fprintf(branches_file_, "0x%llx 0x%llx %s\n", static_cast<unsigned long long>(b.from),
                        static_cast<unsigned long long>(b.to), pmu::BranchKindName(b.kind));
@@ -138,8 +140,8 @@ absl::Status Machine::Setup(const Kvm& kvm) {
           std::fprintf(insns_file_, "0x%llx\n", static_cast<unsigned long long>(b.from));
       });
     }
-  } else if (!config_.branches_path.empty() || !config_.insns_path.empty()) {
-    return absl::InvalidArgumentError("--branches and --insns need the tracing engine: --vpmu=emulated");
+  } else if (!config_.branches_path.empty() || !config_.insns_path.empty() || config_.transfer_sink) {
+    return absl::InvalidArgumentError("--branches, --insns and vbts record need the tracing engine: --vpmu=emulated");
   } else if (config_.vpmu == "passthrough") {
     return absl::FailedPreconditionError(absl::StrCat(
         "--vpmu=passthrough needs a host KVM that virtualises LBRs itself; this one cannot (",

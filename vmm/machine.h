@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -20,6 +21,7 @@
 #include "vmm/debug_exit.h"
 #include "vmm/guest_memory.h"
 #include "vmm/kvm_vm.h"
+#include "vmm/loader.h"
 #include "vmm/pio_bus.h"
 #include "vmm/uart16550.h"
 
@@ -45,6 +47,9 @@ struct MachineConfig {
   // CPUID answers from the CPU model (docs/completion.md, "CPUID").
   bool exact_cpuid = false;
   int output_fd = 1;           // where COM1 output goes
+  // `vbts record`: every transfer the tracer reports, in program order
+  // (like --branches, it makes vbts step the whole guest).
+  std::function<void(const pmu::Branch&)> transfer_sink;
 };
 
 enum class RunEnd { kGuestExit, kTimeout, kTripleFault, kHaltedIfClear, kUnsupported, kError };
@@ -67,6 +72,8 @@ class Machine {
   const vcpu::Supervisor& supervisor() const { return *supervisor_; }
   // The branch-tracing engine's hook (vcpu/step_observer.h); call before Run().
   void SetObserver(vcpu::StepObserver* observer) { supervisor_->SetObserver(observer); }
+  // The loaded image's executable segments (for vbts record's trace header).
+  const std::vector<CodeRange>& code() const { return code_; }
 
  private:
   Machine(const MachineConfig& config, const vcpu::HostFacts& facts);
@@ -98,6 +105,7 @@ class Machine {
   std::unique_ptr<DebugExit> debug_exit_;
   uint64_t mmio_unclaimed_reads_ = 0, mmio_unclaimed_writes_ = 0;
   uint64_t exits_ = 0;
+  std::vector<CodeRange> code_;
 };
 
 }  // namespace vbts::vmm
