@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <iostream>
 #include <string>
 
 #include "absl/strings/numbers.h"
@@ -16,6 +17,7 @@
 #include "vmm/info.h"
 #include "vmm/machine.h"
 #include "vmm/recorder.h"
+#include "vmm/report_command.h"
 
 namespace vbts::vmm {
 namespace {
@@ -91,7 +93,7 @@ int RunCommand(const MachineConfig& base, const std::string& mem, const RecordOp
   if (session) {
     std::vector<trace::AddressRange> code;
     for (const CodeRange& c : (*machine)->code()) code.push_back({c.vaddr, c.vaddr + c.size});
-    if (absl::Status s = session->Start(config.image_path, config.cpu_model, code, command); !s.ok()) {
+    if (absl::Status s = session->Start(config.image_path, config.cpu_model, code, (*machine)->entry(), command); !s.ok()) {
       PrintError(absl::StrCat("vbts: ", s.message()));
       return kExitVbtsError;
     }
@@ -168,6 +170,16 @@ int CliMain(int argc, char** argv) {
       ->capture_default_str();
   add_run_options(record);
 
+  ReportOptions report_opt;
+  CLI::App* report = app.add_subcommand("report", "Print a trace file written by `vbts record` in a chosen format.");
+  report->add_option("--format", report_opt.format,
+                     std::string("text (default), branches, json, drcov, folded or dot; see docs/cli.md"))
+      ->check(CLI::IsMember({"text", "branches", "json", "drcov", "folded", "dot"}))
+      ->capture_default_str();
+  report->add_option("--symbols", report_opt.symbols,
+                     "ELF file for symbol names and instruction lengths (default: the recorded image, if unchanged)");
+  report->add_option("FILE", report_opt.file, "the trace file")->required();
+
   bool info_verbose = false;
   std::string info_cpu;
   CLI::App* info = app.add_subcommand("info", "Show what this host's KVM can do (probed with tiny guests).");
@@ -195,6 +207,10 @@ int CliMain(int argc, char** argv) {
     std::string command;
     for (int i = 0; i < argc; i++) absl::StrAppend(&command, i ? " " : "", argv[i]);
     return RunCommand(config, mem, &rec, command);
+  }
+  if (*report) {
+    std::ios::sync_with_stdio(false);
+    return ReportCommand(report_opt, std::cout);
   }
   if (*info) return RunInfo(info_verbose, info_cpu);
   if (*test) {

@@ -64,6 +64,7 @@ absl::Status Machine::Setup(const Kvm& kvm) {
   VBTS_ASSIGN_OR_RETURN(LoadedImage img,
                         LoadMultibootImage(image, config_.image_path, *ram_, limits));
   code_ = img.code;
+  entry_ = img.entry;
 
   VBTS_ASSIGN_OR_RETURN(vm_, Vm::Create(kvm));
   VBTS_RETURN_IF_ERROR(vm_->SetMemoryRegion(0, 0, ram_->size(), ram_->host_base()));

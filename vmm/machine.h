@@ -74,6 +74,7 @@ class Machine {
   void SetObserver(vcpu::StepObserver* observer) { supervisor_->SetObserver(observer); }
   // The loaded image's executable segments (for vbts record's trace header).
   const std::vector<CodeRange>& code() const { return code_; }
+  uint32_t entry() const { return entry_; }
 
  private:
   Machine(const MachineConfig& config, const vcpu::HostFacts& facts);
@@ -106,6 +107,7 @@ class Machine {
   uint64_t mmio_unclaimed_reads_ = 0, mmio_unclaimed_writes_ = 0;
   uint64_t exits_ = 0;
   std::vector<CodeRange> code_;
+  uint32_t entry_ = 0;
 };
 
 }  // namespace vbts::vmm

@@ -187,7 +187,8 @@ std::function<void(const pmu::Branch&)> RecordSession::Sink() {
 }
 
 absl::Status RecordSession::Start(const std::string& image_path, const std::string& cpu_model,
-                                  const std::vector<trace::AddressRange>& code, const std::string& command) {
+                                  const std::vector<trace::AddressRange>& code, uint64_t entry,
+                                  const std::string& command) {
   trace::Header h;
   h.image = image_path;
   h.image_sha256 = Sha256(image_);
@@ -197,6 +198,7 @@ absl::Status RecordSession::Start(const std::string& image_path, const std::stri
   clock_gettime(CLOCK_REALTIME, &ts);
   h.start_time_ns = static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + ts.tv_nsec;
   h.code = code;
+  h.entry = entry;
   h.max_records = options_.max_records;
   h.command = command;
   h.filter = recorder_->filter().Describe();

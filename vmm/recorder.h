@@ -106,7 +106,7 @@ class RecordSession {
   std::function<void(const pmu::Branch&)> Sink();
   // Writes the header: `code` are the image's executable ranges.
   absl::Status Start(const std::string& image_path, const std::string& cpu_model,
-                     const std::vector<trace::AddressRange>& code, const std::string& command);
+                     const std::vector<trace::AddressRange>& code, uint64_t entry, const std::string& command);
   // Ends the recording; returns one line for stderr (the summary or the error).
   absl::StatusOr<std::string> Finish(const std::string& end, int exit_status);
 

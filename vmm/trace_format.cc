@@ -23,7 +23,7 @@ constexpr size_t kBlockHeader = 16;      // tag, payload length, record count, C
 // Header fields (tag byte, LEB128 length, bytes).
 enum HeaderTag : uint8_t {
   kHImage = 1, kHSha256 = 2, kHCpuModel = 3, kHVbtsVersion = 4, kHStartTime = 5,
-  kHCode = 6, kHFilter = 7, kHMaxRecords = 8, kHCommand = 9,
+  kHCode = 6, kHFilter = 7, kHMaxRecords = 8, kHCommand = 9, kHEntry = 10,
 };
 // End block fields.
 enum TrailerTag : uint8_t {
@@ -250,6 +250,7 @@ absl::Status Writer::WriteHeader(const Header& h) {
     PutLe(b, r.end, 8);
     PutField(fields, kHCode, b.data(), b.size());
   }
+  if (h.entry) PutU64(fields, kHEntry, *h.entry);
   PutString(fields, kHFilter, h.filter);
   PutU64(fields, kHMaxRecords, h.max_records);
   PutString(fields, kHCommand, h.command);
@@ -435,6 +436,10 @@ absl::StatusOr<std::unique_ptr<Reader>> Reader::Open(std::istream& in) {
         h.max_records = GetLe(d, 8);
         break;
       case kHCommand: h.command = s; break;
+      case kHEntry:
+        if (n != 8) return false;
+        h.entry = GetLe(d, 8);
+        break;
       default: break;  // a field of a newer minor version
     }
     return true;

@@ -72,6 +72,7 @@ struct Header {
   std::string vbts_version;
   uint64_t start_time_ns = 0;             // CLOCK_REALTIME, ns since the Unix epoch
   std::vector<AddressRange> code;         // the image's executable segments (linked addresses)
+  std::optional<uint64_t> entry;          // the linear address the guest starts at
   std::string filter;                     // the filters in force, human-readable ("" = none)
   uint64_t max_records = 0;               // 0 = no limit
   std::string command;                    // the vbts command line

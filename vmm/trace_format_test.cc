@@ -40,6 +40,7 @@ Header SampleHeader() {
   h.vbts_version = "0.1.0";
   h.start_time_ns = 1700000000123456789ull;
   h.code = {{0x100000, 0x103618}};
+  h.entry = 0x100100;
   h.filter = "cpl=all";
   h.max_records = 10000000;
   h.command = "vbts record -o t.vbtr hello.elf";
@@ -139,6 +140,7 @@ TEST(TraceFormat, RoundTripsHeaderRecordsAndTrailer) {
   EXPECT_EQ(p.header.vbts_version, "0.1.0");
   EXPECT_EQ(p.header.start_time_ns, 1700000000123456789ull);
   EXPECT_EQ(p.header.code, (std::vector<AddressRange>{{0x100000, 0x103618}}));
+  EXPECT_EQ(p.header.entry, std::optional<uint64_t>(0x100100));
   EXPECT_EQ(p.header.filter, "cpl=all");
   EXPECT_EQ(p.header.max_records, 10000000u);
   EXPECT_EQ(p.header.command, "vbts record -o t.vbtr hello.elf");
