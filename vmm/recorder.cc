@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -190,7 +191,11 @@ absl::Status RecordSession::Start(const std::string& image_path, const std::stri
                                   const std::vector<trace::AddressRange>& code, uint64_t entry,
                                   const std::string& command) {
   trace::Header h;
-  h.image = image_path;
+  // The absolute path, so that `vbts report` finds the image's symbols from
+  // any directory (and drcov names the module by its real path).
+  char* real = realpath(image_path.c_str(), nullptr);
+  h.image = real ? real : image_path;
+  std::free(real);
   h.image_sha256 = Sha256(image_);
   h.cpu_model = cpu_model;
   h.vbts_version = VBTS_VERSION;
