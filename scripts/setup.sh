@@ -16,6 +16,10 @@ packages=(
   libzydis-dev          # x86 instruction decoder
   nasm binutils         # guest images (nasm + ld -m elf_i386)
   qemu-system-x86       # reference monitor for the guest-image suite (label qemu)
+  libssl-dev            # SHA-256 of the image in vbts record's trace header (libcrypto)
+  zlib1g-dev            # CRC-32 of trace file blocks
+  python3               # differential and record/report tests (scripts/*.py)
+  graphviz              # record.* tests: `dot` must accept vbts report --format=dot
 )
 missing=()
 for p in "${packages[@]}"; do
