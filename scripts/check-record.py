@@ -15,7 +15,13 @@ Runs IMAGE twice, once with `vbts run --branches=F1` and once with
    the transfers), dot (Graphviz `dot` must accept it; edge counts sum to the
    transfers), text (one line per transfer, the summary count);
  - a truncated copy of T is reported up to the damage with exit status 1
-   and a "truncated" message, and a file that is not a trace exits 116.
+   and a "truncated" message, and a file that is not a trace exits 116;
+ - the filters: --cpl=0/3 and --range record exactly the subset of the full
+   recording they describe, --max-records=N exactly its first N transfers,
+   with the guest's output and status unchanged.
+With --crash (use an image that never ends, e.g. spin.elf), vbts record is
+killed with SIGKILL after 1.5 s instead, and the file must still report its
+prefix: exit status 1, "no end block" on stderr, and transfers on stdout.
 Exit status 0 when all hold, 1 otherwise (the first failure is printed).
 """
 import argparse
@@ -81,10 +87,13 @@ def main():
     ap.add_argument("--vbts", default="build/vbts")
     ap.add_argument("--timing-dependent", action="store_true",
                     help="the guest's path depends on timing: compare with vbts run's output, not its transfers")
+    ap.add_argument("--crash", action="store_true", help="kill vbts record mid-run; check the prefix")
     ap.add_argument("image")
     a = ap.parse_args()
     vbts = os.path.abspath(a.vbts)
     image = os.path.abspath(a.image)
+    if a.crash:
+        return crash_test(vbts, image)
     with tempfile.TemporaryDirectory() as d:
         branches, trace = os.path.join(d, "run.branches"), os.path.join(d, "t.vbtr")
         same_run = os.path.join(d, "record.branches")
@@ -194,9 +203,63 @@ def main():
         if b"not a vbts trace" not in p.stderr:
             fail("a non-trace file is not refused clearly: " + p.stderr.decode(errors="replace"))
 
+        # filters
+        full = objs
+
+        def filtered(opts):
+            t = os.path.join(d, "f.vbtr")
+            p = run([vbts, "record", "-o", t, *opts, image])
+            if p.stdout != r2.stdout or p.returncode != r2.returncode:
+                fail(f"vbts record {' '.join(opts)}: the guest's output or status changed")
+            return [json.loads(l) for l in report("json", t).stdout.decode().splitlines()], p
+
+        def same(got, want, what):
+            key = lambda o: (o["from"], o["to"], o["kind"])
+            if [key(o) for o in got] != [key(o) for o in want]:
+                fail(f"{what}: {len(got)} transfers recorded, {len(want)} expected from the full recording")
+
+        if not a.timing_dependent:
+            for cpl in (0, 3):
+                got, _ = filtered([f"--cpl={cpl}"])
+                same(got, [o for o in full if cpl in (o["cpl_from"], o["cpl_to"])], f"--cpl={cpl}")
+            got, _ = filtered(["--range=0x100000:0x100800"])
+            same(got, [o for o in full if any(0x100000 <= int(o[k], 16) < 0x100800 for k in ("from", "to"))],
+                 "--range=0x100000:0x100800")
+            got, _ = filtered(["--range=main"])
+            if not got or not all(o.get("from_sym", "").startswith("main") or o.get("to_sym", "").startswith("main")
+                                  for o in got):
+                fail("--range=main: a transfer neither from nor to main, or none at all")
+            limit = min(100, n // 2)
+            got, p = filtered([f"--max-records={limit}"])
+            same(got, full[:limit], f"--max-records={limit}")
+            if f"--max-records={limit} reached".encode() not in p.stderr:
+                fail("--max-records: the summary line does not say the limit was reached")
+
         size = len(data)
         print(f"PASS: {n} transfers, {size} bytes ({size / n:.2f} bytes/transfer); branches identical to vbts run; "
               f"json, drcov ({len(bbs)} blocks), folded, dot, text read back; truncation handled")
+    return 0
+
+
+def crash_test(vbts, image):
+    import signal
+    import time
+    with tempfile.TemporaryDirectory() as d:
+        trace = os.path.join(d, "t.vbtr")
+        p = subprocess.Popen([vbts, "record", "-o", trace, image], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+        time.sleep(1.5)
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        r = run([vbts, "report", "--format=branches", trace])
+        lines = r.stdout.decode().splitlines()
+        if r.returncode != 1 or b"no end block" not in r.stderr or not lines:
+            fail(f"killed recording: report exited {r.returncode} with {len(lines)} transfers: "
+                 + r.stderr.decode(errors="replace"))
+        if not all(re.fullmatch(r"0x[0-9a-f]+ 0x[0-9a-f]+ [a-z-]+", l) for l in lines):
+            fail("killed recording: malformed branches lines")
+        print(f"PASS: vbts record killed after 1.5 s; its file reports {len(lines)} transfers and says: "
+              + r.stderr.decode(errors="replace").strip())
     return 0
 
 
