@@ -101,6 +101,7 @@ int RunCommand(const MachineConfig& base, const std::string& mem, const RecordOp
   if (const std::string& why = (*machine)->supervisor().stepping_reason(); !why.empty() && !config.exact_cpuid)
     PrintError(absl::StrCat("vbts: note: single-stepping the whole guest (slow): ", why));
   RunResult r = (*machine)->Run();
+  if (session) session->EndStatus();
   if (!r.message.empty()) PrintError(r.message);
   if (config.verbose) std::fprintf(stderr, "%s", r.details.c_str());
   if (session) {

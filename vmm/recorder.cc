@@ -123,8 +123,13 @@ void Recorder::Status(bool final) {
   status_records_ = writer_.records();
 }
 
-absl::Status Recorder::Finish(const std::string& end, int exit_status) {
+void Recorder::EndStatus() {
   if (options_.status_out) Status(true);
+  options_.status_out = nullptr;
+}
+
+absl::Status Recorder::Finish(const std::string& end, int exit_status) {
+  EndStatus();
   trace::Trailer t;
   t.filtered = filtered_;
   t.unrecorded = unrecorded_;

@@ -61,6 +61,8 @@ class Recorder {
   absl::Status Start(const trace::Header& header);
   // One transfer from the tracer (not-taken instructions are ignored).
   void OnTransfer(const pmu::Branch& b);
+  // Erases the status line (before other lines go to stderr at the end).
+  void EndStatus();
   // Writes the end block; returns the first write error of the recording if any.
   absl::Status Finish(const std::string& end, int exit_status);
 
@@ -107,6 +109,8 @@ class RecordSession {
   // Writes the header: `code` are the image's executable ranges.
   absl::Status Start(const std::string& image_path, const std::string& cpu_model,
                      const std::vector<trace::AddressRange>& code, uint64_t entry, const std::string& command);
+  // The run is over: erase the status line before the run's own messages.
+  void EndStatus() { recorder_->EndStatus(); }
   // Ends the recording; returns one line for stderr (the summary or the error).
   absl::StatusOr<std::string> Finish(const std::string& end, int exit_status);
 
