@@ -272,12 +272,15 @@ struct VirtualPmu::State {
     Access acc;
     acc.implicit = true;
     uint8_t raw[32] = {};
-    VBTS_ASSIGN_OR_RETURN(AccessFault f, mem.Read(Gva(ds_area), absl::MakeSpan(raw, 4 * fw), acc));
-    if (!f.ok()) {
+    // A guest address outside RAM (or paging structures outside RAM) is the
+    // guest's problem here, not vbts's: the record is dropped.
+    absl::StatusOr<AccessFault> rf = mem.Read(Gva(ds_area), absl::MakeSpan(raw, 4 * fw), acc);
+    if (!rf.ok() || !rf->ok()) {
       stats.bts_dropped++;
       Warn(absl::StrFormat("BTS: the DS save area at 0x%x (IA32_DS_AREA) cannot be read (%s); branch records are "
                            "dropped",
-                           ds_area, f.kind == AccessFault::Kind::kNonCanonical ? "non-canonical" : "not mapped"));
+                           ds_area, !rf.ok() ? "not in guest RAM"
+                                    : rf->kind == AccessFault::Kind::kNonCanonical ? "non-canonical" : "not mapped"));
       return absl::OkStatus();
     }
     auto field = [&](int i) {
@@ -312,18 +315,21 @@ struct VirtualPmu::State {
       std::memcpy(r + fw, &to, fw);
       std::memcpy(r + 2 * fw, &flags, fw);
       acc.write = true;
-      VBTS_ASSIGN_OR_RETURN(f, mem.Write(Gva(at), absl::MakeConstSpan(r, rec), acc));
-      if (!f.ok()) {
+      absl::StatusOr<AccessFault> wf = mem.Write(Gva(at), absl::MakeConstSpan(r, rec), acc);
+      if (!wf.ok() || !wf->ok()) {
         stats.bts_dropped++;
         Warn(absl::StrFormat("BTS: the record at 0x%x cannot be written (%s); branch records are dropped", at,
-                             f.kind == AccessFault::Kind::kNonCanonical ? "non-canonical" : "not mapped or read-only"));
+                             !wf.ok() ? "not in guest RAM"
+                             : wf->kind == AccessFault::Kind::kNonCanonical ? "non-canonical"
+                                                                            : "not mapped or read-only"));
         return absl::OkStatus();
       }
       uint64_t next = candidate;
       if (circular && next >= max) next = base;  // circular: back to base at the maximum (SDM 17.4.9.4? 17.4.5)
       uint8_t ni[8];
       std::memcpy(ni, &next, 8);
-      VBTS_ASSIGN_OR_RETURN(f, mem.Write(Gva(ds_area + fw), absl::MakeConstSpan(ni, fw), acc));
+      absl::StatusOr<AccessFault> xf = mem.Write(Gva(ds_area + fw), absl::MakeConstSpan(ni, fw), acc);
+      (void)xf;  // readable a moment ago; a read-only DS page keeps the old index (as a lost update)
       stats.bts_records++;
     }
     // The DS interrupt (SDM 17.4.9.4; book 6.5.6 and 9): in interrupt mode a
