@@ -354,10 +354,27 @@ absl::StatusOr<bool> Tracer::ResolveEvent(const Boundary& p, const CpuState& st,
   return false;
 }
 
+absl::Status Tracer::BeforeMsrWrite() {
+  if (!prev_ || !prev_->decoded || prev_->emitted || prev_->insn.mnemonic != "wrmsr") return absl::OkStatus();
+  const Boundary& p = *prev_;
+  pmu::Branch b;
+  b.kind = pmu::BranchKind::kNone;
+  b.from = p.lin;
+  b.to = p.lin - p.rip + p.fallthrough;
+  b.cpl_from = b.cpl_to = p.cpl;
+  b.mode_from = b.mode_to = p.mode;
+  b.ia32e = p.ia32e;
+  VBTS_ASSIGN_OR_RETURN(CpuState st, vcpu_.GetState());
+  VBTS_RETURN_IF_ERROR(Emit(b, st, p.tf_after));
+  prev_->emitted = true;
+  return absl::OkStatus();
+}
+
 absl::Status Tracer::Resolve(const Boundary& p, const CpuState& st) {
   using pmu::BranchKind;
   const bool same_cs = st.cs.selector == p.cs && st.cpl() == p.cpl;
   const uint64_t rip = st.rip;
+  if (p.emitted && same_cs && rip == p.fallthrough) return absl::OkStatus();
   if (!p.decoded) {
     // The fetch at p faulted: the only way on is an exception delivery.
     VBTS_ASSIGN_OR_RETURN(bool ev, ResolveEvent(p, st, /*after_retire=*/false));

@@ -51,6 +51,10 @@ class Tracer : public StepObserver {
   absl::Status AtBoundary(CpuState& st, bool& dirty) override;
   absl::Status Retired(const CpuState& before, const ControlTransfer& t, CpuState& after, bool& dirty) override;
 
+  // A guest WRMSR of a virtual-PMU MSR is about to take effect (KVM exited
+  // for it): the WRMSR retires under the configuration it ran with — an
+  // instruction that enables a counter is not counted by it (docs/pmu-model.md).
+  absl::Status BeforeMsrWrite();
   // Every transfer the tracer reports, in order (for `vbts record`).
   void SetSink(std::function<void(const pmu::Branch&)> sink) { sink_ = std::move(sink); }
   std::vector<std::string> TakeWarnings();
@@ -74,6 +78,7 @@ class Tracer : public StepObserver {
     std::optional<uint64_t> predicted_target;  // RIP a direct/register/RET branch goes to
     // EFLAGS.TF the instruction loads (POPF, IRET), read before it runs.
     std::optional<bool> tf_after;
+    bool emitted = false;  // already reported as retired (BeforeMsrWrite)
   };
   Boundary Capture(const CpuState& st);
   // Explains how the guest got from prev_ to `st` and reports it.

@@ -191,6 +191,8 @@ absl::Status Machine::HandleMsr(bool write) {
     return absl::OkStatus();
   }
   if (write) {
+    if (tracer_ && !vpmu_->WriteWouldFault(run->msr.index, run->msr.data))
+      VBTS_RETURN_IF_ERROR(tracer_->BeforeMsrWrite());
     pmu::MsrResult r = vpmu_->WriteMsr(run->msr.index, run->msr.data);
     // Tracing may have been switched on: the run loop's OnOtherExit then
     // makes the supervisor step from the next instruction on.
