@@ -530,14 +530,17 @@ absl::StatusOr<PmuEffects> VirtualPmu::Observe(const Branch& b, LinearMemory& me
   State& s = *s_;
   PmuEffects fx;
   const bool event = IsEventDelivery(b.kind);
-  if (!event) {
-    s.stats.instructions++;
-    s.CountInstruction(b, fx);
-  }
+  // The instruction's own records first, then its count: a PMI (and the
+  // freeze it triggers) follows the instruction that caused it, whose branch
+  // is already in the LBRs and the BTS buffer.
   if (b.taken()) {
     s.stats.branches++;
     s.PushLbr(b);
     if (s.BtsOn()) VBTS_RETURN_IF_ERROR(s.StoreBts(b, mem, fx));
+  }
+  if (!event) {
+    s.stats.instructions++;
+    s.CountInstruction(b, fx);
   }
   if (event && b.kind == BranchKind::kException && b.vector == 1) {
     // #DB delivery clears DEBUGCTL.LBR and BTF (SDM 17.4.2).
