@@ -460,9 +460,15 @@ absl::Status Tracer::AtBoundary(CpuState& st, bool& /*dirty*/) {
     stats_.boundaries++;
     if (prev_) {
       const Boundary& p = *prev_;
-      // A REP string instruction stops at its own RIP until it retires.
-      if (st.rip == p.rip && st.cs.selector == p.cs && p.decoded && p.insn.rep_string && !pmi_in_flight_) {
-        return absl::OkStatus();
+      // A REP string instruction stops at its own RIP until it retires; and
+      // a stop where nothing moved (same CS:RIP and RSP, and the instruction
+      // is not a branch to itself) retired nothing: the host stopped twice.
+      if (st.rip == p.rip && st.cs.selector == p.cs && p.decoded && !pmi_in_flight_ && !db_in_flight_) {
+        const bool self_loop = p.predicted_target && *p.predicted_target == p.rip;
+        if (p.insn.rep_string || (!self_loop && st.gpr[kRsp] == p.rsp)) {
+          stats_.boundaries--;
+          return absl::OkStatus();
+        }
       }
       VBTS_RETURN_IF_ERROR(Resolve(p, st));
     }
