@@ -153,7 +153,18 @@ std::string FormatHostInfo(const vcpu::HostFacts& f, bool verbose) {
   Row(out, "resuming at a breakpoint",
       f.breakpoints_need_step_over ? "remove it, step once, re-insert (RF ignored)" : "RFLAGS.RF");
   Row(out, "32-bit paging", f.paging32_unsupported ? "unsupported: such guests end with status 118" : "supported");
+
   Row(out, "probe time", absl::StrFormat("%.1f ms (%d KVM_RUN returns)", f.probe_ms, f.probe_exits));
+
+  Section(out, "Branch tracing for guests (--vpmu)");
+  Row(out, "emulated (default)",
+      f.cap_user_space_msr
+          ? "available: DS/BTS, LBR, BTF, counters and PMIs emulated by single-stepping the guest while any of them "
+            "is on (docs/pmu-model.md); MSRs through a KVM MSR filter"
+          : "unavailable: KVM cannot send MSR accesses to user space (no KVM_CAP_X86_USER_SPACE_MSR)");
+  Row(out, "passthrough",
+      f.lbr_virtualization ? "host KVM virtualises LBRs; vbts does not use it yet (use --vpmu=emulated)"
+                           : absl::StrCat("unavailable: ", f.lbr_reason));
 
   if (verbose) {
     Section(out, "Raw values");
