@@ -178,15 +178,16 @@ absl::Status Tracer::Emit(const pmu::Branch& b, const CpuState& paging_of, std::
   return absl::OkStatus();
 }
 
-absl::Status Tracer::PatchFrameTf(const CpuState& st, uint64_t eflags_la, int width) {
-  (void)width;
+absl::Status Tracer::PatchFrameTf(const CpuState& st, uint64_t eflags_la, bool tf) {
   pmu::LinearMemory lin(mem_, st.paging_regs());
   pmu::Access acc;
   acc.implicit = true;
   uint8_t b[2];
   VBTS_ASSIGN_OR_RETURN(pmu::AccessFault f, lin.Read(Gva(eflags_la), absl::MakeSpan(b), acc));
   if (!f.ok()) return absl::OkStatus();
-  b[1] |= kRflagsTf >> 8;
+  const uint8_t old = b[1];
+  b[1] = tf ? (b[1] | (kRflagsTf >> 8)) : (b[1] & ~(kRflagsTf >> 8));
+  if (b[1] == old) return absl::OkStatus();
   VBTS_ASSIGN_OR_RETURN(f, lin.Write(Gva(eflags_la), absl::MakeConstSpan(b), acc));
   return absl::OkStatus();
 }
@@ -333,11 +334,10 @@ absl::StatusOr<bool> Tracer::ResolveEvent(const Boundary& p, const CpuState& st,
     evb.ia32e = st.long_mode_active();
     if (pmi_in_flight_ && v == *pmi_in_flight_) pmi_in_flight_.reset();
     if (v == 1) db_in_flight_ = false;
-    // The host pushed EFLAGS without the guest's TF (it does not see it
-    // while vbts steps the guest); put it back.
-    if (guest_tf_ && ev != pmu::BranchKind::kSoftInt) {
-      VBTS_RETURN_IF_ERROR(PatchFrameTf(st, frame + 2 * fw, fw));
-    }
+    // The host pushed EFLAGS with its own view of TF (vbts's single-step
+    // flag may leak into it, the guest's own TF may be missing): the frame
+    // gets the guest's TF.
+    VBTS_RETURN_IF_ERROR(PatchFrameTf(st, frame + 2 * fw, guest_tf_));
     VBTS_RETURN_IF_ERROR(Emit(evb, st, std::nullopt));
     // The handler's first instruction, which the host already ran.
     pmu::Branch hb;
@@ -495,11 +495,11 @@ absl::Status Tracer::Retired(const CpuState& before, const ControlTransfer& t, C
   b.branch_insn = b.kind != pmu::BranchKind::kNone;
   std::optional<bool> tf_after;
   if (t.kind == TransferKind::kIret) tf_after = (after.rflags & kRflagsTf) != 0;
-  if (t.kind == TransferKind::kInt && guest_tf_) {
+  if (t.kind == TransferKind::kInt) {
     // vbts pushed the frame from KVM's view of EFLAGS, which hides the
-    // guest's TF while it is stepped.
+    // guest's TF while it is stepped: the frame gets the guest's TF.
     const int w = after.long_mode_active() ? 8 : (after.cs.db ? 4 : 2);
-    VBTS_RETURN_IF_ERROR(PatchFrameTf(after, after.ss.base + after.gpr[kRsp] + 2 * w, w));
+    VBTS_RETURN_IF_ERROR(PatchFrameTf(after, after.ss.base + after.gpr[kRsp] + 2 * w, guest_tf_));
   }
   VBTS_RETURN_IF_ERROR(Emit(b, after, tf_after));
   if (step_trap_due_) VBTS_RETURN_IF_ERROR(RaiseSingleStep());

@@ -93,9 +93,10 @@ class Tracer : public StepObserver {
   absl::Status RaisePmi();
   // Delivers the guest's own single-step trap (#DB with DR6.BS) at this boundary.
   absl::Status RaiseSingleStep();
-  // Sets EFLAGS.TF in an event frame the host wrote (the host does not see
-  // the guest's TF while vbts steps it).
-  absl::Status PatchFrameTf(const CpuState& st, uint64_t eflags_la, int width);
+  // Makes EFLAGS.TF in an event frame the host (or vbts) pushed equal to the
+  // guest's own TF: while vbts steps the guest, the host's view of TF is
+  // vbts's single-step flag, not the guest's.
+  absl::Status PatchFrameTf(const CpuState& st, uint64_t eflags_la, bool tf);
   void Warn(std::string w);
 
   KvmVcpu& vcpu_;
