@@ -257,21 +257,26 @@ absl::StatusOr<bool> Tracer::ResolveEvent(const Boundary& p, const CpuState& st,
     const pmu::ExecMode hmode = ExecModeOf(st);
     const uint64_t mask = IpMask(hmode, h1->operand_size);
     const uint64_t h1_next = (e->offset + h1->length) & mask;
-    uint64_t h1_to;
+    uint64_t h1_to = 0;
     int h1_push = 0;  // bytes the first instruction pushed
-    const int w = hmode == pmu::ExecMode::kLong64 ? 8 : h1->operand_size / 8;
-    if (h1->branch == pmu::BranchKind::kNone) {
-      h1_to = h1_next;
-      if (h1->zydis_mnemonic != 0 && h1->mnemonic == "push") h1_push = w;
-    } else if (h1->has_rel && (h1->branch == pmu::BranchKind::kJmp || h1->branch == pmu::BranchKind::kCall ||
-                               h1->branch == pmu::BranchKind::kJcc)) {
-      h1_to = (h1_next + static_cast<uint64_t>(h1->rel)) & mask;
-      if (h1->branch == pmu::BranchKind::kCall) h1_push = w;
-      if (h1->branch == pmu::BranchKind::kJcc && st_rip == h1_next) h1_to = h1_next;
-    } else {
-      continue;
+    // VT-x/SVM stop at the handler's entry; this host only after its first
+    // instruction (kvm-host-facts.md). Both are recognised.
+    const bool at_entry = st_rip == e->offset;
+    if (!at_entry) {
+      const int w = hmode == pmu::ExecMode::kLong64 ? 8 : h1->operand_size / 8;
+      if (h1->branch == pmu::BranchKind::kNone) {
+        h1_to = h1_next;
+        if (h1->zydis_mnemonic != 0 && h1->mnemonic == "push") h1_push = w;
+      } else if (h1->has_rel && (h1->branch == pmu::BranchKind::kJmp || h1->branch == pmu::BranchKind::kCall ||
+                                 h1->branch == pmu::BranchKind::kJcc)) {
+        h1_to = (h1_next + static_cast<uint64_t>(h1->rel)) & mask;
+        if (h1->branch == pmu::BranchKind::kCall) h1_push = w;
+        if (h1->branch == pmu::BranchKind::kJcc && st_rip == h1_next) h1_to = h1_next;
+      } else {
+        continue;
+      }
+      if (h1_to != st_rip) continue;
     }
-    if (h1_to != st_rip) continue;
     // The frame: [error code,] RIP, CS, RFLAGS[, RSP, SS] (SDM 6.12.1, 6.14.2).
     const int fw = e->ia32e ? 8 : 4;
     const uint64_t frame = st.ss.base + ((st.gpr[kRsp] + h1_push) & (st.ss.db || e->ia32e ? ~0ull : 0xFFFF)) +
@@ -339,16 +344,18 @@ absl::StatusOr<bool> Tracer::ResolveEvent(const Boundary& p, const CpuState& st,
     // gets the guest's TF.
     VBTS_RETURN_IF_ERROR(PatchFrameTf(st, frame + 2 * fw, guest_tf_));
     VBTS_RETURN_IF_ERROR(Emit(evb, st, std::nullopt));
-    // The handler's first instruction, which the host already ran.
-    pmu::Branch hb;
-    hb.kind = h1_to == h1_next ? pmu::BranchKind::kNone : h1->branch;
-    hb.from = e->linear;
-    hb.to = st.pc_linear();
-    hb.cpl_from = hb.cpl_to = static_cast<uint8_t>(st.cpl());
-    hb.mode_from = hb.mode_to = hmode;
-    hb.ia32e = st.long_mode_active();
-    hb.branch_insn = h1->branch != pmu::BranchKind::kNone;
-    VBTS_RETURN_IF_ERROR(Emit(hb, st, std::nullopt));
+    if (!at_entry) {
+      // The handler's first instruction, which the host already ran.
+      pmu::Branch hb;
+      hb.kind = h1_to == h1_next ? pmu::BranchKind::kNone : h1->branch;
+      hb.from = e->linear;
+      hb.to = st.pc_linear();
+      hb.cpl_from = hb.cpl_to = static_cast<uint8_t>(st.cpl());
+      hb.mode_from = hb.mode_to = hmode;
+      hb.ia32e = st.long_mode_active();
+      hb.branch_insn = h1->branch != pmu::BranchKind::kNone;
+      VBTS_RETURN_IF_ERROR(Emit(hb, st, std::nullopt));
+    }
     return true;
   }
   return false;
