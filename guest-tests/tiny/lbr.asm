@@ -62,6 +62,7 @@ L35:
         div dword [nlbr]
         mov [tos_expect], edx
         RDMSR_TO 0x1C9, [tos1]
+        call dump_lbr
         CHECK_EQ dword [tos1], dword [tos_expect], "TOS advanced by 34 jumps modulo the stack size"
         mov ebx, [tos1]
         lea ecx, [0x680 + ebx]
@@ -150,6 +151,43 @@ d2:     nop
         xor edx, edx
         div dword [nlbr]
         CHECK_EQ dword [tos1], edx, "#DB: only the jump pushed, not the #DB"
+        ret
+
+; Book-style dump: TOS, then FROM/TO of every entry, newest first.
+dump_lbr:
+        pushad
+        PRINT "LBR: TOS="
+        mov ecx, 0x1C9
+        rdmsr
+        mov esi, eax
+        PRINT_DEC
+        NEWLINE
+        xor edi, edi
+.e:
+        cmp edi, [nlbr]
+        jae .done
+        mov eax, esi
+        sub eax, edi
+        add eax, [nlbr]
+        xor edx, edx
+        div dword [nlbr]
+        mov ebx, edx                    ; entry (TOS - i) mod N
+        PRINT "  ["
+        mov eax, ebx
+        PRINT_DEC
+        PRINT "] from="
+        lea ecx, [0x680 + ebx]
+        rdmsr
+        PRINT_HEX32
+        PRINT " to="
+        lea ecx, [0x6C0 + ebx]
+        rdmsr
+        PRINT_HEX32
+        NEWLINE
+        inc edi
+        jmp .e
+.done:
+        popad
         ret
 
 ; ebx = frame
