@@ -9,64 +9,30 @@
 ; Expected: status 1 under vbts; QEMU TCG: SKIP, status 155.
 %define RT_LONG_MODE 1
 %include "rt.inc"
+%include "debug64.inc"
 
 %define NREC 16
 %define ALIAS(x) ((x) - RT_LOAD_ADDR)   ; offset; the code adds RT_ALIAS at run time
 
-%macro WRMSR64 2                        ; msr, value (imm32)
-        mov ecx, %1
-        mov eax, %2
-        xor edx, edx
-        wrmsr
-%endmacro
-
 main:
-        mov eax, 1
-        cpuid
-        test edx, 1 << 21
-        jz exp_skip
-        mov ecx, 0x1A0
-        rdmsr
-        test eax, 1 << 11
-        jnz exp_skip
-        ; DS save area, 64-bit format: base, index, max, threshold (threshold = max: circular)
-        mov qword [ds_area + 0], bts_buffer
-        mov qword [ds_area + 8], bts_buffer
-        mov qword [ds_area + 16], bts_buffer + 24 * NREC
-        mov qword [ds_area + 24], bts_buffer + 24 * NREC
-        WRMSR64 0x600, ds_area
+        BTS_REQUIRE64
+        mov rdi, bts_buffer             ; circular, threshold = max
+        mov ecx, NREC
+        mov edx, NREC
+        call dbg64_ds_init
         mov rbx, RT_ALIAS
         mov rsi, ALIAS(fn)
         add rsi, rbx                    ; rsi = A(fn)
-        WRMSR64 0x1D9, (1 << 6) | (1 << 7)   ; TR | BTS
+        WRMSR64 MSR_DEBUGCTL, DBG_TR | DBG_BTS
 call_site:
         call rsi
 after_call:
-        WRMSR64 0x1D9, 0
-        ; dump, book style
-        PRINT "DS: index="
-        mov rax, [ds_area + 8]
-        PRINT_HEX64
-        NEWLINE
-        xor r12d, r12d
-.dump:
-        PRINT "  record "
-        mov eax, r12d
-        PRINT_DEC
-        PRINT ": from="
-        imul rdi, r12, 24
-        mov rax, [bts_buffer + rdi]
-        PRINT_HEX64
-        PRINT " to="
-        mov rax, [bts_buffer + rdi + 8]
-        PRINT_HEX64
-        NEWLINE
-        inc r12d
-        cmp r12d, 8
-        jb .dump
+        WRMSR64 MSR_DEBUGCTL, 0
+        mov ecx, 8
+        call dbg64_dump_bts
         ; checks
         mov rax, bts_buffer + 8 * 24
-        CHECK_EQ qword [ds_area + 8], rax, "8 records (index = base + 8 records)"
+        CHECK_EQ qword [dbg64_ds_area + 8], rax, "8 records (index = base + 8 records)"
         CHECK_EQ qword [bts_buffer + 0], call_site, "record 0: from = call_site"
         mov rax, ALIAS(fn)
         add rax, rbx
@@ -94,9 +60,6 @@ after_call:
         CHECK_EQ qword [bts_buffer + 7 * 24], rax, "record 7: from = alias of the ret"
         CHECK_EQ qword [bts_buffer + 7 * 24 + 8], after_call, "record 7: to = after_call"
         ret
-exp_skip:
-        SKIP "BTS: CPUID.1:EDX.DS clear or IA32_MISC_ENABLE.BTS_UNAVAILABLE set (no debug store here)"
-        ret
 
 ; Runs at its alias address.
 fn:
@@ -107,10 +70,6 @@ fj3:    jmp fj4
 fj4:    jmp fj5
 fj5:    jmp fj6
 fj6:    ret
-
-section .data
-align 64
-ds_area:        times 64 db 0
 
 section .bss
 alignb 64
