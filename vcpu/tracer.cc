@@ -18,7 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "pmu/paging.h"
 #include "pmu/status_macros.h"
-#include "vcpu/idt.h"
+#include "vcpu/guards.h"
 
 namespace vbts::vcpu {
 namespace {
@@ -249,7 +249,7 @@ absl::StatusOr<bool> Tracer::ResolveEvent(const Boundary& p, const CpuState& st,
     if ((!pmi_in_flight_ || v != *pmi_in_flight_) && (!db_in_flight_ || v != 1)) order.push_back(v);
   const uint64_t st_rip = st.rip;
   for (int v : order) {
-    absl::StatusOr<HandlerEntry> e = FindHandlerEntry(st, mem_, static_cast<uint8_t>(v));
+    absl::StatusOr<GateTarget> e = FindGateTarget(st, mem_, static_cast<uint8_t>(v));
     if (!e.ok()) continue;
     if (e->cs.selector != st.cs.selector) continue;  // the handler's first instruction did not change CS
     absl::StatusOr<DecodedInsn> h1 = DecodeAt(st, mem_, Gva(e->linear));
