@@ -97,7 +97,8 @@ std::vector<CpuModel> MakeModels() {
     t.push_back({0x80000000, 0, false, 0x80000008, 0, 0, 0});
     t.push_back({0x80000001, 0, false, 0, 0, 0, 1u << 20});  // XD; no long mode
     AddBrand(t, "vbts virtual Genuine Intel(R) CPU T2500 (Core Duo)");
-    t.push_back({0x80000008, 0, false, 0x00002020, 0, 0, 0});  // 32-bit physical and linear
+    // 36-bit physical (PAE); linear width 0 (not reported): KVM_SET_CPUID2 accepts only 0, 48 or 57.
+    t.push_back({0x80000008, 0, false, 0x00000024, 0, 0, 0});
     PmuModel& p = m.pmu;
     p.ds = p.ds_cpl = true;
     p.misc_enable = 0x1081;  // perfmon available (7), PEBS unavailable (12), BTS available (11 = 0)

@@ -272,12 +272,15 @@ struct VirtualPmu::State {
     Access acc;
     acc.implicit = true;
     uint8_t raw[32] = {};
-    VBTS_ASSIGN_OR_RETURN(AccessFault f, mem.Read(Gva(ds_area), absl::MakeSpan(raw, 4 * fw), acc));
-    if (!f.ok()) {
+    // A guest address outside RAM (or paging structures outside RAM) is the
+    // guest's problem here, not vbts's: the record is dropped.
+    absl::StatusOr<AccessFault> rf = mem.Read(Gva(ds_area), absl::MakeSpan(raw, 4 * fw), acc);
+    if (!rf.ok() || !rf->ok()) {
       stats.bts_dropped++;
       Warn(absl::StrFormat("BTS: the DS save area at 0x%x (IA32_DS_AREA) cannot be read (%s); branch records are "
                            "dropped",
-                           ds_area, f.kind == AccessFault::Kind::kNonCanonical ? "non-canonical" : "not mapped"));
+                           ds_area, !rf.ok() ? "not in guest RAM"
+                                    : rf->kind == AccessFault::Kind::kNonCanonical ? "non-canonical" : "not mapped"));
       return absl::OkStatus();
     }
     auto field = [&](int i) {
@@ -312,18 +315,21 @@ struct VirtualPmu::State {
       std::memcpy(r + fw, &to, fw);
       std::memcpy(r + 2 * fw, &flags, fw);
       acc.write = true;
-      VBTS_ASSIGN_OR_RETURN(f, mem.Write(Gva(at), absl::MakeConstSpan(r, rec), acc));
-      if (!f.ok()) {
+      absl::StatusOr<AccessFault> wf = mem.Write(Gva(at), absl::MakeConstSpan(r, rec), acc);
+      if (!wf.ok() || !wf->ok()) {
         stats.bts_dropped++;
         Warn(absl::StrFormat("BTS: the record at 0x%x cannot be written (%s); branch records are dropped", at,
-                             f.kind == AccessFault::Kind::kNonCanonical ? "non-canonical" : "not mapped or read-only"));
+                             !wf.ok() ? "not in guest RAM"
+                             : wf->kind == AccessFault::Kind::kNonCanonical ? "non-canonical"
+                                                                            : "not mapped or read-only"));
         return absl::OkStatus();
       }
       uint64_t next = candidate;
       if (circular && next >= max) next = base;  // circular: back to base at the maximum (SDM 17.4.9.4? 17.4.5)
       uint8_t ni[8];
       std::memcpy(ni, &next, 8);
-      VBTS_ASSIGN_OR_RETURN(f, mem.Write(Gva(ds_area + fw), absl::MakeConstSpan(ni, fw), acc));
+      absl::StatusOr<AccessFault> xf = mem.Write(Gva(ds_area + fw), absl::MakeConstSpan(ni, fw), acc);
+      (void)xf;  // readable a moment ago; a read-only DS page keeps the old index (as a lost update)
       stats.bts_records++;
     }
     // The DS interrupt (SDM 17.4.9.4; book 6.5.6 and 9): in interrupt mode a
@@ -509,6 +515,12 @@ MsrResult VirtualPmu::WriteMsr(uint32_t msr, uint64_t v) {
   return gp;
 }
 
+bool VirtualPmu::WriteWouldFault(uint32_t msr, uint64_t value) const {
+  VirtualPmu copy(s_->model);
+  copy.s_ = std::make_unique<State>(*s_);  // copy-constructed: same model references
+  return copy.WriteMsr(msr, value).gp;
+}
+
 bool VirtualPmu::NeedsObservation() const {
   const State& s = *s_;
   return (s.debugctl & (kDbgLbr | kDbgBtf)) || s.BtsOn() || s.AnyCounterEnabled();
@@ -518,14 +530,17 @@ absl::StatusOr<PmuEffects> VirtualPmu::Observe(const Branch& b, LinearMemory& me
   State& s = *s_;
   PmuEffects fx;
   const bool event = IsEventDelivery(b.kind);
-  if (!event) {
-    s.stats.instructions++;
-    s.CountInstruction(b, fx);
-  }
+  // The instruction's own records first, then its count: a PMI (and the
+  // freeze it triggers) follows the instruction that caused it, whose branch
+  // is already in the LBRs and the BTS buffer.
   if (b.taken()) {
     s.stats.branches++;
     s.PushLbr(b);
     if (s.BtsOn()) VBTS_RETURN_IF_ERROR(s.StoreBts(b, mem, fx));
+  }
+  if (!event) {
+    s.stats.instructions++;
+    s.CountInstruction(b, fx);
   }
   if (event && b.kind == BranchKind::kException && b.vector == 1) {
     // #DB delivery clears DEBUGCTL.LBR and BTF (SDM 17.4.2).

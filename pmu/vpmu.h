@@ -70,6 +70,10 @@ class VirtualPmu {
 
   MsrResult ReadMsr(uint32_t msr) const;
   MsrResult WriteMsr(uint32_t msr, uint64_t value);
+  // Whether WriteMsr(msr, value) would raise #GP (changes nothing).  The
+  // engine reports the WRMSR as retired, under the configuration it ran
+  // with, before the write takes effect — only if the write succeeds.
+  bool WriteWouldFault(uint32_t msr, uint64_t value) const;
 
   // True while some guest-visible state needs every instruction observed
   // (BTS, LBR or BTF enabled in DEBUGCTL, an enabled counter).  With this

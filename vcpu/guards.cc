@@ -76,7 +76,16 @@ absl::StatusOr<Segment> ReadSegment(const CpuState& st, PhysMemory& mem, uint16_
   return s;
 }
 
+bool VectorHasErrorCode(uint8_t v) {
+  return v == 8 || (v >= 10 && v <= 14) || v == 17 || v == 21 || v == 29 || v == 30;
+}
+
 absl::StatusOr<uint64_t> HandlerEntry(const CpuState& st, PhysMemory& mem, uint8_t vector) {
+  VBTS_ASSIGN_OR_RETURN(GateTarget t, FindGateTarget(st, mem, vector));
+  return t.linear;
+}
+
+absl::StatusOr<GateTarget> FindGateTarget(const CpuState& st, PhysMemory& mem, uint8_t vector) {
   if (!(st.cr0 & kCr0Pe)) return absl::FailedPreconditionError("real mode: no IDT gates");
   const bool ia32e = st.long_mode_active();
   const uint32_t size = ia32e ? 16 : 8;
@@ -96,9 +105,12 @@ absl::StatusOr<uint64_t> HandlerEntry(const CpuState& st, PhysMemory& mem, uint8
   if (!(cs.type & kTypeCode))
     return absl::FailedPreconditionError(
         absl::StrFormat("IDT[%u] selector 0x%x is not a code segment", vector, gate.gate_selector()));
-  const uint64_t offset = gate.gate_offset(ia32e);
-  if (ia32e) return offset;  // 64-bit code: base 0
-  return (cs.base + offset) & 0xffffffffull;
+  GateTarget t;
+  t.cs = cs;
+  t.offset = gate.gate_offset(ia32e);
+  t.ia32e = ia32e;
+  t.linear = ia32e ? t.offset : ((cs.base + t.offset) & 0xffffffffull);  // 64-bit code: base 0
+  return t;
 }
 
 absl::StatusOr<CpuState> UndoDelivery(const CpuState& st, PhysMemory& mem) {

@@ -23,13 +23,23 @@ namespace vbts::vcpu {
 // system descriptor or a descriptor that is not present.
 absl::StatusOr<Segment> ReadSegment(const CpuState& st, PhysMemory& mem, uint16_t sel);
 
-// Linear address of the first instruction of the handler that IDT[vector]
-// leads to in protected or IA-32e mode: the gate's offset plus the base of
-// its code segment (SDM 6.11 figure 6-2, 6.14.1 figure 6-8).
+// Where IDT[vector] leads in protected or IA-32e mode (SDM 6.11 figure 6-2,
+// 6.14.1 figure 6-8).
+struct GateTarget {
+  Segment cs;           // the gate's code segment
+  uint64_t offset = 0;  // RIP at the handler's first instruction
+  uint64_t linear = 0;  // CS.base + offset (offset alone in 64-bit mode)
+  bool ia32e = false;   // a 16-byte gate read in IA-32e mode
+};
 // FailedPrecondition (with the reason) in real mode, for a vector beyond the
 // IDT limit, and for anything but a present 32-bit (or, in IA-32e mode,
 // 64-bit) interrupt or trap gate whose selector names a present code segment.
+absl::StatusOr<GateTarget> FindGateTarget(const CpuState& st, PhysMemory& mem, uint8_t vector);
+// Linear address of the handler's first instruction: FindGateTarget().linear.
 absl::StatusOr<uint64_t> HandlerEntry(const CpuState& st, PhysMemory& mem, uint8_t vector);
+
+// Exceptions that push an error code (SDM 6.13, table 6-1).
+bool VectorHasErrorCode(uint8_t vector);
 
 // `st` is at the first instruction of the handler of an exception without an
 // error code (such as #UD) that has just been delivered through a 32-bit gate

@@ -181,6 +181,7 @@ absl::StatusOr<Supervisor::Verdict> Supervisor::Arm(CpuState& st, bool& dirty, b
     return PrepareStep(st, dirty);
   }
   tf_trick_handler_.reset();
+  free_run_ = true;  // the stops of a free run are not consecutive instructions
   if (!HostFailsInvisibly()) {
     mode_ = Mode::kFree;
     step_over_ = false;
@@ -284,8 +285,9 @@ absl::StatusOr<Supervisor::Verdict> Supervisor::OnInternalError() {
   bool dirty = false;
   if (observer_ && !reported) {
     const uint64_t pc = st.pc_linear();
-    observer_->SetConsecutive(mode_ == Mode::kStepping);
+    observer_->SetConsecutive(mode_ == Mode::kStepping && !free_run_);
     VBTS_RETURN_IF_ERROR(observer_->AtBoundary(st, dirty));
+    free_run_ = false;
     // The observer moved the guest (delivered a trap): the failed
     // instruction is no longer next.
     if (st.pc_linear() != pc) return Boundary(st, dirty, /*reported=*/true);
@@ -394,8 +396,9 @@ absl::StatusOr<Supervisor::Verdict> Supervisor::Boundary(CpuState& st, bool dirt
   bool st_reported = reported;
   for (int i = 0; i < kMaxChainedCompletions; i++) {
     if (observer_ && !st_reported) {
-      observer_->SetConsecutive(mode_ == Mode::kStepping);
+      observer_->SetConsecutive(mode_ == Mode::kStepping && !free_run_);
       VBTS_RETURN_IF_ERROR(observer_->AtBoundary(st, dirty));
+      free_run_ = false;
     }
     st_reported = true;
     // An interrupt or trap the observer raised comes before the instruction

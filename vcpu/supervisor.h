@@ -177,7 +177,9 @@ class Supervisor {
   // The boundary last reported to the observer, when the guest was resumed
   // from it by single-stepping (an internal error there is the same boundary).
   std::optional<uint64_t> reported_rip_;
-  uint64_t last_stop_pc_ = ~0ull;  // linear RIP at the last KVM_EXIT_DEBUG
+  uint64_t last_stop_pc_ = ~0ull;
+  // The guest ran free since the last boundary reported to the observer.
+  bool free_run_ = true;  // linear RIP at the last KVM_EXIT_DEBUG
   // TF trick state: the #DB handler entry vbts put its breakpoint on, and
   // whether the guest itself had TF set when vbts set it.
   std::optional<uint64_t> tf_trick_handler_;

@@ -18,7 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "pmu/paging.h"
 #include "pmu/status_macros.h"
-#include "vcpu/idt.h"
+#include "vcpu/guards.h"
 
 namespace vbts::vcpu {
 namespace {
@@ -178,15 +178,16 @@ absl::Status Tracer::Emit(const pmu::Branch& b, const CpuState& paging_of, std::
   return absl::OkStatus();
 }
 
-absl::Status Tracer::PatchFrameTf(const CpuState& st, uint64_t eflags_la, int width) {
-  (void)width;
+absl::Status Tracer::PatchFrameTf(const CpuState& st, uint64_t eflags_la, bool tf) {
   pmu::LinearMemory lin(mem_, st.paging_regs());
   pmu::Access acc;
   acc.implicit = true;
   uint8_t b[2];
   VBTS_ASSIGN_OR_RETURN(pmu::AccessFault f, lin.Read(Gva(eflags_la), absl::MakeSpan(b), acc));
   if (!f.ok()) return absl::OkStatus();
-  b[1] |= kRflagsTf >> 8;
+  const uint8_t old = b[1];
+  b[1] = tf ? (b[1] | (kRflagsTf >> 8)) : (b[1] & ~(kRflagsTf >> 8));
+  if (b[1] == old) return absl::OkStatus();
   VBTS_ASSIGN_OR_RETURN(f, lin.Write(Gva(eflags_la), absl::MakeConstSpan(b), acc));
   return absl::OkStatus();
 }
@@ -248,7 +249,7 @@ absl::StatusOr<bool> Tracer::ResolveEvent(const Boundary& p, const CpuState& st,
     if ((!pmi_in_flight_ || v != *pmi_in_flight_) && (!db_in_flight_ || v != 1)) order.push_back(v);
   const uint64_t st_rip = st.rip;
   for (int v : order) {
-    absl::StatusOr<HandlerEntry> e = FindHandlerEntry(st, mem_, static_cast<uint8_t>(v));
+    absl::StatusOr<GateTarget> e = FindGateTarget(st, mem_, static_cast<uint8_t>(v));
     if (!e.ok()) continue;
     if (e->cs.selector != st.cs.selector) continue;  // the handler's first instruction did not change CS
     absl::StatusOr<DecodedInsn> h1 = DecodeAt(st, mem_, Gva(e->linear));
@@ -256,21 +257,26 @@ absl::StatusOr<bool> Tracer::ResolveEvent(const Boundary& p, const CpuState& st,
     const pmu::ExecMode hmode = ExecModeOf(st);
     const uint64_t mask = IpMask(hmode, h1->operand_size);
     const uint64_t h1_next = (e->offset + h1->length) & mask;
-    uint64_t h1_to;
+    uint64_t h1_to = 0;
     int h1_push = 0;  // bytes the first instruction pushed
-    const int w = hmode == pmu::ExecMode::kLong64 ? 8 : h1->operand_size / 8;
-    if (h1->branch == pmu::BranchKind::kNone) {
-      h1_to = h1_next;
-      if (h1->zydis_mnemonic != 0 && h1->mnemonic == "push") h1_push = w;
-    } else if (h1->has_rel && (h1->branch == pmu::BranchKind::kJmp || h1->branch == pmu::BranchKind::kCall ||
-                               h1->branch == pmu::BranchKind::kJcc)) {
-      h1_to = (h1_next + static_cast<uint64_t>(h1->rel)) & mask;
-      if (h1->branch == pmu::BranchKind::kCall) h1_push = w;
-      if (h1->branch == pmu::BranchKind::kJcc && st_rip == h1_next) h1_to = h1_next;
-    } else {
-      continue;
+    // VT-x/SVM stop at the handler's entry; this host only after its first
+    // instruction (kvm-host-facts.md). Both are recognised.
+    const bool at_entry = st_rip == e->offset;
+    if (!at_entry) {
+      const int w = hmode == pmu::ExecMode::kLong64 ? 8 : h1->operand_size / 8;
+      if (h1->branch == pmu::BranchKind::kNone) {
+        h1_to = h1_next;
+        if (h1->zydis_mnemonic != 0 && h1->mnemonic == "push") h1_push = w;
+      } else if (h1->has_rel && (h1->branch == pmu::BranchKind::kJmp || h1->branch == pmu::BranchKind::kCall ||
+                                 h1->branch == pmu::BranchKind::kJcc)) {
+        h1_to = (h1_next + static_cast<uint64_t>(h1->rel)) & mask;
+        if (h1->branch == pmu::BranchKind::kCall) h1_push = w;
+        if (h1->branch == pmu::BranchKind::kJcc && st_rip == h1_next) h1_to = h1_next;
+      } else {
+        continue;
+      }
+      if (h1_to != st_rip) continue;
     }
-    if (h1_to != st_rip) continue;
     // The frame: [error code,] RIP, CS, RFLAGS[, RSP, SS] (SDM 6.12.1, 6.14.2).
     const int fw = e->ia32e ? 8 : 4;
     const uint64_t frame = st.ss.base + ((st.gpr[kRsp] + h1_push) & (st.ss.db || e->ia32e ? ~0ull : 0xFFFF)) +
@@ -333,31 +339,49 @@ absl::StatusOr<bool> Tracer::ResolveEvent(const Boundary& p, const CpuState& st,
     evb.ia32e = st.long_mode_active();
     if (pmi_in_flight_ && v == *pmi_in_flight_) pmi_in_flight_.reset();
     if (v == 1) db_in_flight_ = false;
-    // The host pushed EFLAGS without the guest's TF (it does not see it
-    // while vbts steps the guest); put it back.
-    if (guest_tf_ && ev != pmu::BranchKind::kSoftInt) {
-      VBTS_RETURN_IF_ERROR(PatchFrameTf(st, frame + 2 * fw, fw));
-    }
+    // The host pushed EFLAGS with its own view of TF (vbts's single-step
+    // flag may leak into it, the guest's own TF may be missing): the frame
+    // gets the guest's TF.
+    VBTS_RETURN_IF_ERROR(PatchFrameTf(st, frame + 2 * fw, guest_tf_));
     VBTS_RETURN_IF_ERROR(Emit(evb, st, std::nullopt));
-    // The handler's first instruction, which the host already ran.
-    pmu::Branch hb;
-    hb.kind = h1_to == h1_next ? pmu::BranchKind::kNone : h1->branch;
-    hb.from = e->linear;
-    hb.to = st.pc_linear();
-    hb.cpl_from = hb.cpl_to = static_cast<uint8_t>(st.cpl());
-    hb.mode_from = hb.mode_to = hmode;
-    hb.ia32e = st.long_mode_active();
-    hb.branch_insn = h1->branch != pmu::BranchKind::kNone;
-    VBTS_RETURN_IF_ERROR(Emit(hb, st, std::nullopt));
+    if (!at_entry) {
+      // The handler's first instruction, which the host already ran.
+      pmu::Branch hb;
+      hb.kind = h1_to == h1_next ? pmu::BranchKind::kNone : h1->branch;
+      hb.from = e->linear;
+      hb.to = st.pc_linear();
+      hb.cpl_from = hb.cpl_to = static_cast<uint8_t>(st.cpl());
+      hb.mode_from = hb.mode_to = hmode;
+      hb.ia32e = st.long_mode_active();
+      hb.branch_insn = h1->branch != pmu::BranchKind::kNone;
+      VBTS_RETURN_IF_ERROR(Emit(hb, st, std::nullopt));
+    }
     return true;
   }
   return false;
+}
+
+absl::Status Tracer::BeforeMsrWrite() {
+  if (!prev_ || !prev_->decoded || prev_->emitted || prev_->insn.mnemonic != "wrmsr") return absl::OkStatus();
+  const Boundary& p = *prev_;
+  pmu::Branch b;
+  b.kind = pmu::BranchKind::kNone;
+  b.from = p.lin;
+  b.to = p.lin - p.rip + p.fallthrough;
+  b.cpl_from = b.cpl_to = p.cpl;
+  b.mode_from = b.mode_to = p.mode;
+  b.ia32e = p.ia32e;
+  VBTS_ASSIGN_OR_RETURN(CpuState st, vcpu_.GetState());
+  VBTS_RETURN_IF_ERROR(Emit(b, st, p.tf_after));
+  prev_->emitted = true;
+  return absl::OkStatus();
 }
 
 absl::Status Tracer::Resolve(const Boundary& p, const CpuState& st) {
   using pmu::BranchKind;
   const bool same_cs = st.cs.selector == p.cs && st.cpl() == p.cpl;
   const uint64_t rip = st.rip;
+  if (p.emitted && same_cs && rip == p.fallthrough) return absl::OkStatus();
   if (!p.decoded) {
     // The fetch at p faulted: the only way on is an exception delivery.
     VBTS_ASSIGN_OR_RETURN(bool ev, ResolveEvent(p, st, /*after_retire=*/false));
@@ -443,9 +467,15 @@ absl::Status Tracer::AtBoundary(CpuState& st, bool& /*dirty*/) {
     stats_.boundaries++;
     if (prev_) {
       const Boundary& p = *prev_;
-      // A REP string instruction stops at its own RIP until it retires.
-      if (st.rip == p.rip && st.cs.selector == p.cs && p.decoded && p.insn.rep_string && !pmi_in_flight_) {
-        return absl::OkStatus();
+      // A REP string instruction stops at its own RIP until it retires; and
+      // a stop where nothing moved (same CS:RIP and RSP, and the instruction
+      // is not a branch to itself) retired nothing: the host stopped twice.
+      if (st.rip == p.rip && st.cs.selector == p.cs && p.decoded && !pmi_in_flight_ && !db_in_flight_) {
+        const bool self_loop = p.predicted_target && *p.predicted_target == p.rip;
+        if (p.insn.rep_string || (!self_loop && st.gpr[kRsp] == p.rsp)) {
+          stats_.boundaries--;
+          return absl::OkStatus();
+        }
       }
       VBTS_RETURN_IF_ERROR(Resolve(p, st));
     }
@@ -472,11 +502,11 @@ absl::Status Tracer::Retired(const CpuState& before, const ControlTransfer& t, C
   b.branch_insn = b.kind != pmu::BranchKind::kNone;
   std::optional<bool> tf_after;
   if (t.kind == TransferKind::kIret) tf_after = (after.rflags & kRflagsTf) != 0;
-  if (t.kind == TransferKind::kInt && guest_tf_) {
+  if (t.kind == TransferKind::kInt) {
     // vbts pushed the frame from KVM's view of EFLAGS, which hides the
-    // guest's TF while it is stepped.
+    // guest's TF while it is stepped: the frame gets the guest's TF.
     const int w = after.long_mode_active() ? 8 : (after.cs.db ? 4 : 2);
-    VBTS_RETURN_IF_ERROR(PatchFrameTf(after, after.ss.base + after.gpr[kRsp] + 2 * w, w));
+    VBTS_RETURN_IF_ERROR(PatchFrameTf(after, after.ss.base + after.gpr[kRsp] + 2 * w, guest_tf_));
   }
   VBTS_RETURN_IF_ERROR(Emit(b, after, tf_after));
   if (step_trap_due_) VBTS_RETURN_IF_ERROR(RaiseSingleStep());

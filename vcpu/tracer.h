@@ -51,6 +51,10 @@ class Tracer : public StepObserver {
   absl::Status AtBoundary(CpuState& st, bool& dirty) override;
   absl::Status Retired(const CpuState& before, const ControlTransfer& t, CpuState& after, bool& dirty) override;
 
+  // A guest WRMSR of a virtual-PMU MSR is about to take effect (KVM exited
+  // for it): the WRMSR retires under the configuration it ran with — an
+  // instruction that enables a counter is not counted by it (docs/pmu-model.md).
+  absl::Status BeforeMsrWrite();
   // Every transfer the tracer reports, in order (for `vbts record`).
   void SetSink(std::function<void(const pmu::Branch&)> sink) { sink_ = std::move(sink); }
   std::vector<std::string> TakeWarnings();
@@ -74,6 +78,7 @@ class Tracer : public StepObserver {
     std::optional<uint64_t> predicted_target;  // RIP a direct/register/RET branch goes to
     // EFLAGS.TF the instruction loads (POPF, IRET), read before it runs.
     std::optional<bool> tf_after;
+    bool emitted = false;  // already reported as retired (BeforeMsrWrite)
   };
   Boundary Capture(const CpuState& st);
   // Explains how the guest got from prev_ to `st` and reports it.
@@ -88,9 +93,10 @@ class Tracer : public StepObserver {
   absl::Status RaisePmi();
   // Delivers the guest's own single-step trap (#DB with DR6.BS) at this boundary.
   absl::Status RaiseSingleStep();
-  // Sets EFLAGS.TF in an event frame the host wrote (the host does not see
-  // the guest's TF while vbts steps it).
-  absl::Status PatchFrameTf(const CpuState& st, uint64_t eflags_la, int width);
+  // Makes EFLAGS.TF in an event frame the host (or vbts) pushed equal to the
+  // guest's own TF: while vbts steps the guest, the host's view of TF is
+  // vbts's single-step flag, not the guest's.
+  absl::Status PatchFrameTf(const CpuState& st, uint64_t eflags_la, bool tf);
   void Warn(std::string w);
 
   KvmVcpu& vcpu_;

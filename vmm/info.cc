@@ -153,7 +153,18 @@ std::string FormatHostInfo(const vcpu::HostFacts& f, bool verbose) {
   Row(out, "resuming at a breakpoint",
       f.breakpoints_need_step_over ? "remove it, step once, re-insert (RF ignored)" : "RFLAGS.RF");
   Row(out, "32-bit paging", f.paging32_unsupported ? "unsupported: such guests end with status 118" : "supported");
+
   Row(out, "probe time", absl::StrFormat("%.1f ms (%d KVM_RUN returns)", f.probe_ms, f.probe_exits));
+
+  Section(out, "Branch tracing for guests (--vpmu)");
+  Row(out, "emulated (default)",
+      f.cap_user_space_msr
+          ? "available: DS/BTS, LBR, BTF, counters and PMIs emulated by single-stepping the guest while any of them "
+            "is on (docs/pmu-model.md); MSRs through a KVM MSR filter"
+          : "unavailable: KVM cannot send MSR accesses to user space (no KVM_CAP_X86_USER_SPACE_MSR)");
+  Row(out, "passthrough",
+      f.lbr_virtualization ? "host KVM virtualises LBRs; vbts does not use it yet (use --vpmu=emulated)"
+                           : absl::StrCat("unavailable: ", f.lbr_reason));
 
   if (verbose) {
     Section(out, "Raw values");
@@ -201,6 +212,23 @@ std::string FormatCpuModel(const pmu::CpuModel& m) {
   Row(out, "  extended features",
       absl::StrFormat("LM=%d NX=%d SYSCALL=%d RDTSCP=%d 1G=%d LAHF=%d", (le.edx >> 29) & 1, (le.edx >> 20) & 1,
                       (le.edx >> 11) & 1, (le.edx >> 27) & 1, (le.edx >> 26) & 1, le.ecx & 1));
+  // What the virtual PMU implements for the model (docs/pmu-model.md).
+  const pmu::PmuModel& p = m.pmu;
+  Section(out, absl::StrCat("Virtual PMU of ", m.name).c_str());
+  Row(out, "DS save area", !p.ds ? "none" : p.dtes64 ? "64-bit format (DTES64)" : "32-bit format (64-bit only in IA-32e mode)");
+  Row(out, "IA32_PERF_CAPABILITIES", p.pdcm ? absl::StrFormat("0x%x (LBR format %u)", p.perf_capabilities,
+                                                               p.perf_capabilities & 0x3F)
+                                            : std::string("none (#GP)"));
+  Row(out, "IA32_MISC_ENABLE", absl::StrFormat("0x%x", p.misc_enable));
+  Row(out, "IA32_DEBUGCTL writable bits", absl::StrFormat("0x%x", p.debugctl_valid));
+  Row(out, "LBR stack",
+      p.lbr.entries == 0 ? std::string("none")
+      : p.lbr.packed     ? absl::StrFormat("%d entries, MSR_LASTBRANCH_n at 0x%x (FROM 31:0, TO 63:32), TOS 0x%x",
+                                           p.lbr.entries, p.lbr.from_base, p.lbr.tos)
+                         : absl::StrFormat("%d entries, FROM 0x%x, TO 0x%x%s, TOS 0x%x%s", p.lbr.entries,
+                                           p.lbr.from_base, p.lbr.to_base,
+                                           p.lbr.info_base ? absl::StrFormat(", INFO 0x%x", p.lbr.info_base) : "",
+                                           p.lbr.tos, p.lbr.select ? ", LBR_SELECT" : ""));
   return out;
 }
 

@@ -50,6 +50,12 @@ absl::StatusOr<std::unique_ptr<Machine>> Machine::Create(const MachineConfig& co
 
 absl::Status Machine::Setup(const Kvm& kvm) {
   model_ = pmu::FindCpuModel(config_.cpu_model);
+  if (model_ && config_.vpmu == "off") {
+    // No PMU, debug store or branch recording: CPUID hides them and the
+    // virtual PMU answers #GP for their MSRs, as a CPU without them does.
+    own_model_ = model_->WithoutPmu();
+    model_ = &*own_model_;
+  }
   if (!model_)
     return absl::InvalidArgumentError(absl::StrFormat("--cpu=%s: unknown CPU model (known: %s)", config_.cpu_model,
                                                       pmu::CpuModelNames()));
@@ -111,7 +117,7 @@ absl::Status Machine::Setup(const Kvm& kvm) {
     options.cpuid_sites.insert(options.cpuid_sites.end(), sites.begin(), sites.end());
   }
   supervisor_ = std::make_unique<vcpu::Supervisor>(*vcpu_, *ram_, *model_, facts_, std::move(options));
-  if (config_.vpmu == "emulated") {
+  if (config_.vpmu == "emulated" || config_.vpmu == "off") {
     vpmu_ = std::make_unique<pmu::VirtualPmu>(*model_);
     // KVM must exit on every MSR the virtual PMU owns (kvm-host-facts.md:
     // unfiltered, KVM answers DEBUGCTL, MISC_ENABLE and some counters itself).
@@ -141,13 +147,11 @@ absl::Status Machine::Setup(const Kvm& kvm) {
           std::fprintf(insns_file_, "0x%llx\n", static_cast<unsigned long long>(b.from));
       });
     }
-  } else if (!config_.branches_path.empty() || !config_.insns_path.empty() || config_.transfer_sink) {
-    return absl::InvalidArgumentError("--branches, --insns and vbts record need the tracing engine: --vpmu=emulated");
   } else if (config_.vpmu == "passthrough") {
     return absl::FailedPreconditionError(absl::StrCat(
         "--vpmu=passthrough needs a host KVM that virtualises LBRs itself; this one cannot (",
         facts_.lbr_reason, "). Use --vpmu=emulated (the default)."));
-  } else if (config_.vpmu != "off") {
+  } else {
     return absl::InvalidArgumentError(
         absl::StrFormat("--vpmu=%s: expected emulated, passthrough or off", config_.vpmu));
   }
@@ -190,6 +194,8 @@ absl::Status Machine::HandleMsr(bool write) {
     return absl::OkStatus();
   }
   if (write) {
+    if (tracer_ && !vpmu_->WriteWouldFault(run->msr.index, run->msr.data))
+      VBTS_RETURN_IF_ERROR(tracer_->BeforeMsrWrite());
     pmu::MsrResult r = vpmu_->WriteMsr(run->msr.index, run->msr.data);
     // Tracing may have been switched on: the run loop's OnOtherExit then
     // makes the supervisor step from the next instruction on.

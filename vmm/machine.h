@@ -92,6 +92,7 @@ class Machine {
   MachineConfig config_;
   vcpu::HostFacts facts_;
   const pmu::CpuModel* model_ = nullptr;
+  std::optional<pmu::CpuModel> own_model_;  // --vpmu=off: the model without its PMU
   std::unique_ptr<GuestMemory> ram_;
   std::unique_ptr<Vm> vm_;
   std::unique_ptr<vcpu::KvmVcpu> vcpu_;

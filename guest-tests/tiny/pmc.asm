@@ -1,0 +1,92 @@
+; pmc: architectural counters counting exactly, with an overflow PMI after an exact instruction
+; (SDM vol. 3B 18.2; docs/pmu-model.md "Counters"). Ring 0, IF=1, LVT perfmon = vector 0x50.
+; PMC0 counts instructions retired (C0H, OS), PMC1 branch instructions retired (C4H, OS, INT)
+; from 0xFFFFFFFD (-3, sign-extended to 48 bits), fixed counter 0 instructions (OS|USR).
+; FREEZE_PERFMON_ON_PMI stops everything at the PMI (perfmon v3: GLOBAL_CTRL cleared), so the
+; handler's own instructions are not counted. Counting starts after the WRMSR of GLOBAL_CTRL:
+;   p1 xor | p2 cmp | p3 je (branch 1, not taken) | p4 jmp (branch 2) | p5 nop | p6 jmp (branch 3)
+; Branch 3 wraps PMC1 to 0: GLOBAL_STATUS bit 1, PMI with frame EIP = p7. Then PMC0 = FIXED0 = 6,
+; PMC1 = 0.
+; Expected: status 1 under vbts (westmere); QEMU TCG reports no arch perfmon (CPUID.0AH version
+; < 2): SKIP (155).
+%include "rt.inc"
+%include "debug32.inc"
+
+%define PMI_VEC         0x50
+%define LVT_PERFMON     (LAPIC_BASE + 0x340)
+
+main:
+        mov eax, 0xA
+        cpuid
+        cmp al, 2
+        jb .skip
+        cmp ah, 2
+        jb .skip
+        and edx, 0x1F
+        jz .skip
+        jmp .go
+.skip:
+        SKIP "arch perfmon v2 with 2 GP and 1 fixed counter needed"
+        ret
+.go:
+        SET_HANDLER PMI_VEC, pmi_handler
+        APIC_ENABLE
+        mov dword [LVT_PERFMON], PMI_VEC
+        WRMSR32 0x38F, 0
+        WRMSR32 0xC1, 0                                         ; PMC0
+        WRMSR32 0xC2, 0xFFFFFFFD                                ; PMC1 = -3
+        WRMSR32 0x309, 0                                        ; FIXED_CTR0
+        WRMSR32 0x186, 0xC0 | (1 << 17) | (1 << 22)             ; PMC0: instructions, OS, EN
+        WRMSR32 0x187, 0xC4 | (1 << 17) | (1 << 20) | (1 << 22) ; PMC1: branches, OS, INT, EN
+        WRMSR32 0x38D, 0x3                                      ; FIXED0: OS|USR
+        WRMSR32 MSR_DEBUGCTL, 1 << 12                           ; FREEZE_PERFMON_ON_PMI
+        sti
+        mov ecx, 0x38F
+        mov eax, 3
+        mov edx, 1                                              ; PMC0, PMC1, FIXED0
+        wrmsr
+p1:     xor eax, eax
+p2:     cmp eax, 1
+p3:     je p5
+p4:     jmp p5
+p5:     nop
+p6:     jmp p7
+p7:     cli
+        WRMSR32 MSR_DEBUGCTL, 0
+        CHECK_EQ dword [pmi_count], 1, "one PMI"
+        CHECK_EQ dword [pmi_eip], p7, "PMI after the 3rd branch instruction (frame EIP = p7)"
+        CHECK_EQ dword [pmi_status], 2, "GLOBAL_STATUS = PMC1 overflow (bit 1)"
+        mov ecx, 0xC1
+        rdmsr
+        CHECK_EQ eax, 6, "PMC0 = 6 instructions (p1..p6), frozen at the PMI"
+        mov ecx, 0x309
+        rdmsr
+        CHECK_EQ eax, 6, "FIXED_CTR0 = 6 instructions"
+        mov ecx, 0xC2
+        rdmsr
+        CHECK_EQ eax, 0, "PMC1 wrapped to 0 (3 branch instructions, one not taken)"
+        mov ecx, 0x38F
+        rdmsr
+        CHECK_EQ eax, 0, "GLOBAL_CTRL cleared by the freeze"
+        ret
+
+; ebx = frame
+pmi_handler:
+        inc dword [pmi_count]
+        mov eax, [ebx + F32_EIP]
+        mov [pmi_eip], eax
+        mov ecx, 0x38E
+        rdmsr
+        mov [pmi_status], eax
+        WRMSR32 0x390, 2
+        and dword [LVT_PERFMON], ~(1 << 16)
+        APIC_EOI
+        ret
+
+section .data
+align 4
+pmi_count:      dd 0
+pmi_eip:        dd 0
+pmi_status:     dd 0
+
+%include "end.inc"

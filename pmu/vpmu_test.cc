@@ -1,0 +1,357 @@
+// Unit tests of the virtual PMU against hand-derived values. Addresses are
+// guest-physical = linear (paging off), in a 1 MiB fake RAM.
+#include "pmu/vpmu.h"
+
+#include <gtest/gtest.h>
+
+#include "pmu/testing/fake_memory.h"
+#include "pmu/testing/status_matchers.h"
+
+namespace vbts::pmu {
+namespace {
+
+constexpr uint64_t kDsArea = 0x1000, kBuf = 0x2000;
+constexpr uint64_t kTrBts = (1u << 6) | (1u << 7), kBtint = 1u << 8, kOffOs = 1u << 9, kOffUsr = 1u << 10;
+constexpr uint64_t kLbr = 1u << 0, kBtf = 1u << 1, kFreezeLbrs = 1u << 11, kFreezePerfmon = 1u << 12;
+
+class VpmuTest : public ::testing::Test {
+ protected:
+  explicit VpmuTest(const char* model = "westmere")
+      : model_(*FindCpuModel(model)), pmu_(model_), mem_(1 << 20), lin_(mem_, PagingRegs{}) {}
+
+  void Wr(uint32_t msr, uint64_t v) { ASSERT_FALSE(pmu_.WriteMsr(msr, v).gp) << std::hex << msr; }
+  uint64_t Rd(uint32_t msr) {
+    MsrResult r = pmu_.ReadMsr(msr);
+    EXPECT_FALSE(r.gp) << std::hex << msr;
+    return r.value;
+  }
+  uint64_t Mem64(uint64_t a) { return *mem_.ReadLe<uint64_t>(Gpa(a)); }
+  uint32_t Mem32(uint64_t a) { return *mem_.ReadLe<uint32_t>(Gpa(a)); }
+  // DS management area, 64-bit format: base, index, max, threshold.
+  void Ds64(uint64_t base, uint64_t index, uint64_t max, uint64_t thr) {
+    ASSERT_TRUE(mem_.WriteLe<uint64_t>(Gpa(kDsArea), base).ok());
+    ASSERT_TRUE(mem_.WriteLe<uint64_t>(Gpa(kDsArea + 8), index).ok());
+    ASSERT_TRUE(mem_.WriteLe<uint64_t>(Gpa(kDsArea + 16), max).ok());
+    ASSERT_TRUE(mem_.WriteLe<uint64_t>(Gpa(kDsArea + 24), thr).ok());
+    Wr(0x600, kDsArea);
+  }
+  static Branch Jmp(uint64_t from, uint64_t to, uint8_t cpl = 0, BranchKind k = BranchKind::kJmp) {
+    Branch b;
+    b.kind = k;
+    b.from = from;
+    b.to = to;
+    b.cpl_from = b.cpl_to = cpl;
+    b.branch_insn = k != BranchKind::kNone;
+    return b;
+  }
+  PmuEffects Obs(const Branch& b, bool tf = false) {
+    absl::StatusOr<PmuEffects> fx = pmu_.Observe(b, lin_, tf);
+    EXPECT_TRUE(fx.ok()) << fx.status();
+    return fx.ok() ? *fx : PmuEffects{};
+  }
+
+  const CpuModel& model_;
+  VirtualPmu pmu_;
+  testing::FakePhysMemory mem_;
+  LinearMemory lin_;
+};
+
+TEST_F(VpmuTest, MsrRulesWestmere) {
+  // Reserved DEBUGCTL bits (2-5, 13+) #GP; the valid ones read back (SDM 17.4.1).
+  EXPECT_TRUE(pmu_.WriteMsr(0x1D9, 1u << 2).gp);
+  EXPECT_TRUE(pmu_.WriteMsr(0x1D9, 1u << 13).gp);
+  Wr(0x1D9, 0x1FC3);
+  EXPECT_EQ(Rd(0x1D9), 0x1FC3u);
+  // DS_AREA must be canonical.
+  EXPECT_TRUE(pmu_.WriteMsr(0x600, 0x0000800000000000ull).gp);
+  Wr(0x600, 0xFFFF800000001000ull);
+  EXPECT_EQ(Rd(0x600), 0xFFFF800000001000ull);
+  // PERF_CAPABILITIES read-only; MISC_ENABLE: perfmon available, BTS/PEBS available.
+  EXPECT_EQ(Rd(0x345), 0x11C3u);
+  EXPECT_TRUE(pmu_.WriteMsr(0x345, 0).gp);
+  EXPECT_EQ(Rd(0x1A0) & ((1u << 7) | (1u << 11) | (1u << 12)), 1u << 7);
+  EXPECT_TRUE(pmu_.WriteMsr(0x1A0, Rd(0x1A0) | (1u << 11)).gp);
+  // 16 LBRs: FROM_15 at 0x68F exists, 0x690 does not; TOS read-only.
+  EXPECT_FALSE(pmu_.ReadMsr(0x68F).gp);
+  EXPECT_TRUE(pmu_.ReadMsr(0x690).gp);
+  EXPECT_TRUE(pmu_.WriteMsr(0x1C9, 1).gp);
+  // 4 GP counters (0xC1-0xC4), 3 fixed; no LBR_INFO and no full-width writes on Westmere.
+  EXPECT_FALSE(pmu_.ReadMsr(0xC4).gp);
+  EXPECT_TRUE(pmu_.ReadMsr(0xC5).gp);
+  EXPECT_TRUE(pmu_.ReadMsr(0xDC0).gp);
+  EXPECT_TRUE(pmu_.WriteMsr(0x4C1, 1).gp);
+  // PMC writes sign-extend bit 31 to the 48-bit width (SDM 18.2.6).
+  Wr(0xC1, 0xFFFFFFF8);
+  EXPECT_EQ(Rd(0xC1), 0xFFFFFFFFFFF8ull);
+  Wr(0xC1, 0x7FFFFFFF);
+  EXPECT_EQ(Rd(0xC1), 0x7FFFFFFFu);
+  // GLOBAL_STATUS read-only; GLOBAL_CTRL reserved bits #GP.
+  EXPECT_TRUE(pmu_.WriteMsr(0x38E, 0).gp);
+  EXPECT_TRUE(pmu_.WriteMsr(0x38F, 1ull << 4).gp);
+  Wr(0x38F, 0x70000000Full);
+  // PEBS_ENABLE accepted (inert).
+  Wr(0x3F1, 1);
+  // Every owned MSR is intercepted.
+  EXPECT_TRUE(pmu_.Owns(0x1D9));
+  EXPECT_TRUE(pmu_.Owns(0x40));
+  EXPECT_FALSE(pmu_.Owns(0x10));
+}
+
+TEST_F(VpmuTest, CircularBtsWrapsAtTheMaximum) {
+  // Book exp. 14-9: 10 records of 24 bytes, 11 jumps: records 0-9 take jumps
+  // 1-10, the index reaches max and returns to base, jump 11 overwrites
+  // record 0, index = base + 24.
+  Ds64(kBuf, kBuf, kBuf + 240, kBuf + 240);
+  Wr(0x1D9, kTrBts);
+  EXPECT_TRUE(pmu_.NeedsObservation());
+  for (int k = 1; k <= 11; k++) {
+    PmuEffects fx = Obs(Jmp(0x100000 + 2 * k, 0x100002 + 2 * k));
+    EXPECT_FALSE(fx.pmi);
+  }
+  EXPECT_EQ(Mem64(kDsArea + 8), kBuf + 24);
+  EXPECT_EQ(Mem64(kBuf), 0x100000u + 22);     // jump 11
+  EXPECT_EQ(Mem64(kBuf + 8), 0x100002u + 22);
+  EXPECT_EQ(Mem64(kBuf + 16), 0u);             // flags: predicted bit 4 clear
+  EXPECT_EQ(Mem64(kBuf + 24), 0x100000u + 4);  // jump 2
+  EXPECT_EQ(pmu_.stats().bts_records, 11u);
+  // Not-taken instructions are not recorded.
+  Obs(Jmp(0x5000, 0x5002, 0, BranchKind::kNone));
+  EXPECT_EQ(Mem64(kDsArea + 8), kBuf + 24);
+}
+
+TEST_F(VpmuTest, InterruptModeThresholdRules) {
+  // BTINT=1, 4 records, threshold = max: the 4th record reaches it -> PMI; a
+  // full buffer stores nothing more and interrupts at every branch.
+  Ds64(kBuf, kBuf, kBuf + 96, kBuf + 96);
+  Wr(0x1D9, kTrBts | kBtint);
+  for (int k = 1; k <= 3; k++) EXPECT_FALSE(Obs(Jmp(0x100, 0x200)).pmi) << k;
+  EXPECT_TRUE(Obs(Jmp(0x100, 0x200)).pmi);
+  EXPECT_EQ(Mem64(kDsArea + 8), kBuf + 96);
+  EXPECT_TRUE(Obs(Jmp(0x300, 0x400)).pmi);  // full: not stored, interrupts again
+  EXPECT_EQ(Mem64(kDsArea + 8), kBuf + 96);
+  EXPECT_EQ(pmu_.stats().bts_records, 4u);
+
+  // Threshold one record above max: no PMI while filling, then one at every branch.
+  Ds64(kBuf, kBuf, kBuf + 96, kBuf + 120);
+  for (int k = 1; k <= 4; k++) EXPECT_FALSE(Obs(Jmp(0x100, 0x200)).pmi) << k;
+  EXPECT_TRUE(Obs(Jmp(0x100, 0x200)).pmi);
+  EXPECT_TRUE(Obs(Jmp(0x100, 0x200)).pmi);
+  // Two records above max: never.
+  Ds64(kBuf, kBuf, kBuf + 96, kBuf + 144);
+  for (int k = 1; k <= 8; k++) EXPECT_FALSE(Obs(Jmp(0x100, 0x200)).pmi) << k;
+}
+
+TEST_F(VpmuTest, CircularModeThresholdBelowMaxInterruptsOncePerPass) {
+  // Book 6.5.6: circular mode, 4 records, threshold after record 2.
+  Ds64(kBuf, kBuf, kBuf + 96, kBuf + 48);
+  Wr(0x1D9, kTrBts);
+  std::vector<bool> pmis;
+  for (int k = 1; k <= 8; k++) pmis.push_back(Obs(Jmp(0x100, 0x200)).pmi);
+  EXPECT_EQ(pmis, (std::vector<bool>{false, true, false, false, false, true, false, false}));
+}
+
+TEST_F(VpmuTest, CplQualifiedBtsUsesTheTargetCpl) {
+  // Book exp. 14-11 / SDM table 17-6: BTS_OFF_OS drops branches into ring 0
+  // (the INT from ring 3), keeps the IRET back to ring 3.
+  Ds64(kBuf, kBuf, kBuf + 240, kBuf + 240);
+  Wr(0x1D9, kTrBts | kOffOs);
+  Branch intn = Jmp(0x401000, 0x100500, 3, BranchKind::kSoftInt);
+  intn.cpl_to = 0;
+  Obs(intn);
+  Obs(Jmp(0x100500, 0x100600, 0));  // ring-0 jump: dropped
+  Branch iret = Jmp(0x100700, 0x401002, 0, BranchKind::kIret);
+  iret.cpl_to = 3;
+  Obs(iret);
+  EXPECT_EQ(Mem64(kDsArea + 8), kBuf + 24);
+  EXPECT_EQ(Mem64(kBuf), 0x100700u);
+  EXPECT_EQ(Mem64(kBuf + 8), 0x401002u);
+  // BTS_OFF_USR: the reverse.
+  Wr(0x1D9, kTrBts | kOffUsr);
+  Obs(iret);
+  EXPECT_EQ(Mem64(kDsArea + 8), kBuf + 24);
+  Obs(intn);
+  EXPECT_EQ(Mem64(kDsArea + 8), kBuf + 48);
+}
+
+TEST_F(VpmuTest, BadDsProgrammingDropsRecordsWithAWarning) {
+  Wr(0x1D9, kTrBts);
+  // DS area outside RAM (1 MiB fake).
+  Wr(0x600, 0x200000);
+  Obs(Jmp(1, 2));
+  EXPECT_EQ(pmu_.stats().bts_dropped, 1u);
+  // Index outside [base, max].
+  Ds64(kBuf, kBuf + 1000, kBuf + 240, kBuf + 240);
+  Obs(Jmp(1, 2));
+  // max < base + one record.
+  Ds64(kBuf, kBuf, kBuf + 23, kBuf + 23);
+  Obs(Jmp(1, 2));
+  // Buffer outside RAM.
+  Ds64(0xFFFF0, 0xFFFF0, 0xFFFF0 + 240, 0);
+  Obs(Jmp(1, 2));
+  EXPECT_EQ(pmu_.stats().bts_dropped, 4u);
+  EXPECT_EQ(pmu_.stats().bts_records, 0u);
+  std::vector<std::string> w = pmu_.TakeWarnings();
+  ASSERT_EQ(w.size(), 4u);
+  EXPECT_EQ(w[0], "BTS: the DS save area at 0x200000 (IA32_DS_AREA) cannot be read (not in guest RAM); branch records are dropped");
+  EXPECT_EQ(w[1], "BTS: index 0x23e8 is outside [base 0x2000, maximum 0x20f0]; branch records are dropped");
+  // The same problem again is not repeated.
+  Ds64(kBuf, kBuf + 1000, kBuf + 240, kBuf + 240);
+  Obs(Jmp(1, 2));
+  EXPECT_TRUE(pmu_.TakeWarnings().empty());
+}
+
+TEST_F(VpmuTest, LbrStackWrapsAndSkipsDebugExceptions) {
+  Wr(0x1D9, kLbr);
+  for (int k = 0; k < 18; k++) Obs(Jmp(0x1000 + k, 0x2000 + k));
+  // 18 pushes into 16 entries: TOS = 18 mod 16 = 2, entry 2 = push 18 (k = 17).
+  EXPECT_EQ(Rd(0x1C9), 2u);
+  EXPECT_EQ(Rd(0x680 + 2), 0x1000u + 17);
+  EXPECT_EQ(Rd(0x6C0 + 2), 0x2000u + 17);
+  EXPECT_EQ(Rd(0x680 + 3), 0x1000u + 2);  // oldest surviving: push 3 (k = 2)
+  // An interrupt is pushed and sets LER to the last branch before it.
+  Branch irq = Jmp(0x1100, 0x9000, 0, BranchKind::kInterrupt);
+  Obs(irq);
+  EXPECT_EQ(Rd(0x1C9), 3u);
+  EXPECT_EQ(Rd(0x1DD), 0x1000u + 17);
+  EXPECT_EQ(Rd(0x1DE), 0x2000u + 17);
+  // #DB is not pushed and clears DEBUGCTL.LBR and BTF (SDM 17.4.2).
+  Wr(0x1D9, kLbr | kBtf);
+  Branch db = Jmp(0x1200, 0x9100, 0, BranchKind::kException);
+  db.vector = 1;
+  Obs(db);
+  EXPECT_EQ(Rd(0x1C9), 3u);
+  EXPECT_EQ(Rd(0x1D9), 0u);
+  Obs(Jmp(0x1300, 0x1400));
+  EXPECT_EQ(Rd(0x1C9), 3u);  // LBR off now
+}
+
+TEST_F(VpmuTest, LbrSelectFilters) {
+  Wr(0x1D9, kLbr);
+  Wr(0x1C8, (1u << 2) | (1u << 1));  // no JCC, nothing outside ring 0
+  Obs(Jmp(1, 2, 0, BranchKind::kJcc));
+  Obs(Jmp(3, 4, 3, BranchKind::kJmp));
+  EXPECT_EQ(pmu_.stats().lbr_pushes, 0u);
+  Obs(Jmp(5, 6, 0, BranchKind::kCall));
+  EXPECT_EQ(pmu_.stats().lbr_pushes, 1u);
+  EXPECT_EQ(Rd(0x680 + Rd(0x1C9)), 5u);
+  Wr(0x1C8, 1u << 8);  // FAR_BRANCH filtered
+  Obs(Jmp(7, 8, 0, BranchKind::kIret));
+  EXPECT_EQ(pmu_.stats().lbr_pushes, 1u);
+  EXPECT_TRUE(pmu_.WriteMsr(0x1C8, 1u << 9).gp);
+}
+
+TEST_F(VpmuTest, CounterOverflowAtTheExactInstruction) {
+  // Book exp. 14-10: PMC0 = 0xFFFFFFFF - 7 (sign-extended to 48 bits) counts
+  // instructions (event C0H, USR|OS|INT|EN) and overflows at the 8th.
+  Wr(0xC1, 0xFFFFFFFFu - 7);
+  Wr(0x186, 0xC0 | (1u << 16) | (1u << 17) | (1u << 20) | (1u << 22));
+  Wr(0x38F, 1);  // GLOBAL_CTRL: PMC0
+  for (int k = 1; k <= 7; k++) EXPECT_FALSE(Obs(Jmp(k, k + 1, 0, BranchKind::kNone)).pmi) << k;
+  EXPECT_EQ(Rd(0xC1), 0xFFFFFFFFFFFFull);
+  EXPECT_EQ(Rd(0x38E), 0u);
+  EXPECT_TRUE(Obs(Jmp(8, 9)).pmi);
+  EXPECT_EQ(Rd(0xC1), 0u);
+  EXPECT_EQ(Rd(0x38E), 1u);
+  Wr(0x390, 1);  // OVF_CTRL clears it
+  EXPECT_EQ(Rd(0x38E), 0u);
+  // Event deliveries are not instructions.
+  Obs(Jmp(1, 2, 0, BranchKind::kInterrupt));
+  EXPECT_EQ(Rd(0xC1), 0u);
+}
+
+TEST_F(VpmuTest, BranchCounterCountsTakenAndNotTakenBranchesByRing) {
+  // C4H counts branch instructions, taken or not; OS only: ring 3 ignored.
+  Wr(0x186, 0xC4 | (1u << 17) | (1u << 22));
+  Wr(0x38F, 1);
+  Branch not_taken = Jmp(1, 3, 0, BranchKind::kNone);
+  not_taken.branch_insn = true;
+  Obs(not_taken);
+  Obs(Jmp(1, 9, 0, BranchKind::kJcc));
+  Obs(Jmp(1, 2, 0, BranchKind::kNone));  // not a branch
+  Obs(Jmp(1, 9, 3, BranchKind::kJmp));   // ring 3
+  EXPECT_EQ(Rd(0xC1), 2u);
+  // Without GLOBAL_CTRL the counter stops (arch perfmon v2+).
+  Wr(0x38F, 0);
+  Obs(Jmp(1, 9, 0, BranchKind::kJcc));
+  EXPECT_EQ(Rd(0xC1), 2u);
+  // Fixed counter 0 (instructions), OS|USR|PMI.
+  Wr(0x38D, 0xB);
+  Wr(0x38F, 1ull << 32);
+  Obs(Jmp(1, 2, 3, BranchKind::kNone));
+  EXPECT_EQ(Rd(0x309), 1u);
+}
+
+TEST_F(VpmuTest, FreezeOnPmiLegacy) {
+  // Westmere (v3): FREEZE_LBRS_ON_PMI clears DEBUGCTL.LBR, FREEZE_PERFMON_ON_PMI
+  // clears GLOBAL_CTRL when a PMI is requested.
+  Wr(0xC1, 0xFFFFFFFF);
+  Wr(0x186, 0xC0 | (1u << 17) | (1u << 20) | (1u << 22));
+  Wr(0x38F, 1);
+  Wr(0x1D9, kLbr | kFreezeLbrs | kFreezePerfmon);
+  EXPECT_TRUE(Obs(Jmp(1, 2)).pmi);
+  EXPECT_EQ(Rd(0x1D9), kFreezeLbrs | kFreezePerfmon);
+  EXPECT_EQ(Rd(0x38F), 0u);
+}
+
+TEST_F(VpmuTest, BtfTrapsOnlyAfterTakenBranches) {
+  EXPECT_TRUE(Obs(Jmp(1, 2, 0, BranchKind::kNone), /*tf=*/true).single_step_trap);
+  EXPECT_FALSE(Obs(Jmp(1, 2, 0, BranchKind::kNone), /*tf=*/false).single_step_trap);
+  Wr(0x1D9, kBtf);
+  EXPECT_FALSE(Obs(Jmp(1, 2, 0, BranchKind::kNone), true).single_step_trap);
+  EXPECT_TRUE(Obs(Jmp(1, 9, 0, BranchKind::kJcc), true).single_step_trap);
+}
+
+class CoreDuoTest : public VpmuTest {
+ protected:
+  CoreDuoTest() : VpmuTest("core-duo") {}
+};
+
+TEST_F(CoreDuoTest, ThirtyTwoBitDsFormatAndPackedLbrs) {
+  // No DTES64: 4-byte fields, 12-byte records (SDM 17.4.9.2, figure 17-5).
+  ASSERT_TRUE(mem_.WriteLe<uint32_t>(Gpa(kDsArea), kBuf).ok());
+  ASSERT_TRUE(mem_.WriteLe<uint32_t>(Gpa(kDsArea + 4), kBuf).ok());
+  ASSERT_TRUE(mem_.WriteLe<uint32_t>(Gpa(kDsArea + 8), kBuf + 36).ok());
+  ASSERT_TRUE(mem_.WriteLe<uint32_t>(Gpa(kDsArea + 12), kBuf + 36).ok());
+  Wr(0x600, kDsArea);
+  Wr(0x1D9, kTrBts | kLbr);
+  Obs(Jmp(0x1111, 0x2222));
+  Obs(Jmp(0x3333, 0x4444));
+  EXPECT_EQ(Mem32(kDsArea + 4), kBuf + 24);
+  EXPECT_EQ(Mem32(kBuf + 12), 0x3333u);
+  EXPECT_EQ(Mem32(kBuf + 16), 0x4444u);
+  EXPECT_EQ(Mem32(kBuf + 20), 0u);
+  // MSR_LASTBRANCH_n at 40H: TO in 63:32, FROM in 31:0; 8 entries.
+  EXPECT_EQ(Rd(0x1C9), 2u);
+  EXPECT_EQ(Rd(0x40 + 2), 0x0000444400003333ull);
+  // No PERF_CAPABILITIES (no PDCM), no freeze bits, perfmon v1: no GLOBAL_CTRL.
+  EXPECT_TRUE(pmu_.ReadMsr(0x345).gp);
+  EXPECT_TRUE(pmu_.WriteMsr(0x1D9, kFreezeLbrs).gp);
+  EXPECT_TRUE(pmu_.ReadMsr(0x38F).gp);
+  EXPECT_TRUE(pmu_.ReadMsr(0x680).gp);
+}
+
+TEST(VpmuModelsTest, WithoutPmuHidesEverything) {
+  CpuModel m = FindCpuModel("westmere")->WithoutPmu();
+  EXPECT_EQ(m.Cpuid(1, 0).edx & kCpuid1EdxDs, 0u);
+  EXPECT_EQ(m.Cpuid(1, 0).ecx & (kCpuid1EcxDtes64 | kCpuid1EcxDsCpl | kCpuid1EcxPdcm), 0u);
+  EXPECT_EQ(m.Cpuid(0xA, 0), CpuidResult{});
+  VirtualPmu p(m);
+  EXPECT_TRUE(p.WriteMsr(0x1D9, 1).gp);
+  EXPECT_TRUE(p.ReadMsr(0x600).gp);
+  EXPECT_TRUE(p.ReadMsr(0xC1).gp);
+  MsrResult misc = p.ReadMsr(0x1A0);
+  EXPECT_FALSE(misc.gp);
+  EXPECT_EQ(misc.value & ((1u << 7) | (1u << 11) | (1u << 12)), (1u << 11) | (1u << 12));
+}
+
+TEST(VpmuModelsTest, SkylakeGeometry) {
+  VirtualPmu p(*FindCpuModel("skylake"));
+  EXPECT_FALSE(p.ReadMsr(0x69F).gp);  // FROM_31
+  EXPECT_FALSE(p.ReadMsr(0xDDF).gp);  // LBR_INFO_31
+  EXPECT_FALSE(p.WriteMsr(0x4C1, 0xFFFFFFFFFFFFull).gp);  // full-width write (PERF_CAPABILITIES[13])
+  EXPECT_EQ(p.ReadMsr(0xC1).value, 0xFFFFFFFFFFFFull);
+  EXPECT_EQ(FindCpuModel("skylake")->Cpuid(0xA, 0).eax & 0xFF, 4u);
+}
+
+}  // namespace
+}  // namespace vbts::pmu
