@@ -4,32 +4,19 @@
 ; the CALL at wl_call to the return at wl_back; the image prints them as "BTS 0x<from> 0x<to>".
 %define RT_LONG_MODE 1
 %include "rt.inc"
+%include "debug64.inc"
 
 %define NREC 2048
 
-%macro WRMSR64 2
-        mov ecx, %1
-        mov eax, %2
-        xor edx, edx
-        wrmsr
-%endmacro
-
 main:
-        mov eax, 1
-        cpuid
-        test edx, 1 << 21
-        jz no_bts_setup
-        mov ecx, 0x1A0
-        rdmsr
-        test eax, 1 << 11
-        jnz no_bts_setup
+        call dbg64_probe
+        jc no_bts_setup
         mov byte [have_bts], 1
-        mov qword [ds_area + 0], bts_buffer
-        mov qword [ds_area + 8], bts_buffer
-        mov qword [ds_area + 16], bts_buffer + 24 * NREC
-        mov qword [ds_area + 24], bts_buffer + 24 * NREC
-        WRMSR64 0x600, ds_area
-        WRMSR64 0x1D9, (1 << 6) | (1 << 7)
+        mov rdi, bts_buffer             ; circular, big enough for the whole workload
+        mov ecx, NREC
+        mov edx, NREC
+        call dbg64_ds_init
+        WRMSR64 MSR_DEBUGCTL, DBG_TR | DBG_BTS
 no_bts_setup:
         mov r12, RT_ALIAS - RT_LOAD_ADDR
 wl_call:
@@ -37,10 +24,10 @@ wl_call:
 wl_back:
         cmp byte [have_bts], 0
         je no_bts                       ; not taken with BTS on
-        WRMSR64 0x1D9, 0
+        WRMSR64 MSR_DEBUGCTL, 0
         mov rbx, bts_buffer
 .rec:
-        cmp rbx, [ds_area + 8]
+        cmp rbx, [dbg64_ds_area + 8]
         jae .done
         PRINT "BTS "
         mov rax, [rbx]
@@ -121,8 +108,6 @@ align 8
 jtab:           dq jt0, jt1, jt2, jt3
 leaf_ptr:       dq leaf
 have_bts:       db 0
-align 64
-ds_area:        times 64 db 0
 
 section .bss
 alignb 64

@@ -13,6 +13,7 @@
 ; Expected: status 1 under vbts; QEMU TCG: SKIP, status 155.
 %define RT_LONG_MODE 1
 %include "rt.inc"
+%include "debug64.inc"
 
 %define NREC            8
 %define PMI_VEC         0x50
@@ -24,42 +25,27 @@
 %define P_EXPECTED      ((T_BRANCHES - 8) / 6 + 1)
 %define FINAL_INDEX     (2 + (T_BRANCHES - 8 - 6 * (P_EXPECTED - 1)))
 
-%macro WRMSR64 2
-        mov ecx, %1
-        mov eax, %2
-        xor edx, edx
-        wrmsr
-%endmacro
-
 main:
-        mov eax, 1
-        cpuid
-        test edx, 1 << 21
-        jz exp_skip
-        mov ecx, 0x1A0
-        rdmsr
-        test eax, 1 << 11
-        jnz exp_skip
+        BTS_REQUIRE64
         SET_HANDLER PMI_VEC, pmi_handler
         APIC_ENABLE
         mov edi, LVT_PERFMON            ; (a 64-bit absolute address needs a register)
         mov dword [rdi], PMI_VEC
-        mov qword [ds_area + 0], bts_buffer
-        mov qword [ds_area + 8], bts_buffer
-        mov qword [ds_area + 16], bts_buffer + 24 * NREC
-        mov qword [ds_area + 24], bts_buffer + 24 * NREC
-        WRMSR64 0x600, ds_area
+        mov rdi, bts_buffer             ; interrupt mode, threshold = maximum
+        mov ecx, NREC
+        mov edx, NREC
+        call dbg64_ds_init
         mov rsi, msg
         sti
-        WRMSR64 0x1D9, (1 << 6) | (1 << 7) | (1 << 8)     ; TR | BTS | BTINT
+        WRMSR64 MSR_DEBUGCTL, DBG_TR | DBG_BTS | DBG_BTINT
         call print_msg
-        WRMSR64 0x1D9, 0
+        WRMSR64 MSR_DEBUGCTL, 0
         cli
         PRINT "DS interrupts: "
         mov eax, [pmi_count]
         PRINT_DEC
         PRINT ", final index: record "
-        mov rax, [ds_area + 8]
+        mov rax, [dbg64_ds_area + 8]
         sub rax, bts_buffer
         xor edx, edx
         mov ecx, 24
@@ -68,13 +54,10 @@ main:
         NEWLINE
         CHECK_EQ qword [pmi_count], P_EXPECTED, "DS interrupts = (T - 8) / 6 + 1 = 7"
         mov rax, bts_buffer + 24 * FINAL_INDEX
-        CHECK_EQ qword [ds_area + 8], rax, "final index = 2 records"
+        CHECK_EQ qword [dbg64_ds_area + 8], rax, "final index = 2 records"
         CHECK_EQ qword [bts_buffer + 0 + 8], pmi_ret_to, "last interrupt: record 0 = the handler's RET"
         mov rax, rt_isr_iret64
         CHECK_EQ qword [bts_buffer + 24], rax, "last interrupt: record 1 = the IRETQ"
-        ret
-exp_skip:
-        SKIP "BTS: CPUID.1:EDX.DS clear or IA32_MISC_ENABLE.BTS_UNAVAILABLE set (no debug store here)"
         ret
 
 ; rsi = NUL-terminated message; no LSR polling (vbts's and QEMU's 16550 always take a byte):
@@ -93,14 +76,14 @@ print_msg:
 
 ; rbx = frame (idt64.inc)
 pmi_handler:
-        WRMSR64 0x1D9, 0
+        WRMSR64 MSR_DEBUGCTL, 0
         inc qword [pmi_count]
-        mov qword [ds_area + 8], bts_buffer
+        mov qword [dbg64_ds_area + 8], bts_buffer
         mov edi, LVT_PERFMON
         and dword [rdi], ~(1 << 16)
         mov edi, LAPIC_BASE + LAPIC_EOI
         mov dword [rdi], 0
-        WRMSR64 0x1D9, (1 << 6) | (1 << 7) | (1 << 8)
+        WRMSR64 MSR_DEBUGCTL, DBG_TR | DBG_BTS | DBG_BTINT
         ret                             ; -> pmi_ret_to (in the common stub): recorded
 pmi_ret_to  equ rt_isr_after_call64
 
@@ -108,8 +91,6 @@ section .data
 align 8
 pmi_count:      dq 0
 msg:            db MSG, 0
-align 64
-ds_area:        times 64 db 0
 
 section .bss
 alignb 64
