@@ -81,9 +81,10 @@ struct LbrEntry {
 }  // namespace
 
 struct VirtualPmu::State {
-  explicit State(const CpuModel& m) : model(m), pmu(m.pmu) {}
+  State(const CpuModel& m, VirtualPmuOptions o) : model(m), pmu(m.pmu), options(o) {}
   const CpuModel& model;
   const PmuModel& pmu;
+  VirtualPmuOptions options;
 
   uint64_t debugctl = 0;
   uint64_t ds_area = 0;
@@ -229,7 +230,7 @@ struct VirtualPmu::State {
   }
 
   void PushLbr(const Branch& b) {
-    if (!(debugctl & kDbgLbr) || !pmu.lbr.entries) return;
+    if (options.lbr_in_kernel || !(debugctl & kDbgLbr) || !pmu.lbr.entries) return;
     if (pmu.perfmon_version >= 4 && (global_status & kStatusLbrFrz)) return;
     if (IsEventDelivery(b.kind)) {
       // LER: the last branch before the exception or interrupt (SDM 17.4.8.4? "last exception record").
@@ -348,7 +349,8 @@ struct VirtualPmu::State {
   }
 };
 
-VirtualPmu::VirtualPmu(const CpuModel& model) : s_(std::make_unique<State>(model)) {
+VirtualPmu::VirtualPmu(const CpuModel& model, VirtualPmuOptions options)
+    : s_(std::make_unique<State>(model, options)) {
   s_->misc_enable = model.pmu.misc_enable;
 }
 VirtualPmu::~VirtualPmu() = default;
@@ -356,24 +358,29 @@ VirtualPmu::~VirtualPmu() = default;
 std::vector<MsrRange> VirtualPmu::InterceptedMsrs() const {
   // Every MSR any model defines for these features, so that a model lacking
   // one gives #GP instead of the host KVM's answer (kvm-host-facts.md).
-  return {
-      {0x40, 0x47},                                  // MSR_LASTBRANCH_0..7 (Pentium M, Core Solo/Duo)
-      {kMsrPmc0, kMsrPmc0 + kMaxGp - 1},
-      {kMsrPerfEvtSel0, kMsrPerfEvtSel0 + kMaxGp - 1},
-      {kMsrMiscEnable, kMsrMiscEnable},
-      {kMsrLbrSelect, kMsrLbrSelect + 1},            // LBR_SELECT, LASTBRANCH_TOS
-      {kMsrDebugCtl, kMsrDebugCtl},
-      {0x1DB, kMsrLerTo},                            // LER (1DBH/1DCH on older parts, 1DDH/1DEH)
-      {kMsrFixedCtr0, kMsrFixedCtr0 + kMaxFixed - 1},
-      {kMsrPerfCapabilities, kMsrPerfCapabilities},
-      {kMsrFixedCtrCtrl, kMsrGlobalOvfCtrl},
-      {kMsrPebsEnable, kMsrPebsEnable},
-      {kMsrAPmc0, kMsrAPmc0 + kMaxGp - 1},
-      {kMsrDsArea, kMsrDsArea},
-      {0x680, 0x680 + kMaxLbr - 1},
-      {0x6C0, 0x6C0 + kMaxLbr - 1},
-      {0xDC0, 0xDC0 + kMaxLbr - 1},
-  };
+  // With the LBRs in the kernel, the LBR stack, TOS, LBR_SELECT and LER
+  // are the host KVM's (docs/pmu-model.md, "Passthrough").
+  std::vector<MsrRange> r;
+  const bool lbr = !s_->options.lbr_in_kernel;
+  if (lbr) r.push_back({0x40, 0x47});             // MSR_LASTBRANCH_0..7 (Pentium M, Core Solo/Duo)
+  r.push_back({kMsrPmc0, kMsrPmc0 + kMaxGp - 1});
+  r.push_back({kMsrPerfEvtSel0, kMsrPerfEvtSel0 + kMaxGp - 1});
+  r.push_back({kMsrMiscEnable, kMsrMiscEnable});
+  if (lbr) r.push_back({kMsrLbrSelect, kMsrLbrSelect + 1});  // LBR_SELECT, LASTBRANCH_TOS
+  r.push_back({kMsrDebugCtl, kMsrDebugCtl});
+  if (lbr) r.push_back({0x1DB, kMsrLerTo});       // LER (1DBH/1DCH on older parts, 1DDH/1DEH)
+  r.push_back({kMsrFixedCtr0, kMsrFixedCtr0 + kMaxFixed - 1});
+  r.push_back({kMsrPerfCapabilities, kMsrPerfCapabilities});
+  r.push_back({kMsrFixedCtrCtrl, kMsrGlobalOvfCtrl});
+  r.push_back({kMsrPebsEnable, kMsrPebsEnable});
+  r.push_back({kMsrAPmc0, kMsrAPmc0 + kMaxGp - 1});
+  r.push_back({kMsrDsArea, kMsrDsArea});
+  if (lbr) {
+    r.push_back({0x680, 0x680 + kMaxLbr - 1});
+    r.push_back({0x6C0, 0x6C0 + kMaxLbr - 1});
+    r.push_back({0xDC0, 0xDC0 + kMaxLbr - 1});
+  }
+  return r;
 }
 
 bool VirtualPmu::Owns(uint32_t msr) const {
@@ -523,7 +530,8 @@ bool VirtualPmu::WriteWouldFault(uint32_t msr, uint64_t value) const {
 
 bool VirtualPmu::NeedsObservation() const {
   const State& s = *s_;
-  return (s.debugctl & (kDbgLbr | kDbgBtf)) || s.BtsOn() || s.AnyCounterEnabled();
+  const uint64_t observed = s.options.lbr_in_kernel ? kDbgBtf : (kDbgLbr | kDbgBtf);
+  return (s.debugctl & observed) || s.BtsOn() || s.AnyCounterEnabled();
 }
 
 absl::StatusOr<PmuEffects> VirtualPmu::Observe(const Branch& b, LinearMemory& mem, bool guest_tf) {
@@ -559,5 +567,23 @@ std::vector<std::string> VirtualPmu::TakeWarnings() {
 }
 
 const PmuStats& VirtualPmu::stats() const { return s_->stats; }
+
+bool VirtualPmu::lbr_in_kernel() const { return s_->options.lbr_in_kernel; }
+
+uint64_t VirtualPmu::KernelDebugCtl() const {
+  const State& s = *s_;
+  if (!s.options.lbr_in_kernel) return 0;
+  uint64_t v = s.debugctl & (kDbgLbr | kDbgFreezeLbrs);
+  if (s.pmu.perfmon_version >= 4 && (s.global_status & kStatusLbrFrz)) v &= ~kDbgLbr;
+  return v;
+}
+
+void VirtualPmu::NoteKernelDebugCtl(uint64_t kernel_value) {
+  State& s = *s_;
+  if (!s.options.lbr_in_kernel) return;
+  // Only a clear can come from the hardware (#DB delivery, its own freeze);
+  // while vbts's LBR_FRZ holds the kernel's LBR off, that is vbts's doing.
+  if ((KernelDebugCtl() & kDbgLbr) && !(kernel_value & kDbgLbr)) s.debugctl &= ~kDbgLbr;
+}
 
 }  // namespace vbts::pmu

@@ -55,9 +55,18 @@ struct PmuStats {
   uint64_t pmis = 0;             // PMIs requested
 };
 
+struct VirtualPmuOptions {
+  // `--vpmu=passthrough`: the host KVM keeps the LBR stack (FROM/TO/INFO,
+  // TOS, LBR_SELECT, LER) and DEBUGCTL's LBR and FREEZE_LBRS_ON_PMI bits
+  // in the real registers; the virtual PMU neither owns those MSRs nor
+  // records branches in LBRs, and tells the engine which DEBUGCTL bits
+  // the host must hold (KernelDebugCtl).  Everything else stays emulated.
+  bool lbr_in_kernel = false;
+};
+
 class VirtualPmu {
  public:
-  explicit VirtualPmu(const CpuModel& model);
+  explicit VirtualPmu(const CpuModel& model, VirtualPmuOptions options = {});
   ~VirtualPmu();
   VirtualPmu(const VirtualPmu&) = delete;
   VirtualPmu& operator=(const VirtualPmu&) = delete;
@@ -92,6 +101,19 @@ class VirtualPmu {
   std::vector<std::string> TakeWarnings();
 
   const PmuStats& stats() const;
+
+  // --- lbr_in_kernel only (no effect otherwise) ---
+  bool lbr_in_kernel() const;
+  // The IA32_DEBUGCTL value the host KVM must hold for the guest: the
+  // guest's LBR and FREEZE_LBRS_ON_PMI bits, with LBR off while a v4
+  // PERF_GLOBAL_STATUS.LBR_FRZ set by a vbts PMI freezes the stack (SDM
+  // 17.4.7); 0 when !lbr_in_kernel.  The engine writes it to KVM whenever
+  // it changes (a WRMSR, a PMI's freeze, an emulated #DB).
+  uint64_t KernelDebugCtl() const;
+  // The DEBUGCTL value read back from the host KVM before the guest reads
+  // DEBUGCTL: the hardware clears LBR itself when it delivers #DB or
+  // freezes on a PMI of its own; the guest must see that.
+  void NoteKernelDebugCtl(uint64_t kernel_value);
 
  private:
   struct State;

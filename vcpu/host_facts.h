@@ -45,6 +45,7 @@ struct HostFacts {
   // --- host CPU (the cpuid instruction run by vbts, and /proc/cpuinfo) ---
   std::string cpu_vendor;  // "GenuineIntel", "AuthenticAMD"
   uint32_t cpu_family = 0, cpu_model = 0, cpu_stepping = 0;  // display family/model
+  uint32_t cpu_signature = 0;  // CPUID.1:EAX
   std::string cpu_name;    // /proc/cpuinfo "model name", else the CPUID brand string
   bool cpu_flag_vmx = false, cpu_flag_svm = false, cpu_flag_hypervisor = false;
   HostKind kind = HostKind::kUnknown;
@@ -66,8 +67,9 @@ struct HostFacts {
   Tristate enable_pmu = Tristate::kAbsent;
   bool perf_capabilities_known = false;  // MSR 0x345 is a feature MSR KVM reported
   uint64_t perf_capabilities = 0;        // its value (KVM_GET_MSRS on /dev/kvm)
-  bool lbr_virtualization = false;       // KVM could virtualise LBRs itself
-  std::string lbr_reason;                // why (not)
+  int perf_lbr_entries = 0;              // /sys/bus/event_source/devices/cpu/caps/branches (0: absent)
+  bool lbr_virtualization = false;       // KVM could virtualise LBRs itself (pmu::HostLbrGeometry)
+  std::string lbr_reason;                // why (not): the geometry, or the refusal
 
   // --- probe guests (pm32 = 32-bit protected mode, paging off; lm64 = long mode) ---
   ProbeResult step_pm32_cpl0;     // (a) KVM single-step: one KVM_EXIT_DEBUG per instruction

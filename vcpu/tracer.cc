@@ -167,6 +167,7 @@ absl::Status Tracer::Emit(const pmu::Branch& b, const CpuState& paging_of, std::
   pmu::LinearMemory lin(mem_, paging_of.paging_regs());
   VBTS_ASSIGN_OR_RETURN(pmu::PmuEffects fx, pmu_.Observe(b, lin, event ? false : tf_before));
   if (fx.pmi) pmi_due_ = true;
+  if (pmu_.lbr_in_kernel()) VBTS_RETURN_IF_ERROR(SyncKernelDebugCtl());
   if (event || b.kind == pmu::BranchKind::kSoftInt) {
     // Delivery through a gate clears TF (SDM 6.12.1); no trap follows it.
     guest_tf_ = false;
@@ -176,6 +177,25 @@ absl::Status Tracer::Emit(const pmu::Branch& b, const CpuState& paging_of, std::
     if (fx.single_step_trap) step_trap_due_ = true;
   }
   return absl::OkStatus();
+}
+
+absl::Status Tracer::SyncKernelDebugCtl() {
+  if (!pmu_.lbr_in_kernel()) return absl::OkStatus();
+  const uint64_t v = pmu_.KernelDebugCtl();
+  if (kernel_debugctl_ == v) return absl::OkStatus();
+  constexpr uint32_t kMsrDebugCtl = 0x1D9;
+  const MsrValue m{kMsrDebugCtl, v};
+  VBTS_RETURN_IF_ERROR(vcpu_.SetMsrs(absl::MakeConstSpan(&m, 1)));
+  kernel_debugctl_ = v;
+  return absl::OkStatus();
+}
+
+absl::Status Tracer::ReadKernelDebugCtl() {
+  if (!pmu_.lbr_in_kernel()) return absl::OkStatus();
+  VBTS_ASSIGN_OR_RETURN(uint64_t v, vcpu_.GetMsr(0x1D9));
+  pmu_.NoteKernelDebugCtl(v);
+  kernel_debugctl_ = v;
+  return SyncKernelDebugCtl();
 }
 
 absl::Status Tracer::PatchFrameTf(const CpuState& st, uint64_t eflags_la, bool tf) {

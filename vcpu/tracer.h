@@ -55,6 +55,13 @@ class Tracer : public StepObserver {
   // for it): the WRMSR retires under the configuration it ran with — an
   // instruction that enables a counter is not counted by it (docs/pmu-model.md).
   absl::Status BeforeMsrWrite();
+  // --vpmu=passthrough (pmu lbr_in_kernel): gives the host KVM the DEBUGCTL
+  // bits it must hold (VirtualPmu::KernelDebugCtl) when they changed — after
+  // every WRMSR of a virtual-PMU MSR and every observed transfer (a PMI's
+  // freeze, an emulated #DB clear LBR) — and, before the guest reads
+  // DEBUGCTL, tells the virtual PMU what the hardware did to them.
+  absl::Status SyncKernelDebugCtl();
+  absl::Status ReadKernelDebugCtl();
   // Every transfer the tracer reports, in order (for `vbts record`).
   void SetSink(std::function<void(const pmu::Branch&)> sink) { sink_ = std::move(sink); }
   std::vector<std::string> TakeWarnings();
@@ -106,6 +113,7 @@ class Tracer : public StepObserver {
   std::function<void(const pmu::Branch&)> sink_;
   std::optional<Boundary> prev_;
   bool pmi_due_ = false;
+  std::optional<uint64_t> kernel_debugctl_;  // last DEBUGCTL given to the host KVM (passthrough)
   bool step_trap_due_ = false;  // the guest's single-step trap is due at this boundary
   bool db_in_flight_ = false;   // a #DB vbts injected, not yet seen delivered
   bool guest_tf_ = false;       // the guest's own EFLAGS.TF (KVM hides it while stepping)

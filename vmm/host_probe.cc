@@ -19,6 +19,7 @@
 
 #include <array>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -724,6 +725,7 @@ void ReadHostCpu(const ProbeOptions& o, HostFacts& f) {
     f.cpu_family = family == 0xF ? family + ((a >> 20) & 0xFF) : family;
     f.cpu_model = (family == 0x6 || family == 0xF) ? (((a >> 16) & 0xF) << 4) | model : model;
     f.cpu_stepping = a & 0xF;
+    f.cpu_signature = a;
   }
   std::string brand;
   if (__get_cpuid(0x80000000, &a, &b, &c, &d) && a >= 0x80000004) {
@@ -782,6 +784,21 @@ void ReadCapabilities(const Kvm& kvm, HostFacts& f) {
   f.cap_exit_on_emulation_failure = kvm.CheckExtension(KVM_CAP_EXIT_ON_EMULATION_FAILURE);
 }
 
+}  // namespace
+
+pmu::HostPmu HostPmuOf(const vcpu::HostFacts& f) {
+  pmu::HostPmu h;
+  h.vendor = f.cpu_vendor;
+  h.cpuid1_eax = f.cpu_signature;
+  h.enable_pmu = f.enable_pmu == vcpu::Tristate::kYes;
+  h.perf_capabilities_known = f.perf_capabilities_known;
+  h.perf_capabilities = f.perf_capabilities;
+  h.perf_lbr_entries = f.perf_lbr_entries;
+  return h;
+}
+
+namespace {
+
 void ReadPmu(const Kvm& kvm, const ProbeOptions& o, HostFacts& f) {
   bool exists = false;
   const std::string v = ReadFirstLine(o.sys_module_dir + "/kvm/parameters/enable_pmu", &exists);
@@ -800,21 +817,14 @@ void ReadPmu(const Kvm& kvm, const ProbeOptions& o, HostFacts& f) {
       }
     }
   }
-  std::vector<std::string> why_not;
-  if (f.cpu_vendor != "GenuineIntel")
-    why_not.push_back(absl::StrCat("host CPU is ", f.cpu_vendor.empty() ? "unknown" : f.cpu_vendor,
-                                   " (KVM virtualises LBRs only on Intel)"));
-  if (f.enable_pmu != Tristate::kYes)
-    why_not.push_back(f.enable_pmu == Tristate::kNo ? "kvm.enable_pmu=N" : "no kvm.enable_pmu parameter");
-  const unsigned lbr_format = f.perf_capabilities & 0x3F;
-  if (!f.perf_capabilities_known)
-    why_not.push_back("KVM reports no PERF_CAPABILITIES (0x345) feature MSR");
-  else if (lbr_format == 0)
-    why_not.push_back(absl::StrFormat("PERF_CAPABILITIES=0x%x has LBR format 0", f.perf_capabilities));
-  f.lbr_virtualization = why_not.empty();
-  f.lbr_reason = f.lbr_virtualization
-                     ? absl::StrFormat("Intel host, kvm.enable_pmu=Y, PERF_CAPABILITIES LBR format %u", lbr_format)
-                     : absl::StrJoin(why_not, "; ");
+  bool branches_exist = false;
+  const std::string branches = ReadFirstLine(o.perf_cpu_dir + "/caps/branches", &branches_exist);
+  if (branches_exist) f.perf_lbr_entries = std::atoi(branches.c_str());
+  absl::StatusOr<pmu::LbrModel> lbr = pmu::HostLbrGeometry(HostPmuOf(f));
+  f.lbr_virtualization = lbr.ok();
+  f.lbr_reason = lbr.ok() ? absl::StrFormat("Intel 06_%02XH, kvm.enable_pmu=Y, LBR format %d, %d entries at 0x%x",
+                                            f.cpu_model, lbr->format, lbr->entries, lbr->from_base)
+                          : std::string(lbr.status().message());
 }
 
 // The probe VM's CPUID: what KVM supports, with a changed stepping in leaf 1

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "pmu/passthrough.h"
 #include "vcpu/host_facts.h"
 #include "vmm/kvm_vm.h"
 
@@ -26,7 +27,11 @@ struct ProbeOptions {
   // Where to look for loaded modules, kvm parameters and cpuinfo (tests).
   std::string sys_module_dir = "/sys/module";
   std::string proc_cpuinfo = "/proc/cpuinfo";
+  std::string perf_cpu_dir = "/sys/bus/event_source/devices/cpu";
 };
+
+// The facts `--vpmu=passthrough` decides on (pmu/passthrough.h).
+pmu::HostPmu HostPmuOf(const vcpu::HostFacts& f);
 
 // Reads the host's facts and runs the probe guests (about 10-30 ms). Fails
 // only when KVM cannot create the probe VM at all; a probe that misbehaves is

@@ -163,8 +163,10 @@ std::string FormatHostInfo(const vcpu::HostFacts& f, bool verbose) {
             "is on (docs/pmu-model.md); MSRs through a KVM MSR filter"
           : "unavailable: KVM cannot send MSR accesses to user space (no KVM_CAP_X86_USER_SPACE_MSR)");
   Row(out, "passthrough",
-      f.lbr_virtualization ? "host KVM virtualises LBRs; vbts does not use it yet (use --vpmu=emulated)"
-                           : absl::StrCat("unavailable: ", f.lbr_reason));
+      f.lbr_virtualization
+          ? absl::StrCat("available: the guest's LBR stack is the host's, kept by KVM (", f.lbr_reason,
+                         "; guest CPUID model = the host's); DS/BTS, BTF and counters emulated as above")
+          : absl::StrCat("unavailable: ", f.lbr_reason));
 
   if (verbose) {
     Section(out, "Raw values");

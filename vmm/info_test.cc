@@ -126,6 +126,11 @@ TEST(FormatHostInfoTest, PvmHostShowsFailuresAndCompletion) {
   EXPECT_THAT(FormatHostInfo(PvmFacts(), true), HasSubstr("Raw values"));
 }
 
+TEST(FormatHostInfoTest, PvmHostRefusesPassthroughWithTheReason) {
+  EXPECT_THAT(FormatHostInfo(PvmFacts()),
+              HasSubstr("passthrough                    unavailable: host CPU is AuthenticAMD; kvm.enable_pmu=N"));
+}
+
 TEST(FormatHostInfoTest, VmxHostNeedsNothing) {
   const std::string text = FormatHostInfo(VmxFacts());
   EXPECT_THAT(text, HasSubstr("supervision                    no: guests run at KVM speed"));
@@ -133,6 +138,7 @@ TEST(FormatHostInfoTest, VmxHostNeedsNothing) {
   EXPECT_THAT(text, HasSubstr("IRET completion                no"));
   EXPECT_THAT(text, HasSubstr("native 64-bit user code        stepped by KVM"));
   EXPECT_THAT(text, HasSubstr("in-kernel LBR virtualisation   yes: Intel host"));
+  EXPECT_THAT(text, HasSubstr("passthrough                    available: the guest's LBR stack is the host's"));
   EXPECT_THAT(text, Not(HasSubstr("INTERNAL ERROR")));
 }
 

@@ -7,9 +7,11 @@
 #include <cstring>
 
 #include "absl/strings/str_format.h"
+#include "pmu/passthrough.h"
 #include "pmu/status_macros.h"
 #include "vcpu/descriptors.h"
 #include "vmm/exit_status.h"
+#include "vmm/host_probe.h"
 #include "vmm/kick_timer.h"
 #include "vmm/loader.h"
 #include "vmm/multiboot_info.h"
@@ -59,6 +61,22 @@ absl::Status Machine::Setup(const Kvm& kvm) {
   if (!model_)
     return absl::InvalidArgumentError(absl::StrFormat("--cpu=%s: unknown CPU model (known: %s)", config_.cpu_model,
                                                       pmu::CpuModelNames()));
+  if (config_.vpmu == "passthrough") {
+    // The host KVM keeps the LBRs; it does so only for a guest with the
+    // host's CPUID model and LBR format (pmu/passthrough.h).
+    absl::StatusOr<pmu::CpuModel> m =
+        facts_.lbr_virtualization ? pmu::PassthroughModel(*model_, HostPmuOf(facts_))
+                                  : absl::FailedPreconditionError(facts_.lbr_reason);
+    if (!m.ok())
+      return absl::FailedPreconditionError(
+          absl::StrCat("--vpmu=passthrough needs a host KVM that virtualises LBRs itself; this one cannot (",
+                       m.status().message(), "). Use --vpmu=emulated (the default)."));
+    own_model_ = *std::move(m);
+    model_ = &*own_model_;
+  } else if (config_.vpmu != "emulated" && config_.vpmu != "off") {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--vpmu=%s: expected emulated, passthrough or off", config_.vpmu));
+  }
   VBTS_ASSIGN_OR_RETURN(std::vector<uint8_t> image, ReadImageFile(config_.image_path));
   VBTS_ASSIGN_OR_RETURN(ram_, GuestMemory::Create(config_.mem_bytes));
 
@@ -91,6 +109,16 @@ absl::Status Machine::Setup(const Kvm& kvm) {
     cpuid.push_back(e);
   }
   VBTS_RETURN_IF_ERROR(vcpu_->SetCpuid(cpuid));
+  if (config_.vpmu == "passthrough") {
+    // After KVM_SET_CPUID2: KVM checks the LBR format against the guest's model.
+    constexpr uint32_t kMsrPerfCapabilities = 0x345;
+    const vcpu::MsrValue caps{kMsrPerfCapabilities, pmu::KernelPerfCapabilities(HostPmuOf(facts_))};
+    absl::Status st = vcpu_->SetMsrs(absl::MakeConstSpan(&caps, 1));
+    if (!st.ok())
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "--vpmu=passthrough: the host KVM refused IA32_PERF_CAPABILITIES=0x%x for the guest (%s)", caps.value,
+          st.message()));
+  }
 
   uart_ = std::make_unique<Uart16550>([fd = config_.output_fd](uint8_t c) {
     // Unbuffered: the guest's bytes reach stdout as they are written.
@@ -117,8 +145,9 @@ absl::Status Machine::Setup(const Kvm& kvm) {
     options.cpuid_sites.insert(options.cpuid_sites.end(), sites.begin(), sites.end());
   }
   supervisor_ = std::make_unique<vcpu::Supervisor>(*vcpu_, *ram_, *model_, facts_, std::move(options));
-  if (config_.vpmu == "emulated" || config_.vpmu == "off") {
-    vpmu_ = std::make_unique<pmu::VirtualPmu>(*model_);
+  {  // The virtual PMU, its MSR filter and the tracer, in every --vpmu mode.
+    vpmu_ = std::make_unique<pmu::VirtualPmu>(
+        *model_, pmu::VirtualPmuOptions{.lbr_in_kernel = config_.vpmu == "passthrough"});
     // KVM must exit on every MSR the virtual PMU owns (kvm-host-facts.md:
     // unfiltered, KVM answers DEBUGCTL, MISC_ENABLE and some counters itself).
     std::vector<MsrRange> deny;
@@ -147,13 +176,6 @@ absl::Status Machine::Setup(const Kvm& kvm) {
           std::fprintf(insns_file_, "0x%llx\n", static_cast<unsigned long long>(b.from));
       });
     }
-  } else if (config_.vpmu == "passthrough") {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "--vpmu=passthrough needs a host KVM that virtualises LBRs itself; this one cannot (",
-        facts_.lbr_reason, "). Use --vpmu=emulated (the default)."));
-  } else {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("--vpmu=%s: expected emulated, passthrough or off", config_.vpmu));
   }
   return SetBootState(img.entry, mbi.info_gpa);
 }
@@ -197,10 +219,13 @@ absl::Status Machine::HandleMsr(bool write) {
     if (tracer_ && !vpmu_->WriteWouldFault(run->msr.index, run->msr.data))
       VBTS_RETURN_IF_ERROR(tracer_->BeforeMsrWrite());
     pmu::MsrResult r = vpmu_->WriteMsr(run->msr.index, run->msr.data);
+    if (tracer_) VBTS_RETURN_IF_ERROR(tracer_->SyncKernelDebugCtl());
     // Tracing may have been switched on: the run loop's OnOtherExit then
     // makes the supervisor step from the next instruction on.
     run->msr.error = r.gp ? 1 : 0;
   } else {
+    constexpr uint32_t kMsrDebugCtl = 0x1D9;
+    if (tracer_ && run->msr.index == kMsrDebugCtl) VBTS_RETURN_IF_ERROR(tracer_->ReadKernelDebugCtl());
     pmu::MsrResult r = vpmu_->ReadMsr(run->msr.index);
     run->msr.error = r.gp ? 1 : 0;
     run->msr.data = r.gp ? 0 : r.value;

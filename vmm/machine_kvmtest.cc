@@ -168,5 +168,52 @@ TEST_F(MachineTest, UnknownCpuModelIsRejected) {
               testing::StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--cpu=pentium")));
 }
 
+// --vpmu=passthrough on a host whose KVM cannot keep the guest's LBRs (this
+// PVM host: kvm.enable_pmu=N): refused before any VM exists, with the reason
+// `vbts info` prints.
+TEST_F(MachineTest, PassthroughIsRefusedWithTheHostsReason) {
+  if (facts_.lbr_virtualization) GTEST_SKIP() << "this host's KVM virtualises LBRs: " << facts_.lbr_reason;
+  MachineConfig config;
+  config.image_path = "/dev/null";
+  config.vpmu = "passthrough";
+  EXPECT_THAT(Machine::Create(config, *kvm_, facts_),
+              testing::StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr(facts_.lbr_reason)));
+}
+
+// Host facts of an Intel Westmere host with kvm.enable_pmu=Y.
+vcpu::HostFacts WestmereHostFacts(vcpu::HostFacts f) {
+  f.cpu_vendor = "GenuineIntel";
+  f.cpu_signature = 0x000206C2;
+  f.enable_pmu = vcpu::Tristate::kYes;
+  f.perf_capabilities_known = true;
+  f.perf_capabilities = 0x11C3;
+  f.lbr_virtualization = true;
+  return f;
+}
+
+TEST_F(MachineTest, PassthroughNeedsAModelKvmCanGiveLbrsTo) {
+  MachineConfig config;
+  config.image_path = "/dev/null";
+  config.vpmu = "passthrough";
+  config.cpu_model = "core-duo";  // no PDCM: KVM takes no PERF_CAPABILITIES, so no LBRs
+  EXPECT_THAT(Machine::Create(config, *kvm_, WestmereHostFacts(facts_)),
+              testing::StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("PDCM")));
+}
+
+// Host facts that claim LBR virtualisation on a KVM that has none: vbts
+// gets as far as giving KVM the guest's PERF_CAPABILITIES LBR format
+// (0x11C3 & 0x3F = 3) and reports KVM's refusal instead of running a guest
+// whose LBR MSRs nobody would answer. (On a real VT-x host KVM refuses it
+// too: the guest model 06_2CH is not the host's.)
+TEST_F(MachineTest, PassthroughThatKvmRefusesEndsWithKvmsAnswer) {
+  if (facts_.lbr_virtualization) GTEST_SKIP() << "this host's KVM virtualises LBRs: " << facts_.lbr_reason;
+  MachineConfig config;
+  config.image_path = VBTS_GUEST_IMAGE_DIR "/hello.elf";
+  config.vpmu = "passthrough";
+  EXPECT_THAT(Machine::Create(config, *kvm_, WestmereHostFacts(facts_)),
+              testing::StatusIs(absl::StatusCode::kFailedPrecondition,
+                                HasSubstr("the host KVM refused IA32_PERF_CAPABILITIES=0x3")));
+}
+
 }  // namespace
 }  // namespace vbts::vmm
