@@ -170,6 +170,27 @@ absl::StatusOr<DecodedInsn> DecodeBytes(absl::Span<const uint8_t> bytes, DecodeM
     }
   }
 
+  for (int i = 0; i < zi.operand_count; ++i) {
+    const ZydisDecodedOperand& op = ops[i];
+    if (op.type != ZYDIS_OPERAND_TYPE_MEMORY || op.mem.type != ZYDIS_MEMOP_TYPE_MEM) continue;
+    if (!(op.actions & (ZYDIS_OPERAND_ACTION_MASK_READ | ZYDIS_OPERAND_ACTION_MASK_WRITE))) continue;
+    if (d.data_count >= 3) break;
+    DataOperand& o = d.data[d.data_count++];
+    if (op.mem.segment >= ZYDIS_REGISTER_ES && op.mem.segment <= ZYDIS_REGISTER_GS)
+      o.mem.seg = static_cast<SegReg>(op.mem.segment - ZYDIS_REGISTER_ES);
+    o.mem.base = GprOf(op.mem.base);
+    o.mem.index = GprOf(op.mem.index);
+    o.mem.scale = op.mem.scale ? op.mem.scale : 1;
+    o.mem.disp = op.mem.disp.has_displacement ? op.mem.disp.value : 0;
+    o.mem.size_bits = op.size;
+    o.read = (op.actions & ZYDIS_OPERAND_ACTION_MASK_READ) != 0;
+    o.write = (op.actions & ZYDIS_OPERAND_ACTION_MASK_WRITE) != 0;
+    o.push = op.visibility == ZYDIS_OPERAND_VISIBILITY_HIDDEN && o.mem.base == kRsp && o.write && !o.read;
+  }
+  d.writes_dr = zi.mnemonic == ZYDIS_MNEMONIC_MOV && zi.operand_count_visible >= 1 &&
+                ops[0].type == ZYDIS_OPERAND_TYPE_REGISTER &&
+                ZydisRegisterGetClass(ops[0].reg.value) == ZYDIS_REGCLASS_DEBUG;
+
   const bool far = zi.meta.branch_type == ZYDIS_BRANCH_TYPE_FAR;
   switch (zi.mnemonic) {
     case ZYDIS_MNEMONIC_INT: d.kind = InsnKind::kIntN; break;

@@ -50,6 +50,18 @@ struct MemOperand {
   uint16_t size_bits = 0;  // operand size in bits (48 for m16:32, 80 for m16:64)
 };
 
+// A data memory access of an instruction (explicit, implicit or hidden
+// operand: MOV [m], PUSH/POP/CALL/RET stack slots, string operands), for
+// the guest's data breakpoints.  `push`: a stack write below the stack
+// pointer (PUSH, CALL, ENTER, PUSHF): Zydis names it [rSP], the slot written
+// is [rSP - size].
+struct DataOperand {
+  MemOperand mem;
+  bool read = false;
+  bool write = false;
+  bool push = false;
+};
+
 struct DecodedInsn {
   InsnKind kind = InsnKind::kOther;
   uint16_t zydis_mnemonic = 0;  // ZydisMnemonic, for diagnostics
@@ -71,6 +83,11 @@ struct DecodedInsn {
   uint32_t far_offset = 0;
   bool has_mem = false;  // indirect far CALL/JMP
   MemOperand mem;
+  // Every data memory operand (up to 3: MOVS has two, PUSH [m] a load and a
+  // stack store); LEA/NOP-style address-only operands are not accesses.
+  uint8_t data_count = 0;
+  DataOperand data[3];
+  bool writes_dr = false;  // MOV DRn, r32/r64 (changes the guest's breakpoints)
   uint8_t bytes[15] = {};
 
   // Branch classification for tracing (pmu/branch.h): the kind of transfer

@@ -57,6 +57,7 @@ void DeriveHostPolicy(HostFacts& f) {
   f.native_user_needs_tf_trick = Misbehaves(f.step_lm64_cpl3);
   f.needs_hlt_emulation = f.hlt_step.outcome == ProbeOutcome::kDiffers;
   f.breakpoints_need_step_over = f.hw_bp_rf_pm32.outcome == ProbeOutcome::kDiffers;
+  f.emulate_data_breakpoints = f.data_bp_pm32.outcome == ProbeOutcome::kDiffers;
   f.paging32_unsupported = Misbehaves(f.paging32);
 }
 

@@ -87,6 +87,7 @@ struct HostFacts {
   ProbeResult paging32;           // (i) guest sets CR0.PG with EFER.LME=0 (4 MiB PSE page)
   ProbeResult hw_bp_rf_pm32;      // (j) DR0 exec breakpoint, resumed with RFLAGS.RF=1
   ProbeResult hw_bp_lm64_cpl3;    // DR0 exec breakpoint in native user code
+  ProbeResult data_bp_pm32;       // the guest's own DR0 write breakpoint while single-stepped (pm32 CPL0)
   double probe_ms = 0;            // wall time of the probe guests (VM creation included)
   int probe_exits = 0;            // KVM_RUN returns during probing
 
@@ -101,6 +102,9 @@ struct HostFacts {
   bool native_user_needs_tf_trick = false;  // lm64 CPL3 is not single-stepped by KVM
   bool needs_hlt_emulation = false;         // stepped HLT falls through: vbts parks the vCPU
   bool breakpoints_need_step_over = false;  // RF ignored: remove, step once, re-insert
+  // The guest does not get its own data-breakpoint #DB while vbts steps it:
+  // the tracer computes the data accesses and raises it (docs/tracing.md).
+  bool emulate_data_breakpoints = false;
   bool paging32_unsupported = false;        // guests using 32-bit paging cannot run
 };
 

@@ -121,6 +121,18 @@ Tracer::Boundary Tracer::Capture(const CpuState& st) {
   if (!insn.ok()) return b;  // the fetch faults: the next stop is the #PF/#GP handler
   b.decoded = true;
   b.insn = *insn;
+  if (emulate_data_bps_) {
+    if (!guest_bp_) {
+      absl::StatusOr<kvm_debugregs> d = vcpu_.GetDebugRegs();
+      GuestBreakpoints g;
+      if (d.ok()) {
+        for (int i = 0; i < 4; i++) g.dr[i] = d->db[i];
+        g.dr7 = d->dr7;
+      }
+      guest_bp_ = g;
+    }
+    if (guest_bp_->AnyData()) b.accesses = DataAccessesOf(b.insn, st);
+  }
   const uint64_t mask = IpMask(b.mode, b.insn.operand_size);
   b.fallthrough = (st.rip + b.insn.length) & (b.mode == pmu::ExecMode::kLong64 ? ~0ull : 0xFFFFFFFFull);
   if (b.mode == pmu::ExecMode::kProt16 || b.mode == pmu::ExecMode::kReal) b.fallthrough &= 0xFFFF;
@@ -212,15 +224,25 @@ absl::Status Tracer::PatchFrameTf(const CpuState& st, uint64_t eflags_la, bool t
   return absl::OkStatus();
 }
 
-absl::Status Tracer::RaiseSingleStep() {
-  step_trap_due_ = false;
-  // DR6.BS reports a single-step trap (SDM 17.2.3); the guest clears it.
+void Tracer::NoteRetired(const Boundary& p) {
+  if (!emulate_data_bps_) return;
+  if (guest_bp_ && !p.accesses.empty()) data_hits_ |= DataBreakpointHits(*guest_bp_, p.accesses);
+  if (p.decoded && p.insn.writes_dr) guest_bp_.reset();  // read again at the next boundary
+}
+
+absl::Status Tracer::RaiseDebugTrap() {
+  // DR6.BS reports a single-step trap, DR6.B0-B3 the data breakpoints that
+  // matched (SDM 17.2.3); one #DB reports both. The guest clears them.
   VBTS_ASSIGN_OR_RETURN(kvm_debugregs d, vcpu_.GetDebugRegs());
-  d.dr6 |= 1u << 14;
+  if (step_trap_due_) d.dr6 |= 1u << 14;
+  d.dr6 |= data_hits_;
+  if (step_trap_due_) stats_.single_steps++;
+  if (data_hits_) stats_.data_breakpoints++;
+  step_trap_due_ = false;
+  data_hits_ = 0;
   VBTS_RETURN_IF_ERROR(vcpu_.SetDebugRegs(d));
   VBTS_RETURN_IF_ERROR(vcpu_.InjectException(1, std::nullopt));
   db_in_flight_ = true;
-  stats_.single_steps++;
   return absl::OkStatus();
 }
 
@@ -342,6 +364,7 @@ absl::StatusOr<bool> Tracer::ResolveEvent(const Boundary& p, const CpuState& st,
       b.mode_from = b.mode_to = p.mode;
       b.ia32e = p.ia32e;
       b.branch_insn = p.insn.branch != pmu::BranchKind::kNone;
+      NoteRetired(p);
       VBTS_RETURN_IF_ERROR(Emit(b, st, p.tf_after));
       from_lin = b.to;
     } else {
@@ -450,6 +473,7 @@ absl::Status Tracer::Resolve(const Boundary& p, const CpuState& st) {
     }
   }
   if (retired) {
+    NoteRetired(p);
     pmu::Branch b;
     b.kind = *retired;
     b.from = p.lin;
@@ -479,7 +503,10 @@ absl::Status Tracer::AtBoundary(CpuState& st, bool& /*dirty*/) {
     // The boundary Retired() just reported (the supervisor performed the
     // instruction before it and looks at the new one): nothing ran since.
   } else {
-    if (!consecutive_) prev_.reset();  // after a free run: nothing to explain
+    if (!consecutive_) {
+      prev_.reset();  // after a free run: nothing to explain
+      guest_bp_.reset();  // and the guest may have changed its debug registers
+    }
     if (!WantsEveryInstruction() && !consecutive_) {
       pmi_deliverable_ = false;
       return absl::OkStatus();
@@ -494,13 +521,21 @@ absl::Status Tracer::AtBoundary(CpuState& st, bool& /*dirty*/) {
         const bool self_loop = p.predicted_target && *p.predicted_target == p.rip;
         if (p.insn.rep_string || (!self_loop && st.gpr[kRsp] == p.rsp)) {
           stats_.boundaries--;
+          if (p.insn.rep_string && !p.accesses.empty()) {
+            // One iteration ran: a data breakpoint traps after the
+            // iteration that hit it (SDM 17.3.1.2); the next iteration's
+            // elements follow from the registers now.
+            NoteRetired(p);
+            prev_->accesses = DataAccessesOf(p.insn, st);
+            if (data_hits_) VBTS_RETURN_IF_ERROR(RaiseDebugTrap());
+          }
           return absl::OkStatus();
         }
       }
       VBTS_RETURN_IF_ERROR(Resolve(p, st));
     }
   }
-  if (step_trap_due_) VBTS_RETURN_IF_ERROR(RaiseSingleStep());
+  if (step_trap_due_ || data_hits_) VBTS_RETURN_IF_ERROR(RaiseDebugTrap());
   if (pmi_due_) VBTS_RETURN_IF_ERROR(RaisePmi());
   pmi_deliverable_ = pmi_in_flight_.has_value() && (st.rflags & kRflagsIf) && !st.interrupt_shadow;
   prev_ = Capture(st);
@@ -522,6 +557,7 @@ absl::Status Tracer::Retired(const CpuState& before, const ControlTransfer& t, C
   b.branch_insn = b.kind != pmu::BranchKind::kNone;
   std::optional<bool> tf_after;
   if (t.kind == TransferKind::kIret) tf_after = (after.rflags & kRflagsTf) != 0;
+  if (prev_ && prev_->lin == b.from && t.kind != TransferKind::kInt) NoteRetired(*prev_);
   if (t.kind == TransferKind::kInt) {
     // vbts pushed the frame from KVM's view of EFLAGS, which hides the
     // guest's TF while it is stepped: the frame gets the guest's TF.
@@ -529,7 +565,7 @@ absl::Status Tracer::Retired(const CpuState& before, const ControlTransfer& t, C
     VBTS_RETURN_IF_ERROR(PatchFrameTf(after, after.ss.base + after.gpr[kRsp] + 2 * w, guest_tf_));
   }
   VBTS_RETURN_IF_ERROR(Emit(b, after, tf_after));
-  if (step_trap_due_) VBTS_RETURN_IF_ERROR(RaiseSingleStep());
+  if (step_trap_due_ || data_hits_) VBTS_RETURN_IF_ERROR(RaiseDebugTrap());
   if (pmi_due_) VBTS_RETURN_IF_ERROR(RaisePmi());
   pmi_deliverable_ = pmi_in_flight_.has_value() && (after.rflags & kRflagsIf) && !after.interrupt_shadow;
   prev_ = Capture(after);

@@ -21,6 +21,7 @@
 #include "pmu/vpmu.h"
 #include "vcpu/decoder.h"
 #include "vcpu/kvm_vcpu.h"
+#include "vcpu/data_breakpoints.h"
 #include "vcpu/step_observer.h"
 
 namespace vbts::vcpu {
@@ -33,6 +34,7 @@ struct TracerStats {
   uint64_t pmis_sent = 0;       // PMIs raised through LVTPC
   uint64_t pmis_masked = 0;     // PMIs not raised: LVTPC masked
   uint64_t single_steps = 0;    // the guest's own single-step traps delivered
+  uint64_t data_breakpoints = 0;  // the guest's own data-breakpoint traps vbts raised
 };
 
 pmu::ExecMode ExecModeOf(const CpuState& st);
@@ -64,6 +66,9 @@ class Tracer : public StepObserver {
   absl::Status ReadKernelDebugCtl();
   // Every transfer the tracer reports, in order (for `vbts record`).
   void SetSink(std::function<void(const pmu::Branch&)> sink) { sink_ = std::move(sink); }
+  // The host does not raise the guest's own data breakpoints while it is
+  // stepped (HostFacts::emulate_data_breakpoints): the tracer does.
+  void SetEmulateDataBreakpoints(bool on) { emulate_data_bps_ = on; }
   std::vector<std::string> TakeWarnings();
   const TracerStats& stats() const { return stats_; }
 
@@ -86,6 +91,9 @@ class Tracer : public StepObserver {
     // EFLAGS.TF the instruction loads (POPF, IRET), read before it runs.
     std::optional<bool> tf_after;
     bool emitted = false;  // already reported as retired (BeforeMsrWrite)
+    // Data accesses of the instruction (only while the guest has data
+    // breakpoints and the host does not raise them).
+    std::vector<DataAccess> accesses;
   };
   Boundary Capture(const CpuState& st);
   // Explains how the guest got from prev_ to `st` and reports it.
@@ -98,8 +106,12 @@ class Tracer : public StepObserver {
   // guest's TF: `tf_after` is what the instruction loaded into TF, if anything.
   absl::Status Emit(const pmu::Branch& b, const CpuState& paging_of, std::optional<bool> tf_after);
   absl::Status RaisePmi();
-  // Delivers the guest's own single-step trap (#DB with DR6.BS) at this boundary.
-  absl::Status RaiseSingleStep();
+  // Delivers the guest's own debug trap at this boundary: #DB with DR6.BS
+  // (single-step) and/or DR6.Bn (data breakpoints hit by the last instruction).
+  absl::Status RaiseDebugTrap();
+  // The instruction at `p` retired: its data breakpoint hits, and whether it
+  // changed the guest's debug registers.
+  void NoteRetired(const Boundary& p);
   // Makes EFLAGS.TF in an event frame the host (or vbts) pushed equal to the
   // guest's own TF: while vbts steps the guest, the host's view of TF is
   // vbts's single-step flag, not the guest's.
@@ -113,6 +125,9 @@ class Tracer : public StepObserver {
   std::function<void(const pmu::Branch&)> sink_;
   std::optional<Boundary> prev_;
   bool pmi_due_ = false;
+  bool emulate_data_bps_ = false;
+  std::optional<GuestBreakpoints> guest_bp_;  // cached guest DR0-3/DR7 (emulate_data_bps_)
+  uint32_t data_hits_ = 0;                    // DR6 B0-B3 due at the next boundary
   std::optional<uint64_t> kernel_debugctl_;  // last DEBUGCTL given to the host KVM (passthrough)
   bool step_trap_due_ = false;  // the guest's single-step trap is due at this boundary
   bool db_in_flight_ = false;   // a #DB vbts injected, not yet seen delivered

@@ -56,6 +56,7 @@ constexpr uint64_t kCodeArea = 0x1000;
 constexpr uint64_t kUserStack = 0x70000, kKernelStack = 0x80000;
 constexpr uint32_t kDoneMmio = 0x3F000000;  // not backed by RAM: a write is an MMIO exit at any CPL
 constexpr uint8_t kDonePort = 0xE0, kReportPort = 0xE1;
+constexpr uint32_t kProbeData = 0x60000;  // data word of the data-breakpoint probe
 
 // GDT (SDM vol. 3A 3.4.5): flat 4 GiB code/data, 64-bit code, both TSSs.
 constexpr uint16_t kSelK32 = 0x08, kSelKData = 0x10, kSelU32 = 0x1B, kSelUData = 0x23, kSelK64 = 0x28,
@@ -86,6 +87,7 @@ class Code {
   Code& MovEaxImm(uint32_t v) { return Put({0xB8}).Imm32(v); }     // mov eax, imm32
   Code& OrEaxImm(uint32_t v) { return Put({0x0D}).Imm32(v); }      // or eax, imm32
   Code& MovEaxMoffs(uint32_t a) { return Put({0xA1}).Imm32(a); }   // mov eax, [moffs32] (32-bit mode)
+  Code& MovMoffsEax(uint32_t a) { return Put({0xA3}).Imm32(a); }   // mov [moffs32], eax (32-bit mode)
   Code& Cpuid() { return Put({0x0F, 0xA2}); }                      // cpuid
   Code& MovEaxCr0() { return Put({0x0F, 0x20, 0xC0}); }            // mov eax, cr0
   Code& MovCr0Eax() { return Put({0x0F, 0x22, 0xC0}); }            // mov cr0, eax
@@ -695,6 +697,34 @@ Probe HwBpUserProbe(const ProbeOptions& o) {
   };
 }
 
+// The guest's own data breakpoint (DR0 = a dword, DR7 L0, RW0=01 write,
+// LEN0=11 4 bytes; SDM 17.2.4) while KVM single-steps the guest, as vbts's
+// tracing does: architecturally the write is followed by #DB with DR6.B0.
+Probe DataBpProbe(const ProbeOptions& o) {
+  return [&o](ProbeVm& pv) -> absl::StatusOr<ProbeResult> {
+    Code c;
+    c.MovEaxImm(0x1234).MovMoffsEax(kProbeData).Nop().OutDone();
+    VBTS_RETURN_IF_ERROR(pv.Prepare(false, 0, c, 2, KVM_GUESTDBG_ENABLE | KVM_GUESTDBG_SINGLESTEP));
+    kvm_debugregs d{};
+    d.db[0] = kProbeData;
+    d.dr6 = 0xFFFF0FF0;
+    d.dr7 = 0x400 | 1 | (1u << 16) | (3u << 18);
+    VBTS_RETURN_IF_ERROR(pv.vcpu().SetDebugRegs(d));
+    bool reported = false;
+    VBTS_ASSIGN_OR_RETURN(RunEnd e, pv.Run(o, [&](uint64_t) -> absl::StatusOr<bool> {
+      if (pv.vcpu().run()->debug.arch.dr6 & 1) reported = true;
+      return false;
+    }));
+    if (e.kind == RunEnd::kReport && e.vector == kVecDb)
+      return Result(ProbeOutcome::kWorks, "the guest received #DB after the write");
+    if (e.kind == RunEnd::kDone)
+      return Result(ProbeOutcome::kDiffers,
+                    reported ? "no guest #DB; KVM_EXIT_DEBUG reported DR6.B0 to the VMM"
+                             : "no guest #DB: the write completed without the breakpoint");
+    return Unexpected(e);
+  };
+}
+
 // ---- host information ----
 std::string ReadFirstLine(const std::string& path, bool* exists) {
   std::ifstream in(path);
@@ -896,6 +926,7 @@ absl::StatusOr<HostFacts> ProbeHost(const Kvm& kvm, const ProbeOptions& options)
       {&f.far_ret_outer_pm32, FarRetProbe(options), false},
       {&f.hw_bp_rf_pm32, HwBpRfProbe(options), true},
       {&f.hw_bp_lm64_cpl3, HwBpUserProbe(options), true},
+      {&f.data_bp_pm32, DataBpProbe(options), true},
       {&f.paging32, Paging32Probe(options), false},  // the likeliest to wreck the vCPU
       // Last: on PVM the next run after a stepped HLT that fell through
       // returns a stray KVM_EXIT_HLT (measured), which would spoil a later probe.

@@ -52,7 +52,7 @@ TEST_F(HostProbeTest, BasicFactsOnAnyHost) {
   for (const ProbeResult* r : {&F().step_pm32_cpl0, &F().step_pm32_cpl3, &F().step_lm64_cpl0, &F().step_lm64_cpl3,
                                &F().iret_pm32, &F().int_pm32_cpl0, &F().int_pm32_cpl3, &F().cpuid_leaf1,
                                &F().cpuid_lm64_cpl3, &F().far_ret_outer_pm32, &F().hlt_step, &F().paging32,
-                               &F().hw_bp_rf_pm32, &F().hw_bp_lm64_cpl3}) {
+                               &F().hw_bp_rf_pm32, &F().hw_bp_lm64_cpl3, &F().data_bp_pm32}) {
     EXPECT_NE(r->outcome, ProbeOutcome::kProbeError) << r->detail;
     EXPECT_NE(r->outcome, ProbeOutcome::kTimeout) << r->detail;
     EXPECT_NE(r->outcome, ProbeOutcome::kNotTested) << r->detail;
@@ -85,6 +85,8 @@ TEST_F(HostProbeTest, PvmHostMatchesMeasuredFacts) {
   EXPECT_THAT(f.paging32.detail, HasSubstr("#GP"));
   EXPECT_EQ(f.hw_bp_rf_pm32.outcome, ProbeOutcome::kDiffers) << f.hw_bp_rf_pm32.detail;
   EXPECT_EQ(f.hw_bp_lm64_cpl3.outcome, ProbeOutcome::kNotIntercepted) << f.hw_bp_lm64_cpl3.detail;
+  EXPECT_EQ(f.data_bp_pm32.outcome, ProbeOutcome::kDiffers) << f.data_bp_pm32.detail;
+  EXPECT_THAT(f.data_bp_pm32.detail, HasSubstr("without the breakpoint"));
   // What vbts does about it.
   EXPECT_TRUE(f.needs_cpuid_completion);
   EXPECT_TRUE(f.needs_int_completion_cpl0);
@@ -96,6 +98,7 @@ TEST_F(HostProbeTest, PvmHostMatchesMeasuredFacts) {
   EXPECT_TRUE(f.needs_hlt_emulation);
   EXPECT_TRUE(f.breakpoints_need_step_over);
   EXPECT_TRUE(f.paging32_unsupported);
+  EXPECT_TRUE(f.emulate_data_breakpoints);
   // The PVM hosts measured so far have kvm.enable_pmu=N (and the AMD one no
   // Intel LBRs), so KVM cannot virtualise LBRs.
   EXPECT_FALSE(f.lbr_virtualization);

@@ -113,6 +113,7 @@ std::string FormatHostInfo(const vcpu::HostFacts& f, bool verbose) {
   ProbeRow(out, "HLT, IF=1, single-stepped", f.hlt_step);
   ProbeRow(out, "hw breakpoint pm32 CPL0 + RF", f.hw_bp_rf_pm32);
   ProbeRow(out, "hw breakpoint lm64 CPL3", f.hw_bp_lm64_cpl3);
+  ProbeRow(out, "guest data bp pm32, stepped", f.data_bp_pm32);
 
   Section(out, "Instructions (probe guests)");
   ProbeRow(out, "IRETD pm32 CPL0", f.iret_pm32);
@@ -152,6 +153,10 @@ std::string FormatHostInfo(const vcpu::HostFacts& f, bool verbose) {
                                    : "stepped by KVM like other code");
   Row(out, "resuming at a breakpoint",
       f.breakpoints_need_step_over ? "remove it, step once, re-insert (RF ignored)" : "RFLAGS.RF");
+  Row(out, "guest data breakpoints",
+      f.emulate_data_breakpoints ? "while tracing steps the guest: vbts computes each instruction's data accesses and "
+                                   "raises the #DB (docs/tracing.md)"
+                                 : "the host raises them");
   Row(out, "32-bit paging", f.paging32_unsupported ? "unsupported: such guests end with status 118" : "supported");
 
   Row(out, "probe time", absl::StrFormat("%.1f ms (%d KVM_RUN returns)", f.probe_ms, f.probe_exits));

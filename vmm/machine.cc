@@ -160,6 +160,7 @@ absl::Status Machine::Setup(const Kvm& kvm) {
     VBTS_RETURN_IF_ERROR(vm_->SetMsrFilter(deny));
     tracer_ = std::make_unique<vcpu::Tracer>(*vcpu_, *ram_, *vpmu_,
                                              [vm = vm_.get()](uint8_t vector) { return vm->SignalMsi(0, vector); });
+    tracer_->SetEmulateDataBreakpoints(facts_.emulate_data_breakpoints);
     supervisor_->SetObserver(tracer_.get());
     for (auto [path, file] : {std::pair{&config_.branches_path, &branches_file_}, {&config_.insns_path, &insns_file_}}) {
       if (path->empty()) continue;

@@ -1,0 +1,47 @@
+// data_breakpoints.h: the guest's own data breakpoints (DR0-DR3 with DR7
+// R/W = 01 write or 11 read/write; SDM vol. 3B 17.2.4-17.2.5, 17.3.1.2),
+// for hosts that do not raise them while vbts single-steps the guest (this
+// PVM host: probe `guest data bp pm32, stepped`). The tracer computes the
+// data accesses of each instruction before it runs and, once it retired,
+// raises #DB (a trap) with DR6.Bn for every breakpoint an access touched.
+#ifndef VBTS_VCPU_DATA_BREAKPOINTS_H_
+#define VBTS_VCPU_DATA_BREAKPOINTS_H_
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "vcpu/cpu_state.h"
+#include "vcpu/decoder.h"
+
+namespace vbts::vcpu {
+
+struct DataAccess {
+  uint64_t linear = 0;
+  uint32_t size = 0;  // bytes
+  bool read = false;
+  bool write = false;
+};
+
+// The data accesses `insn` makes when it runs from state `st` (registers
+// before the instruction): explicit and implicit memory operands and stack
+// slots, at their linear addresses (segment base + effective address; in
+// 64-bit mode only FS/GS bases). One element of a string instruction.
+std::vector<DataAccess> DataAccessesOf(const DecodedInsn& insn, const CpuState& st);
+
+// The guest's debug registers, as far as data breakpoints go.
+struct GuestBreakpoints {
+  std::array<uint64_t, 4> dr{};
+  uint64_t dr7 = 0;
+  // True if some breakpoint is enabled (L or G) with R/W 01 or 11.
+  bool AnyData() const;
+};
+
+// DR6 B0-B3 bits of the enabled data breakpoints `accesses` touch: R/W=01
+// matches writes, 11 reads and writes; LEN 00/01/11/10 = 1/2/4/8 bytes, the
+// breakpoint address aligned down to its length (SDM 17.2.5).
+uint32_t DataBreakpointHits(const GuestBreakpoints& bp, const std::vector<DataAccess>& accesses);
+
+}  // namespace vbts::vcpu
+
+#endif  // VBTS_VCPU_DATA_BREAKPOINTS_H_
