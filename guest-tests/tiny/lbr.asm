@@ -7,11 +7,14 @@
 ;     at TOS+1 holds the oldest survivor, jump 3 (L3 -> L4).
 ;  2. MSR_LBR_SELECT = JCC (bit 2): a taken JE and a JMP: only the JMP is recorded.
 ;  3. FREEZE_LBRS_ON_PMI with PMC0 = -1 counting instructions (INT): the first counted
-;     instruction, a jump F1 -> F2, overflows; its record is on top, then the PMI clears
-;     DEBUGCTL.LBR (perfmon v2/v3) - nothing of the handler's path is recorded.
+;     instruction, a jump F1 -> F2, overflows; its record is on top, and nothing of the
+;     handler's path is recorded: perfmon v2/v3 (westmere) clear DEBUGCTL.LBR on the PMI
+;     (SDM 17.4.7); v4 (skylake) leave it set and set IA32_PERF_GLOBAL_STATUS.LBR_FRZ (bit 58,
+;     SDM 18.2.4.1), which the handler clears through GLOBAL_STATUS_RESET (390H) - from then
+;     on the LBRs record again (the handler's own path after that point).
 ;  4. #DB (the guest's own single-step trap) clears DEBUGCTL.LBR and BTF (SDM 17.4.2) and is
 ;     not recorded.
-; Expected: status 1 under vbts (westmere); QEMU TCG: SKIP (155).
+; Expected: status 1 under vbts (westmere and skylake); QEMU TCG: SKIP (155).
 %include "rt.inc"
 %include "debug32.inc"
 
@@ -112,7 +115,9 @@ s3:     WRMSR32 MSR_DEBUGCTL, 0
         ; ---- 3. FREEZE_LBRS_ON_PMI
         mov eax, 0xA
         cpuid
-        cmp al, 2
+        movzx eax, al
+        mov [pmver], eax
+        cmp eax, 2
         jb freeze_done
         SET_HANDLER PMI_VEC, pmi_handler
         APIC_ENABLE
@@ -127,7 +132,20 @@ F1:     jmp F2                          ; counted first: overflow -> PMI after i
 F2:     cli
         WRMSR32 0x38F, 0
         CHECK_EQ dword [pmi_seen], 1, "freeze: the PMI arrived"
-        CHECK_EQ dword [pmi_debugctl], 1 << 11, "freeze: DEBUGCTL.LBR cleared by the PMI"
+        cmp dword [pmver], 4
+        jae .v4
+        CHECK_EQ dword [pmi_debugctl], 1 << 11, "freeze (v2/v3): DEBUGCTL.LBR cleared by the PMI"
+        jmp .frozen
+.v4:
+        CHECK_EQ dword [pmi_debugctl], (1 << 11) | 1, "freeze (v4): DEBUGCTL.LBR stays set"
+        mov eax, [pmi_status_hi]
+        and eax, 1 << (58 - 32)
+        CHECK_EQ eax, 1 << (58 - 32), "freeze (v4): GLOBAL_STATUS.LBR_FRZ set by the PMI"
+        mov ecx, 0x38E
+        rdmsr
+        and edx, 1 << (58 - 32)
+        CHECK_EQ edx, 0, "freeze (v4): LBR_FRZ cleared through GLOBAL_STATUS_RESET"
+.frozen:
         CHECK_EQ dword [pmi_top_from], F1, "freeze: FROM[TOS] = the overflowing jump F1"
         CHECK_EQ dword [pmi_top_to], F2, "freeze: TO[TOS] = F2 (handler path not recorded)"
         WRMSR32 MSR_DEBUGCTL, 0
@@ -203,7 +221,17 @@ pmi_handler:
         lea ecx, [0x6C0 + esi]
         rdmsr
         mov [pmi_top_to], eax
-        WRMSR32 0x390, 1
+        mov ecx, 0x38E
+        rdmsr
+        mov [pmi_status_hi], edx
+        mov ecx, 0x390                  ; reset PMC0's overflow and (v4) LBR_FRZ
+        mov eax, 1
+        xor edx, edx
+        cmp dword [pmver], 4
+        jb .reset
+        mov edx, 1 << (58 - 32)
+.reset:
+        wrmsr
         and dword [LVT_PERFMON], ~(1 << 16)
         APIC_EOI
         ret
@@ -227,6 +255,8 @@ pmi_seen:       dd 0
 pmi_debugctl:   dd 0
 pmi_top_from:   dd 0
 pmi_top_to:     dd 0
+pmi_status_hi:  dd 0
+pmver:          dd 0
 db_seen:        dd 0
 db_debugctl:    dd 0
 
