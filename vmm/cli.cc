@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <future>
 #include <iostream>
 #include <string>
 
@@ -70,7 +71,12 @@ int RunCommand(const MachineConfig& base, const std::string& mem, const RecordOp
     PrintError(absl::StrCat("vbts: ", kvm.status().message()));
     return kExitVbtsError;
   }
+  // The guest's VM and its MSR filter are made while the host is probed
+  // (PrepareVm); if that fails, Machine::Create makes its own and reports.
+  std::future<absl::StatusOr<PreparedVm>> prepared =
+      std::async(std::launch::async, [&kvm, vpmu = config.vpmu] { return PrepareVm(*kvm, vpmu); });
   absl::StatusOr<vcpu::HostFacts> facts = ProbeHost(*kvm);
+  absl::StatusOr<PreparedVm> vm = prepared.get();
   if (!facts.ok()) {
     PrintError(absl::StrCat("vbts: probing the host's KVM failed: ", facts.status().message()));
     return kExitVbtsError;
@@ -85,7 +91,8 @@ int RunCommand(const MachineConfig& base, const std::string& mem, const RecordOp
     session = std::move(*s);
     config.transfer_sink = session->Sink();
   }
-  absl::StatusOr<std::unique_ptr<Machine>> machine = Machine::Create(config, *kvm, *facts);
+  absl::StatusOr<std::unique_ptr<Machine>> machine =
+      Machine::Create(config, *kvm, *facts, vm.ok() ? std::optional<PreparedVm>(*std::move(vm)) : std::nullopt);
   if (!machine.ok()) {
     PrintError(absl::StrCat("vbts: ", machine.status().message()));
     return kExitVbtsError;

@@ -34,7 +34,29 @@ double Now() {
   return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+// The MSRs KVM must send to vbts for --vpmu=`vpmu`, as KVM filter ranges.
+std::vector<MsrRange> PmuDenyList(const std::string& vpmu) {
+  const pmu::VirtualPmu probe(pmu::CpuModels().front(),
+                              pmu::VirtualPmuOptions{.lbr_in_kernel = vpmu == "passthrough"});
+  std::vector<MsrRange> deny;
+  for (const pmu::MsrRange& r : probe.InterceptedMsrs()) {
+    if (!deny.empty() && deny.back().base + deny.back().count == r.first)
+      deny.back().count += r.last - r.first + 1;
+    else
+      deny.push_back({r.first, r.last - r.first + 1});
+  }
+  return deny;
+}
+
 }  // namespace
+
+absl::StatusOr<PreparedVm> PrepareVm(const Kvm& kvm, const std::string& vpmu) {
+  PreparedVm p;
+  VBTS_ASSIGN_OR_RETURN(p.vm, Vm::Create(kvm));
+  VBTS_RETURN_IF_ERROR(p.vm->SetMsrFilter(PmuDenyList(vpmu)));
+  p.vpmu = vpmu;
+  return p;
+}
 
 Machine::Machine(const MachineConfig& config, const vcpu::HostFacts& facts) : config_(config), facts_(facts) {}
 Machine::~Machine() {
@@ -44,13 +66,14 @@ Machine::~Machine() {
 }
 
 absl::StatusOr<std::unique_ptr<Machine>> Machine::Create(const MachineConfig& config, const Kvm& kvm,
-                                                         const vcpu::HostFacts& facts) {
+                                                         const vcpu::HostFacts& facts,
+                                                         std::optional<PreparedVm> prepared) {
   std::unique_ptr<Machine> m(new Machine(config, facts));
-  VBTS_RETURN_IF_ERROR(m->Setup(kvm));
+  VBTS_RETURN_IF_ERROR(m->Setup(kvm, std::move(prepared)));
   return m;
 }
 
-absl::Status Machine::Setup(const Kvm& kvm) {
+absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) {
   model_ = pmu::FindCpuModel(config_.cpu_model);
   if (model_ && config_.vpmu == "off") {
     // No PMU, debug store or branch recording: CPUID hides them and the
@@ -90,7 +113,13 @@ absl::Status Machine::Setup(const Kvm& kvm) {
   code_ = img.code;
   entry_ = img.entry;
 
-  VBTS_ASSIGN_OR_RETURN(vm_, Vm::Create(kvm));
+  // A VM made ahead (PrepareVm) already has the MSR filter of this --vpmu mode.
+  const bool filtered = prepared && prepared->vm && prepared->vpmu == config_.vpmu;
+  if (filtered) {
+    vm_ = std::move(prepared->vm);
+  } else {
+    VBTS_ASSIGN_OR_RETURN(vm_, Vm::Create(kvm));
+  }
   VBTS_RETURN_IF_ERROR(vm_->SetMemoryRegion(0, 0, ram_->size(), ram_->host_base()));
   VBTS_RETURN_IF_ERROR(vm_->CreateIrqchip());
   VBTS_ASSIGN_OR_RETURN(vcpu_, vm_->CreateVcpu(0, facts_.sync_regs));
@@ -150,14 +179,7 @@ absl::Status Machine::Setup(const Kvm& kvm) {
         *model_, pmu::VirtualPmuOptions{.lbr_in_kernel = config_.vpmu == "passthrough"});
     // KVM must exit on every MSR the virtual PMU owns (kvm-host-facts.md:
     // unfiltered, KVM answers DEBUGCTL, MISC_ENABLE and some counters itself).
-    std::vector<MsrRange> deny;
-    for (const pmu::MsrRange& r : vpmu_->InterceptedMsrs()) {
-      if (!deny.empty() && deny.back().base + deny.back().count == r.first)
-        deny.back().count += r.last - r.first + 1;
-      else
-        deny.push_back({r.first, r.last - r.first + 1});
-    }
-    VBTS_RETURN_IF_ERROR(vm_->SetMsrFilter(deny));
+    if (!filtered) VBTS_RETURN_IF_ERROR(vm_->SetMsrFilter(PmuDenyList(config_.vpmu)));
     tracer_ = std::make_unique<vcpu::Tracer>(*vcpu_, *ram_, *vpmu_,
                                              [vm = vm_.get()](uint8_t vector) { return vm->SignalMsi(0, vector); });
     tracer_->SetEmulateDataBreakpoints(facts_.emulate_data_breakpoints);
