@@ -9,6 +9,7 @@
 #include <cstring>
 #include <set>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "pmu/status_macros.h"
 
@@ -91,6 +92,7 @@ struct VirtualPmu::State {
   uint64_t misc_enable = 0;
   uint64_t lbr_select = 0;
   uint64_t pebs_enable = 0;
+  uint32_t pebs_armed = 0;  // PEBS-enabled counters that overflowed: the next event writes a record
   uint64_t ler_from = 0, ler_to = 0;
   std::array<LbrEntry, kMaxLbr> lbr{};
   uint32_t tos = 0;
@@ -130,6 +132,14 @@ struct VirtualPmu::State {
     return true;
   }
   bool v2() const { return pmu.perfmon_version >= 2; }
+  // PEBS (SDM 18.4.4, 18.6.1.1): DS, PDCM and MISC_ENABLE bit 12 clear; the
+  // record format is PERF_CAPABILITIES[11:8].
+  bool pebs() const { return pmu.ds && pmu.pdcm && !(pmu.misc_enable & (1ull << 12)); }
+  int pebs_format() const { return static_cast<int>((pmu.perf_capabilities >> 8) & 0xF); }
+  uint64_t PebsEnableMask() const {
+    const uint64_t c = Mask(std::min(pmu.gp_counters, 4));
+    return c | (c << 32);  // PEBS on PMC0-3, load latency on PMC0-3 (SDM vol. 4, MSR_PEBS_ENABLE)
+  }
   bool full_width_writes() const { return pmu.pdcm && (pmu.perf_capabilities & kPerfCapFullWidthWrite); }
   uint64_t GlobalCtrlMask() const {
     return Mask(pmu.gp_counters) | (Mask(pmu.fixed_counters) << 32);
@@ -174,30 +184,36 @@ struct VirtualPmu::State {
   // table 18-1; docs/pmu-model.md lists the events vbts implements).
   static uint64_t GpIncrement(uint64_t evtsel, const Branch& b) {
     const uint32_t event = evtsel & 0xFF, umask = (evtsel >> 8) & 0xFF;
-    if (event == 0xC0 && umask == 0) return 1;                    // instructions retired
+    if (event == 0xC0 && (umask == 0 || umask == 1)) return 1;    // instructions retired (01H: INST_RETIRED.ALL, PEBS)
     if (event == 0xC4 && umask == 0) return b.branch_insn ? 1 : 0;  // branch instructions retired
     if (event == 0x3C && (umask == 0 || umask == 1)) return 1;    // core/reference cycles: 1 per instruction
     return 0;
   }
 
-  void CountInstruction(const Branch& b, PmuEffects& fx) {
-    if (pmu.perfmon_version >= 4 && (global_status & kStatusCtrFrz)) return;
+  absl::Status CountInstruction(const Branch& b, LinearMemory& mem, const GuestRegs* after, PmuEffects& fx) {
+    if (pmu.perfmon_version >= 4 && (global_status & kStatusCtrFrz)) return absl::OkStatus();
     const bool ring0 = b.cpl_from == 0;
     bool overflow_pmi = false;
+    uint32_t assist = 0;  // armed PEBS counters this instruction is the next event of
     for (int i = 0; i < pmu.gp_counters; i++) {
       if (!CounterEnabled(i, false)) continue;
       const uint64_t sel = gp[i].evtsel;
       if (!(sel & (ring0 ? kEvtOs : kEvtUsr))) continue;
       const uint64_t inc = GpIncrement(sel, b);
       if (!inc) continue;
+      if (pebs_armed & (1u << i)) assist |= 1u << i;
       const uint64_t m = Mask(pmu.gp_width);
       const uint64_t next = (gp[i].value + inc) & m;
       if (next < gp[i].value) {  // wrapped: overflow (SDM 18.2.1.1, 18.2.2)
         global_status |= 1ull << i;
         if (sel & kEvtInt) overflow_pmi = true;
+        // A PEBS-enabled counter's overflow arms PEBS; the next event of
+        // the counter causes the assist (SDM 18.6.1.1).
+        if (pebs() && (pebs_enable & (1ull << i)) && i < 4) pebs_armed |= 1u << i;
       }
       gp[i].value = next;
     }
+    if (assist) VBTS_RETURN_IF_ERROR(PebsAssist(assist, b, mem, after, fx));
     for (int i = 0; i < pmu.fixed_counters; i++) {
       if (!CounterEnabled(i, true)) continue;
       const uint64_t ctl = (fixed_ctrl >> (4 * i)) & 0xF;
@@ -211,6 +227,71 @@ struct VirtualPmu::State {
       fixed[i].value = next;
     }
     if (overflow_pmi) RequestPmi(fx);
+    return absl::OkStatus();
+  }
+
+  // The PEBS assist after the instruction `b` (SDM 18.6.1.1, table 18-23; 18.9.4 /
+  // Skylake format 3): bounds checks against the DS save area's PEBS fields,
+  // the record (machine state after `b`, RIP = the next instruction), index
+  // update, overflow status cleared and the counters reloaded from their
+  // reset values, and the PMI with GLOBAL_STATUS.OvfBuffer (bit 62) when the
+  // index reaches the threshold. A failed check skips the assist entirely.
+  absl::Status PebsAssist(uint32_t counters, const Branch& b, LinearMemory& mem, const GuestRegs* after,
+                          PmuEffects& fx) {
+    pebs_armed &= ~counters;
+    const int format = pebs_format();
+    const uint64_t rec = format >= 3 ? 0xC0 : format >= 1 ? 0xB0 : 0x90;
+    Access acc;
+    acc.implicit = true;
+    uint8_t raw[0x60] = {};  // 64-bit DS management area (DTES64 models only have PEBS)
+    absl::StatusOr<AccessFault> rf = mem.Read(Gva(ds_area), absl::MakeSpan(raw), acc);
+    auto drop = [&](std::string why) {
+      stats.pebs_dropped++;
+      Warn(absl::StrCat("PEBS: ", why, "; PEBS assists are skipped"));
+      return absl::OkStatus();
+    };
+    if (!rf.ok() || !rf->ok())
+      return drop(absl::StrFormat("the DS save area at 0x%x (IA32_DS_AREA) cannot be read", ds_area));
+    auto field = [&](int off) {
+      uint64_t v;
+      std::memcpy(&v, raw + off, 8);
+      return v;
+    };
+    const uint64_t base = field(0x20), index = field(0x28), max = field(0x30), threshold = field(0x38);
+    if (index < base || index > max)
+      return drop(absl::StrFormat("index 0x%x is outside [base 0x%x, maximum 0x%x]", index, base, max));
+    if (max - index < rec) return drop(absl::StrFormat("the buffer is full (index 0x%x, maximum 0x%x)", index, max));
+    if (!after) return absl::InternalError("PEBS assist without the guest's registers");
+    uint64_t r[0xC0 / 8] = {};
+    const bool full = b.ia32e;  // outside IA-32e mode: 32-bit values, R8-R15 zero
+    const uint64_t m32 = full ? ~0ull : 0xFFFFFFFFull;
+    static constexpr int kOrder[8] = {0, 3, 1, 2, 6, 7, 5, 4};  // RAX RBX RCX RDX RSI RDI RBP RSP
+    r[0] = after->rflags & m32;
+    r[1] = b.to & m32;  // trap-like (PERF_CAPABILITIES bit 6): the instruction after the assist
+    for (int k = 0; k < 8; k++) r[2 + k] = after->gpr[kOrder[k]] & m32;
+    for (int k = 0; k < 8; k++) r[10 + k] = full ? after->gpr[8 + k] : 0;
+    if (rec >= 0xB0) r[18] = format >= 3 ? counters : global_status;  // 90H: applicable counters / GLOBAL_STATUS
+    // 98H data linear address, A0H data source, A8H latency: load latency is not modelled (0).
+    if (rec >= 0xC0) r[22] = b.from & m32;  // B0H EventingIP: the instruction that caused the assist
+    acc.write = true;
+    absl::StatusOr<AccessFault> wf =
+        mem.Write(Gva(index), absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(r), rec), acc);
+    if (!wf.ok() || !wf->ok()) return drop(absl::StrFormat("the record at 0x%x cannot be written", index));
+    const uint64_t next = index + rec;
+    uint8_t ni[8];
+    std::memcpy(ni, &next, 8);
+    (void)mem.Write(Gva(ds_area + 0x28), absl::MakeConstSpan(ni, 8), acc);
+    stats.pebs_records++;
+    for (int i = 0; i < 4; i++) {
+      if (!(counters & (1u << i))) continue;
+      global_status &= ~(1ull << i);
+      gp[i].value = field(0x40 + 8 * i) & Mask(pmu.gp_width);
+    }
+    if (next >= threshold) {
+      global_status |= 1ull << 62;
+      RequestPmi(fx);
+    }
+    return absl::OkStatus();
   }
 
   bool LbrFiltered(const Branch& b) const {
@@ -451,8 +532,9 @@ MsrResult VirtualPmu::WriteMsr(uint32_t msr, uint64_t v) {
   }
   if (msr == kMsrPerfCapabilities) return gp;  // read-only
   if (msr == kMsrPebsEnable) {
-    if (!(p.ds && p.pdcm)) return gp;
-    s.pebs_enable = v;  // accepted, inert: vbts writes no PEBS records (docs/pmu-model.md)
+    if (!(p.ds && p.pdcm) || (v & ~s.PebsEnableMask())) return gp;
+    s.pebs_enable = v;  // bits 32-35 (load latency) are accepted; no latency is measured
+    s.pebs_armed &= static_cast<uint32_t>(v);
     return ok;
   }
   if (msr == p.lbr.tos && p.lbr.entries) return gp;  // read-only (SDM 17.4.8.2? MSR_LASTBRANCH_TOS)
@@ -484,11 +566,13 @@ MsrResult VirtualPmu::WriteMsr(uint32_t msr, uint64_t v) {
     uint64_t x = v & 0xFFFFFFFFull;
     if (x & 0x80000000ull) x |= ~0xFFFFFFFFull;
     s.gp[msr - kMsrPmc0].value = x & Mask(p.gp_width);
+    s.pebs_armed &= ~(1u << (msr - kMsrPmc0));  // a reloaded counter is no longer armed
     return ok;
   }
   if (msr >= kMsrAPmc0 && msr < kMsrAPmc0 + static_cast<uint32_t>(p.gp_counters) && s.full_width_writes()) {
     if (v & ~Mask(p.gp_width)) return gp;
     s.gp[msr - kMsrAPmc0].value = v;
+    s.pebs_armed &= ~(1u << (msr - kMsrAPmc0));
     return ok;
   }
   if (msr >= kMsrPerfEvtSel0 && msr < kMsrPerfEvtSel0 + static_cast<uint32_t>(p.gp_counters)) {
@@ -534,7 +618,10 @@ bool VirtualPmu::NeedsObservation() const {
   return (s.debugctl & observed) || s.BtsOn() || s.AnyCounterEnabled();
 }
 
-absl::StatusOr<PmuEffects> VirtualPmu::Observe(const Branch& b, LinearMemory& mem, bool guest_tf) {
+bool VirtualPmu::WantsRegs() const { return s_->pebs_armed != 0; }
+
+absl::StatusOr<PmuEffects> VirtualPmu::Observe(const Branch& b, LinearMemory& mem, bool guest_tf,
+                                               const GuestRegs* after) {
   State& s = *s_;
   PmuEffects fx;
   const bool event = IsEventDelivery(b.kind);
@@ -548,7 +635,7 @@ absl::StatusOr<PmuEffects> VirtualPmu::Observe(const Branch& b, LinearMemory& me
   }
   if (!event) {
     s.stats.instructions++;
-    s.CountInstruction(b, fx);
+    VBTS_RETURN_IF_ERROR(s.CountInstruction(b, mem, after, fx));
   }
   if (event && b.kind == BranchKind::kException && b.vector == 1) {
     // #DB delivery clears DEBUGCTL.LBR and BTF (SDM 17.4.2).

@@ -45,6 +45,14 @@ struct PmuEffects {
   bool single_step_trap = false;
 };
 
+// The guest's general registers after an instruction retired, for PEBS
+// records (SDM 18.6.1.1, table 18-23: the machine state after the
+// instruction that caused the PEBS assist).
+struct GuestRegs {
+  uint64_t rflags = 0;
+  uint64_t gpr[16] = {};  // x86 encoding order: RAX, RCX, RDX, RBX, RSP, RBP, RSI, RDI, R8-R15
+};
+
 // Counts for `vbts run -v` and benchmarks.
 struct PmuStats {
   uint64_t instructions = 0;     // retired instructions observed
@@ -53,6 +61,8 @@ struct PmuStats {
   uint64_t bts_dropped = 0;      // records not written because the guest's DS programming was bad
   uint64_t lbr_pushes = 0;
   uint64_t pmis = 0;             // PMIs requested
+  uint64_t pebs_records = 0;     // PEBS records written
+  uint64_t pebs_dropped = 0;     // PEBS assists skipped (bad DS programming, full buffer)
 };
 
 struct VirtualPmuOptions {
@@ -94,7 +104,13 @@ class VirtualPmu {
   // written; `guest_tf` is the guest's own EFLAGS.TF before the instruction.
   // Errors are host-side failures only; bad guest programming is handled as
   // docs/pmu-model.md says and reported through TakeWarnings().
-  absl::StatusOr<PmuEffects> Observe(const Branch& b, LinearMemory& mem, bool guest_tf);
+  // `after`: the registers once the instruction retired; needed only while
+  // WantsRegs() (a PEBS assist is armed), may be null otherwise.
+  absl::StatusOr<PmuEffects> Observe(const Branch& b, LinearMemory& mem, bool guest_tf,
+                                     const GuestRegs* after = nullptr);
+  // A PEBS-enabled counter has overflowed: the next instruction it counts
+  // writes a PEBS record, which needs that instruction's resulting registers.
+  bool WantsRegs() const;
 
   // Diagnostics about bad guest programming (each distinct one once per run),
   // for the VMM to print on stderr; clears the list.

@@ -301,6 +301,117 @@ TEST_F(VpmuTest, BtfTrapsOnlyAfterTakenBranches) {
   EXPECT_TRUE(Obs(Jmp(1, 9, 0, BranchKind::kJcc), true).single_step_trap);
 }
 
+// PEBS on Westmere (record format 1, 0xB0 bytes; SDM 18.6.1.1, table 18-23).
+// PMC0 counts instructions from 2^48 - 2 without INT: the 2nd instruction
+// overflows it (arms PEBS), the 3rd is the PEBS event: a record with the
+// registers after it and RIP = its successor, PMC0 reloaded from the DS
+// area's reset value, status bit 0 cleared, and the index reaching the
+// threshold (one record) raises the PMI with GLOBAL_STATUS.OvfBuffer.
+class PebsTest : public VpmuTest {
+ protected:
+  explicit PebsTest(const char* model = "westmere") : VpmuTest(model) {}
+  static constexpr uint64_t kPebs = 0x3000;
+  void SetUpPebs(uint64_t records_room, uint64_t threshold_records, uint64_t reset) {
+    Ds64(kBuf, kBuf, kBuf + 24 * 4, kBuf + 24 * 4 + 24);  // BTS unused
+    ASSERT_TRUE(mem_.WriteLe<uint64_t>(Gpa(kDsArea + 0x20), kPebs).ok());
+    ASSERT_TRUE(mem_.WriteLe<uint64_t>(Gpa(kDsArea + 0x28), kPebs).ok());
+    ASSERT_TRUE(mem_.WriteLe<uint64_t>(Gpa(kDsArea + 0x30), kPebs + records_room).ok());
+    ASSERT_TRUE(mem_.WriteLe<uint64_t>(Gpa(kDsArea + 0x38), kPebs + threshold_records).ok());
+    ASSERT_TRUE(mem_.WriteLe<uint64_t>(Gpa(kDsArea + 0x40), reset).ok());
+    Wr(0x3F1, 1);
+    Wr(0xC1, 0xFFFFFFFE);  // sign-extended: 2^48 - 2
+    Wr(0x186, 0xC0 | (1u << 16) | (1u << 17) | (1u << 22));
+    Wr(0x38F, 1);
+  }
+  PmuEffects ObsRegs(const Branch& b, const GuestRegs& r) {
+    absl::StatusOr<PmuEffects> fx = pmu_.Observe(b, lin_, false, &r);
+    EXPECT_TRUE(fx.ok()) << fx.status();
+    return fx.ok() ? *fx : PmuEffects{};
+  }
+};
+
+TEST_F(PebsTest, RecordAfterTheInstructionFollowingTheOverflow) {
+  SetUpPebs(0xB0 * 4, 0xB0, 0xFFFFFFFFFFF0ull);
+  GuestRegs r;
+  r.rflags = 0x246;
+  for (int i = 0; i < 16; i++) r.gpr[i] = 0x1111111100000000ull | (0x10 + i);  // RAX=0x..10, RCX=0x..11, ...
+  EXPECT_FALSE(pmu_.WantsRegs());
+  EXPECT_FALSE(Obs(Jmp(0x100, 0x102, 0, BranchKind::kNone)).pmi);  // -> 2^48 - 1
+  EXPECT_FALSE(Obs(Jmp(0x102, 0x104, 0, BranchKind::kNone)).pmi);  // -> 0: overflow, armed
+  EXPECT_TRUE(pmu_.WantsRegs());
+  EXPECT_EQ(Rd(0x38E), 1u);  // PMC0 overflow status until the assist
+  const PmuEffects fx = ObsRegs(Jmp(0x104, 0x200, 0, BranchKind::kJmp), r);  // the PEBS event
+  EXPECT_TRUE(fx.pmi);
+  EXPECT_FALSE(pmu_.WantsRegs());
+  EXPECT_EQ(Mem64(kDsArea + 0x28), kPebs + 0xB0);
+  // 32-bit mode (ia32e false): 32-bit values, R8-R15 zero.
+  EXPECT_EQ(Mem64(kPebs + 0x00), 0x246u);
+  EXPECT_EQ(Mem64(kPebs + 0x08), 0x200u);       // the instruction after the jump: its target
+  EXPECT_EQ(Mem64(kPebs + 0x10), 0x10u);        // RAX (gpr 0)
+  EXPECT_EQ(Mem64(kPebs + 0x18), 0x13u);        // RBX (gpr 3)
+  EXPECT_EQ(Mem64(kPebs + 0x20), 0x11u);        // RCX
+  EXPECT_EQ(Mem64(kPebs + 0x28), 0x12u);        // RDX
+  EXPECT_EQ(Mem64(kPebs + 0x30), 0x16u);        // RSI
+  EXPECT_EQ(Mem64(kPebs + 0x38), 0x17u);        // RDI
+  EXPECT_EQ(Mem64(kPebs + 0x40), 0x15u);        // RBP
+  EXPECT_EQ(Mem64(kPebs + 0x48), 0x14u);        // RSP
+  EXPECT_EQ(Mem64(kPebs + 0x50), 0u);           // R8: not in IA-32e mode
+  EXPECT_EQ(Mem64(kPebs + 0x90), 1u);           // GLOBAL_STATUS before the assist: PMC0 overflowed
+  // After: overflow status cleared, OvfBuffer set (index reached the threshold), PMC0 = reset.
+  EXPECT_EQ(Rd(0x38E), 1ull << 62);
+  EXPECT_EQ(Rd(0xC1), 0xFFFFFFFFFFF0ull);
+  EXPECT_EQ(pmu_.stats().pebs_records, 1u);
+}
+
+TEST_F(PebsTest, LongModeRecordHasFullRegistersAndAFullBufferSkipsTheAssist) {
+  SetUpPebs(0xB0, 0xB0 * 2, 0xFFFFFFFFFFFEull);  // room for one record; threshold beyond it
+  GuestRegs r;
+  for (int i = 0; i < 16; i++) r.gpr[i] = 0xFFFF800000000000ull + i;
+  Branch b = Jmp(0xFFFFFFF810000000ull, 0xFFFFFFF810000002ull, 0, BranchKind::kNone);
+  b.ia32e = true;
+  Obs(b);
+  Obs(b);  // overflow
+  EXPECT_FALSE(ObsRegs(b, r).pmi);  // record 1: index = base + 0xB0 < threshold: no PMI
+  EXPECT_EQ(Mem64(kPebs + 0x08), 0xFFFFFFF810000002ull);
+  EXPECT_EQ(Mem64(kPebs + 0x50), 0xFFFF800000000008ull);  // R8
+  EXPECT_EQ(Mem64(kPebs + 0x88), 0xFFFF80000000000Full);  // R15
+  // Reloaded to 2^48 - 2: two more instructions overflow it again, the next is an event,
+  // but the buffer is full (index + 0xB0 > maximum): the assist is skipped entirely.
+  Obs(b);
+  Obs(b);
+  EXPECT_TRUE(pmu_.WantsRegs());
+  EXPECT_FALSE(ObsRegs(b, r).pmi);
+  EXPECT_EQ(Mem64(kDsArea + 0x28), kPebs + 0xB0);
+  EXPECT_EQ(pmu_.stats().pebs_dropped, 1u);
+  EXPECT_EQ(Rd(0x38E) & 1, 1u);  // overflow status stays: no assist cleared it
+  EXPECT_EQ(pmu_.TakeWarnings().size(), 1u);
+}
+
+TEST_F(PebsTest, PebsEnableReservedBitsFault) {
+  EXPECT_TRUE(pmu_.WriteMsr(0x3F1, 1u << 4).gp);   // only PMC0-3
+  EXPECT_FALSE(pmu_.WriteMsr(0x3F1, 0xFull | (0xFull << 32)).gp);  // PEBS + load latency on PMC0-3
+}
+
+class PebsSkylakeTest : public PebsTest {
+ protected:
+  PebsSkylakeTest() : PebsTest("skylake") {}
+};
+
+TEST_F(PebsSkylakeTest, FormatThreeAddsEventingIpAndApplicableCounters) {
+  // Skylake: PERF_CAPABILITIES[11:8] = 3: 0xC0-byte records, 90H = the counters
+  // that caused the record, B0H = EventingIP (the instruction that caused it).
+  SetUpPebs(0xC0 * 2, 0xC0, 0);
+  GuestRegs r;
+  Obs(Jmp(0x100, 0x102, 0, BranchKind::kNone));
+  Obs(Jmp(0x102, 0x104, 0, BranchKind::kNone));
+  EXPECT_TRUE(ObsRegs(Jmp(0x104, 0x300, 0, BranchKind::kCall), r).pmi);
+  EXPECT_EQ(Mem64(kDsArea + 0x28), kPebs + 0xC0);
+  EXPECT_EQ(Mem64(kPebs + 0x08), 0x300u);
+  EXPECT_EQ(Mem64(kPebs + 0x90), 1u);
+  EXPECT_EQ(Mem64(kPebs + 0xB0), 0x104u);
+  EXPECT_EQ(Rd(0xC1), 0u);  // reset value 0
+}
+
 class CoreDuoTest : public VpmuTest {
  protected:
   CoreDuoTest() : VpmuTest("core-duo") {}

@@ -177,7 +177,15 @@ absl::Status Tracer::Emit(const pmu::Branch& b, const CpuState& paging_of, std::
   // an instruction that began with TF=1; one that sets TF is not trapped).
   const bool tf_before = guest_tf_;
   pmu::LinearMemory lin(mem_, paging_of.paging_regs());
-  VBTS_ASSIGN_OR_RETURN(pmu::PmuEffects fx, pmu_.Observe(b, lin, event ? false : tf_before));
+  pmu::GuestRegs regs;
+  const pmu::GuestRegs* after = nullptr;
+  if (!event && pmu_.WantsRegs()) {
+    // A PEBS record will hold the registers the instruction left.
+    regs.rflags = paging_of.rflags;
+    for (int i = 0; i < 16; i++) regs.gpr[i] = paging_of.gpr[i];
+    after = &regs;
+  }
+  VBTS_ASSIGN_OR_RETURN(pmu::PmuEffects fx, pmu_.Observe(b, lin, event ? false : tf_before, after));
   if (fx.pmi) pmi_due_ = true;
   if (pmu_.lbr_in_kernel()) VBTS_RETURN_IF_ERROR(SyncKernelDebugCtl());
   if (event || b.kind == pmu::BranchKind::kSoftInt) {

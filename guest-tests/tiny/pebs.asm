@@ -1,0 +1,188 @@
+; pebs: precise event-based sampling (SDM vol. 3B 18.4.4, 18.6.1.1 and table 18-23; 18.9.4 for
+; the Skylake format), 32-bit ring 0. PEBS support: CPUID.1:EDX.DS, CPUID.1:ECX.DTES64 (the
+; 64-bit DS save area, the only one PEBS uses here), CPUID.1:ECX.PDCM with a PEBS record format
+; in IA32_PERF_CAPABILITIES[11:8] (1: 0xB0-byte records, Westmere; 3: 0xC0, Skylake, adding
+; EventingIP at B0H), IA32_MISC_ENABLE[12] (PEBS unavailable) clear, arch perfmon v2+.
+; Otherwise SKIP.
+; Setup: DS save area with BTS off; PEBS buffer of 4 records, interrupt threshold after 2
+; records, PEBS counter 0 reset value 2^48 - 3. PMC0 counts INST_RETIRED.ALL (C0H, umask 01H,
+; USR|OS|EN, no INT) from 2^48 - 1 (a 32-bit write of 0xFFFFFFFF, sign-extended); PEBS_ENABLE
+; bit 0; DEBUGCTL.FREEZE_PERFMON_ON_PMI; LVT perfmon -> vector 0x50. Counting starts after the
+; WRMSR of GLOBAL_CTRL; then i1..i8 (`mov eax, n`).
+; Derivation (PEBS is trap-like: PERF_CAPABILITIES bit 6):
+;  - i1 wraps PMC0 to 0: PEBS is armed (GLOBAL_STATUS bit 0 set).
+;  - i2 is the next event: the assist writes record 1 with the state after i2 - EAX = 2, RIP =
+;    i3 (the instruction after) - clears the overflow bit and reloads PMC0 = 2^48 - 3.
+;  - i3, i4 count to 2^48 - 1, i5 wraps (armed), i6 writes record 2: EAX = 6, RIP = i7. The
+;    index reaches the threshold (base + 2 records): PMI with GLOBAL_STATUS.OvfBuffer (bit 62),
+;    delivered before i7 (frame EIP = i7); FREEZE_PERFMON_ON_PMI clears GLOBAL_CTRL, so nothing
+;    after i6 is counted: PMC0 stays at the reset value 2^48 - 3.
+;  - record 1's GLOBAL_STATUS field (format 1) holds bit 0, the overflow that armed it; format 3
+;    has the applicable counters there (bit 0 too) and EventingIP = i2 / i6 at B0H.
+; Expected: status 1 under vbts (westmere, skylake); QEMU TCG: SKIP (155).
+%include "rt.inc"
+%include "debug32.inc"
+
+%define PMI_VEC         0x50
+%define LVT_PERFMON     (LAPIC_BASE + 0x340)
+%define NREC            4
+
+main:
+        mov eax, 1
+        cpuid
+        test edx, 1 << 21               ; DS
+        jz .skip
+        test ecx, 1 << 2                ; DTES64
+        jz .skip
+        test ecx, 1 << 15               ; PDCM
+        jz .skip
+        mov ecx, MSR_MISC_ENABLE
+        rdmsr
+        test eax, 1 << 12               ; PEBS unavailable
+        jnz .skip
+        mov eax, 0xA
+        cpuid
+        cmp al, 2
+        jb .skip
+        mov ecx, 0x345
+        rdmsr
+        shr eax, 8
+        and eax, 0xF
+        mov [fmt], eax
+        jz .skip
+        mov dword [rec], 0xB0
+        cmp eax, 3
+        jb .rec_ok
+        mov dword [rec], 0xC0
+.rec_ok:
+        jmp setup
+.skip:
+        SKIP "PEBS: needs DS, DTES64, PDCM, a PEBS record format and arch perfmon v2"
+        ret
+
+setup:
+        SET_HANDLER PMI_VEC, pmi_handler
+        APIC_ENABLE
+        mov dword [LVT_PERFMON], PMI_VEC
+        ; DS save area (64-bit format): BTS fields 0; PEBS base/index/max/threshold; reset 0.
+        mov eax, pebs_buffer
+        mov [ds_area + 0x20], eax
+        mov [ds_area + 0x28], eax
+        mov ecx, [rec]
+        lea edx, [eax + ecx * 2]
+        mov [ds_area + 0x38], edx       ; threshold: after 2 records
+        lea edx, [eax + ecx * 4]
+        mov [ds_area + 0x30], edx       ; absolute maximum: 4 records
+        mov dword [ds_area + 0x40], 0xFFFFFFFD
+        mov dword [ds_area + 0x44], 0x0000FFFF   ; reset 2^48 - 3
+        WRMSR32 MSR_DS_AREA, ds_area
+        WRMSR32 0x38F, 0
+        WRMSR32 0xC1, 0xFFFFFFFF        ; 2^48 - 1
+        WRMSR32 0x186, 0xC0 | (0x01 << 8) | (1 << 16) | (1 << 17) | (1 << 22)
+        WRMSR32 0x3F1, 1                ; PEBS on PMC0
+        WRMSR32 MSR_DEBUGCTL, 1 << 12   ; FREEZE_PERFMON_ON_PMI
+        sti
+        WRMSR32 0x38F, 1
+i1:     mov eax, 1
+i2:     mov eax, 2
+i3:     mov eax, 3
+i4:     mov eax, 4
+i5:     mov eax, 5
+i6:     mov eax, 6
+i7:     mov eax, 7
+i8:     mov eax, 8
+        cli
+        WRMSR32 0x38F, 0
+        WRMSR32 0x3F1, 0
+        WRMSR32 MSR_DEBUGCTL, 0
+        call dump_pebs
+        CHECK_EQ dword [pmi_count], 1, "one PMI: the PEBS buffer reached its threshold"
+        CHECK_EQ dword [pmi_eip], i7, "PMI frame EIP = i7 (after the 2nd record's instruction i6)"
+        mov eax, [pmi_status_hi]
+        and eax, 1 << (62 - 32)
+        CHECK_EQ eax, 1 << (62 - 32), "PMI: GLOBAL_STATUS.OvfBuffer (bit 62)"
+        mov eax, [ds_area + 0x28]
+        sub eax, pebs_buffer
+        mov ecx, [rec]
+        add ecx, ecx
+        CHECK_EQ eax, ecx, "PEBS index = base + 2 records"
+        mov esi, pebs_buffer
+        CHECK_EQ dword [esi + 0x08], i3, "record 1: RIP = i3 (after the event i2)"
+        CHECK_EQ dword [esi + 0x10], 2, "record 1: EAX = 2 (the state after i2)"
+        CHECK_EQ dword [esi + 0x90], 1, "record 1: 90H = PMC0 (the overflowed counter)"
+        add esi, [rec]
+        CHECK_EQ dword [esi + 0x08], i7, "record 2: RIP = i7"
+        CHECK_EQ dword [esi + 0x10], 6, "record 2: EAX = 6"
+        cmp dword [fmt], 3
+        jb .no_eventing_ip
+        CHECK_EQ dword [esi + 0xB0], i6, "record 2 (format 3): EventingIP = i6"
+.no_eventing_ip:
+        mov ecx, 0xC1
+        rdmsr
+        CHECK_EQ eax, 0xFFFFFFFD, "PMC0 = the reset value 2^48 - 3 (frozen by the PMI)"
+        ret
+
+; Book-style dump: the PEBS fields of the DS area, then RIP/EAX/90H of each record.
+dump_pebs:
+        pushad
+        PRINT "PEBS: base="
+        mov eax, [ds_area + 0x20]
+        PRINT_HEX32
+        PRINT " index="
+        mov eax, [ds_area + 0x28]
+        PRINT_HEX32
+        PRINT " max="
+        mov eax, [ds_area + 0x30]
+        PRINT_HEX32
+        PRINT " threshold="
+        mov eax, [ds_area + 0x38]
+        PRINT_HEX32
+        NEWLINE
+        mov esi, pebs_buffer
+.r:
+        cmp esi, [ds_area + 0x28]
+        jae .done
+        PRINT "  rip="
+        mov eax, [esi + 0x08]
+        PRINT_HEX32
+        PRINT " eax="
+        mov eax, [esi + 0x10]
+        PRINT_HEX32
+        PRINT " status="
+        mov eax, [esi + 0x90]
+        PRINT_HEX32
+        NEWLINE
+        add esi, [rec]
+        jmp .r
+.done:
+        popad
+        ret
+
+; ebx = frame
+pmi_handler:
+        inc dword [pmi_count]
+        mov eax, [ebx + F32_EIP]
+        mov [pmi_eip], eax
+        mov ecx, 0x38E
+        rdmsr
+        mov [pmi_status_hi], edx
+        mov ecx, 0x390                  ; clear OvfBuffer
+        xor eax, eax
+        mov edx, 1 << (62 - 32)
+        wrmsr
+        and dword [LVT_PERFMON], ~(1 << 16)
+        APIC_EOI
+        ret
+
+section .data
+align 8
+ds_area:        times 0x60 db 0
+fmt:            dd 0
+rec:            dd 0xB0
+pmi_count:      dd 0
+pmi_eip:        dd 0
+pmi_status_hi:  dd 0
+align 64
+pebs_buffer:    times 4 * 0xC0 db 0
+
+%include "end.inc"
