@@ -227,6 +227,12 @@ std::string FormatCpuModel(const pmu::CpuModel& m) {
                                                                p.perf_capabilities & 0x3F)
                                             : std::string("none (#GP)"));
   Row(out, "IA32_MISC_ENABLE", absl::StrFormat("0x%x", p.misc_enable));
+  const unsigned pebs_format = (p.perf_capabilities >> 8) & 0xF;
+  Row(out, "PEBS",
+      p.ds && p.pdcm && !(p.misc_enable & (1u << 12)) && pebs_format
+          ? absl::StrFormat("record format %u (%s-byte records), PMC0-3, trap-like", pebs_format,
+                            pebs_format >= 3 ? "0xC0" : "0xB0")
+          : std::string("none"));
   Row(out, "IA32_DEBUGCTL writable bits", absl::StrFormat("0x%x", p.debugctl_valid));
   Row(out, "LBR stack",
       p.lbr.entries == 0 ? std::string("none")

@@ -149,6 +149,7 @@ TEST(FormatCpuModelTest, WestmereDecoded) {
   EXPECT_THAT(text, HasSubstr("GenuineIntel, 0xb"));
   EXPECT_THAT(text, HasSubstr("0x6 / 0x2c / 2"));
   EXPECT_THAT(text, HasSubstr("DS=1 DTES64=1 DS-CPL=1 PDCM=1"));
+  EXPECT_THAT(text, HasSubstr("PEBS                           record format 1 (0xB0-byte records)"));
   EXPECT_THAT(text, ::testing::ContainsRegex("perfmon version +3\n"));
   EXPECT_THAT(text, HasSubstr("4 x 48 bits, 7 events"));
   EXPECT_THAT(text, HasSubstr("3 x 48 bits"));
