@@ -91,7 +91,7 @@ Tracer::Tracer(KvmVcpu& vcpu, PhysMemory& mem, pmu::VirtualPmu& pmu, std::functi
     : vcpu_(vcpu), mem_(mem), pmu_(pmu), send_msi_(std::move(send_msi)) {}
 
 bool Tracer::WantsEveryInstruction() const {
-  return pmu_.NeedsObservation() || static_cast<bool>(sink_) || pmi_in_flight_.has_value() || guest_tf_ ||
+  return pmu_.NeedsObservation() || sink_active_ || pmi_in_flight_.has_value() || guest_tf_ ||
          db_in_flight_;
 }
 
@@ -170,7 +170,7 @@ Tracer::Boundary Tracer::Capture(const CpuState& st) {
 }
 
 absl::Status Tracer::Emit(const pmu::Branch& b, const CpuState& paging_of, std::optional<bool> tf_after) {
-  if (sink_) sink_(b);
+  if (sink_active_) sink_active_ = sink_(b);
   const bool event = pmu::IsEventDelivery(b.kind);
   if (event) stats_.events++; else stats_.instructions++;
   // The guest's TF as the instruction started (SDM 17.3.1.4: the trap follows

@@ -65,7 +65,12 @@ class Tracer : public StepObserver {
   absl::Status SyncKernelDebugCtl();
   absl::Status ReadKernelDebugCtl();
   // Every transfer the tracer reports, in order (for `vbts record`).
-  void SetSink(std::function<void(const pmu::Branch&)> sink) { sink_ = std::move(sink); }
+  // The sink returns false when it wants no more transfers; the tracer then
+  // stops calling it and no longer asks for stepping on its behalf.
+  void SetSink(std::function<bool(const pmu::Branch&)> sink) {
+    sink_ = std::move(sink);
+    sink_active_ = static_cast<bool>(sink_);
+  }
   // The host does not raise the guest's own data breakpoints while it is
   // stepped (HostFacts::emulate_data_breakpoints): the tracer does.
   void SetEmulateDataBreakpoints(bool on) { emulate_data_bps_ = on; }
@@ -122,7 +127,8 @@ class Tracer : public StepObserver {
   PhysMemory& mem_;
   pmu::VirtualPmu& pmu_;
   std::function<absl::Status(uint8_t)> send_msi_;
-  std::function<void(const pmu::Branch&)> sink_;
+  std::function<bool(const pmu::Branch&)> sink_;
+  bool sink_active_ = false;
   std::optional<Boundary> prev_;
   bool pmi_due_ = false;
   bool emulate_data_bps_ = false;

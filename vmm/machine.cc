@@ -191,12 +191,13 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
     }
     if (branches_file_ || insns_file_ || config_.transfer_sink) {
       tracer_->SetSink([this](const pmu::Branch& b) {
-        if (config_.transfer_sink) config_.transfer_sink(b);
+        if (config_.transfer_sink && sink_wanted_) sink_wanted_ = config_.transfer_sink(b);
         if (branches_file_ && b.taken())
           std::fprintf(branches_file_, "0x%llx 0x%llx %s\n", static_cast<unsigned long long>(b.from),
                        static_cast<unsigned long long>(b.to), pmu::BranchKindName(b.kind));
         if (insns_file_ && !pmu::IsEventDelivery(b.kind))
           std::fprintf(insns_file_, "0x%llx\n", static_cast<unsigned long long>(b.from));
+        return branches_file_ || insns_file_ || (config_.transfer_sink && sink_wanted_);
       });
     }
   }

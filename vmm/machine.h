@@ -48,8 +48,9 @@ struct MachineConfig {
   bool exact_cpuid = false;
   int output_fd = 1;           // where COM1 output goes
   // `vbts record`: every transfer the tracer reports, in program order
-  // (like --branches, it makes vbts step the whole guest).
-  std::function<void(const pmu::Branch&)> transfer_sink;
+  // (like --branches, it makes vbts step the whole guest). Returning false
+  // says it wants no more: vbts stops stepping for it.
+  std::function<bool(const pmu::Branch&)> transfer_sink;
 };
 
 enum class RunEnd { kGuestExit, kTimeout, kTripleFault, kHaltedIfClear, kUnsupported, kError };
@@ -102,6 +103,7 @@ class Machine {
   std::optional<RunResult> FromVerdict(const vcpu::Supervisor::Verdict& v);
 
   MachineConfig config_;
+  bool sink_wanted_ = true;  // config_.transfer_sink still wants transfers
   vcpu::HostFacts facts_;
   const pmu::CpuModel* model_ = nullptr;
   std::optional<pmu::CpuModel> own_model_;  // --vpmu=off: the model without its PMU

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -166,6 +167,35 @@ TEST_F(MachineTest, UnknownCpuModelIsRejected) {
   config.cpu_model = "pentium";
   EXPECT_THAT(Machine::Create(config, *kvm_, facts_),
               testing::StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--cpu=pentium")));
+}
+
+// `vbts record --max-records`: once the transfer sink says it wants no more
+// (the recorder at its limit), vbts stops single-stepping for it. int_lm64
+// runs ~37.8 k instructions (docs/benchmarks.md); with a sink that stops
+// after 10 calls the tracer follows only the instructions up to then.
+TEST_F(MachineTest, SinkThatWantsNoMoreStopsTheStepping) {
+  auto boundaries = [](const std::string& details) {
+    const size_t at = details.find("tracer: ");
+    return at == std::string::npos ? -1L : std::strtol(details.c_str() + at + 8, nullptr, 10);
+  };
+  for (int limit : {10, 0}) {  // 0: a sink that wants everything
+    MachineConfig config;
+    config.image_path = VBTS_GUEST_IMAGE_DIR "/int_lm64.elf";
+    config.output_fd = open("/dev/null", O_WRONLY);
+    int calls = 0;
+    config.transfer_sink = [&](const pmu::Branch&) { return limit == 0 || ++calls < limit; };
+    absl::StatusOr<std::unique_ptr<Machine>> m = Machine::Create(config, *kvm_, facts_);
+    ASSERT_THAT(m, testing::IsOk());
+    const RunResult r = (*m)->Run();
+    close(config.output_fd);
+    EXPECT_EQ(r.exit_status, 1) << r.message;  // the guest's own verdict either way
+    if (limit) {
+      EXPECT_EQ(calls, 10);  // never called again after it said no
+      EXPECT_LT(boundaries(r.details), 20) << r.details;
+    } else {
+      EXPECT_GT(boundaries(r.details), 30000) << r.details;
+    }
+  }
 }
 
 // --vpmu=passthrough on a host whose KVM cannot keep the guest's LBRs (this

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "pmu/status_macros.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -85,15 +86,15 @@ absl::Status Recorder::Start(const trace::Header& header) {
   return error_;
 }
 
-void Recorder::OnTransfer(const pmu::Branch& b) {
-  if (!b.taken()) return;
+bool Recorder::OnTransfer(const pmu::Branch& b) {
+  if (!b.taken()) return !limit_reached_;
   if (!options_.filter.Keep(b)) {
     filtered_++;
-    return;
+    return !limit_reached_;
   }
   if (!error_.ok() || limit_reached_) {
     unrecorded_++;
-    return;
+    return !limit_reached_;
   }
   error_ = writer_.Add(trace::FromBranch(b));
   if (options_.max_records && writer_.records() >= options_.max_records) {
@@ -106,6 +107,7 @@ void Recorder::OnTransfer(const pmu::Branch& b) {
     last_flush_ns_ = now;
   }
   if (options_.status_out && now - last_status_ns_ >= kStatusPeriodNs) Status(false);
+  return !limit_reached_;
 }
 
 void Recorder::Status(bool final) {
@@ -162,16 +164,24 @@ absl::StatusOr<std::unique_ptr<RecordSession>> RecordSession::Open(const RecordO
   }
   absl::StatusOr<TransferFilter> filter = MakeFilter(options.cpl, options.ranges, symbols ? &*symbols : nullptr);
   if (!filter.ok()) return filter.status();
-  s->file_ = std::fopen(options.output.c_str(), "wb");
-  if (!s->file_)
-    return absl::NotFoundError(absl::StrFormat("-o %s: cannot write: %s", options.output, std::strerror(errno)));
+  s->filter_ = *std::move(filter);
+  // The output file is created by Start(), once the machine exists: a run
+  // that cannot start (bad image, unknown --cpu, ...) leaves no file behind
+  // and does not truncate an existing one.
+  return s;
+}
+
+absl::Status RecordSession::OpenOutput() {
+  file_ = std::fopen(options_.output.c_str(), "wb");
+  if (!file_)
+    return absl::NotFoundError(absl::StrFormat("-o %s: cannot write: %s", options_.output, std::strerror(errno)));
   Recorder::Options ro;
-  ro.filter = *filter;
-  ro.max_records = options.max_records;
+  ro.filter = filter_;
+  ro.max_records = options_.max_records;
   ro.status_out = isatty(2) ? stderr : nullptr;
-  std::FILE* f = s->file_;
-  std::string path = options.output;
-  s->recorder_ = std::make_unique<Recorder>(
+  std::FILE* f = file_;
+  std::string path = options_.output;
+  recorder_ = std::make_unique<Recorder>(
       std::move(ro),
       [f, path](absl::Span<const uint8_t> b) {
         // Every block reaches the kernel at once, so a crash of vbts loses at
@@ -181,15 +191,16 @@ absl::StatusOr<std::unique_ptr<RecordSession>> RecordSession::Open(const RecordO
         return absl::OkStatus();
       },
       MonotonicNs);
-  return s;
+  return absl::OkStatus();
 }
 
 RecordSession::~RecordSession() {
   if (file_) std::fclose(file_);
 }
 
-std::function<void(const pmu::Branch&)> RecordSession::Sink() {
-  return [r = recorder_.get()](const pmu::Branch& b) { r->OnTransfer(b); };
+std::function<bool(const pmu::Branch&)> RecordSession::Sink() {
+  // Transfers arrive only once the guest runs, after Start().
+  return [this](const pmu::Branch& b) { return recorder_ ? recorder_->OnTransfer(b) : true; };
 }
 
 absl::Status RecordSession::Start(const std::string& image_path, const std::string& cpu_model,
@@ -211,11 +222,13 @@ absl::Status RecordSession::Start(const std::string& image_path, const std::stri
   h.entry = entry;
   h.max_records = options_.max_records;
   h.command = command;
-  h.filter = recorder_->filter().Describe();
+  h.filter = filter_.Describe();
+  VBTS_RETURN_IF_ERROR(OpenOutput());
   return recorder_->Start(h);
 }
 
 absl::StatusOr<std::string> RecordSession::Finish(const std::string& end, int exit_status) {
+  if (!recorder_) return absl::FailedPreconditionError("the recording never started");
   absl::Status s = recorder_->Finish(end, exit_status);
   const int close = std::fclose(file_);
   file_ = nullptr;
@@ -228,8 +241,9 @@ absl::StatusOr<std::string> RecordSession::Finish(const std::string& end, int ex
                                      r.records() ? static_cast<double>(r.bytes()) / r.records() : 0.0);
   if (r.filtered()) absl::StrAppendFormat(&line, "; %u filtered out", r.filtered());
   if (r.limit_reached())
-    absl::StrAppendFormat(&line, "; --max-records=%u reached, the last %u transfers were not recorded",
-                          options_.max_records, r.unrecorded());
+    absl::StrAppendFormat(&line, "; --max-records=%u reached: the recording stopped there and the guest ran on "
+                          "unrecorded (and no longer single-stepped for it)",
+                          options_.max_records);
   return line;
 }
 

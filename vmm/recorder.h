@@ -60,7 +60,9 @@ class Recorder {
 
   absl::Status Start(const trace::Header& header);
   // One transfer from the tracer (not-taken instructions are ignored).
-  void OnTransfer(const pmu::Branch& b);
+  // Returns false once --max-records is reached: the recording wants no
+  // more transfers (vbts then stops following the guest for it).
+  bool OnTransfer(const pmu::Branch& b);
   // Erases the status line (before other lines go to stderr at the end).
   void EndStatus();
   // Writes the end block; returns the first write error of the recording if any.
@@ -105,19 +107,24 @@ class RecordSession {
                                                              const std::string& image_path);
   ~RecordSession();
   // The sink for MachineConfig::transfer_sink.
-  std::function<void(const pmu::Branch&)> Sink();
-  // Writes the header: `code` are the image's executable ranges.
+  std::function<bool(const pmu::Branch&)> Sink();
+  // Creates the output file and writes the header: `code` are the image's
+  // executable ranges.
   absl::Status Start(const std::string& image_path, const std::string& cpu_model,
                      const std::vector<trace::AddressRange>& code, uint64_t entry, const std::string& command);
   // The run is over: erase the status line before the run's own messages.
-  void EndStatus() { recorder_->EndStatus(); }
+  void EndStatus() {
+    if (recorder_) recorder_->EndStatus();
+  }
   // Ends the recording; returns one line for stderr (the summary or the error).
   absl::StatusOr<std::string> Finish(const std::string& end, int exit_status);
 
  private:
   RecordSession() = default;
   RecordOptions options_;
+  absl::Status OpenOutput();
   std::FILE* file_ = nullptr;
+  TransferFilter filter_;
   std::unique_ptr<Recorder> recorder_;
   std::vector<uint8_t> image_;
 };

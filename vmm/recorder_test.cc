@@ -2,6 +2,10 @@
 // blocks and the end block, with a fake clock and an in-memory file.
 #include "vmm/recorder.h"
 
+#include <unistd.h>
+
+#include <fstream>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "pmu/status_macros.h"
@@ -85,7 +89,8 @@ TEST(Recorder, MaxRecordsEndsTheRecordingAndSaysSo) {
   Fixture f(o);
   f.rec->OnTransfer(B(BranchKind::kNone, 1, 2));         // not taken: ignored entirely
   f.rec->OnTransfer(B(BranchKind::kJcc, 0x10, 0x20, 3, 3));  // filtered
-  for (int i = 0; i < 5; i++) f.rec->OnTransfer(B(BranchKind::kJmp, 0x100 + i, 0x200));
+  // The 3rd record reaches the limit: from then on OnTransfer says "no more".
+  for (int i = 0; i < 5; i++) EXPECT_EQ(f.rec->OnTransfer(B(BranchKind::kJmp, 0x100 + i, 0x200)), i < 2) << i;
   EXPECT_TRUE(f.rec->limit_reached());
   EXPECT_EQ(f.rec->records(), 3u);
   EXPECT_EQ(f.rec->unrecorded(), 2u);
@@ -133,6 +138,31 @@ TEST(Recorder, WriteErrorsAreReportedAtTheEnd) {
   VBTS_ASSERT_OK(r.Start(trace::Header{}));
   for (int i = 0; i < 20000; i++) r.OnTransfer(B(BranchKind::kJcc, 0x100 + (i * 7919) % 4096, 0x5000 + i));
   EXPECT_THAT(r.Finish("guest-exit", 1), StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("disk full")));
+}
+
+// A session whose run never starts (the machine could not be built) creates
+// no output file and leaves an existing one as it was.
+TEST(RecordSession, NoFileUntilTheRunStarts) {
+  char image[] = "/tmp/vbts-rec-image-XXXXXX";
+  const int fd = mkstemp(image);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(write(fd, "not an image", 12), 12);
+  close(fd);
+  RecordOptions o;
+  o.output = std::string(image) + ".trace";
+  unlink(o.output.c_str());
+  {
+    VBTS_ASSERT_OK_AND_ASSIGN(std::unique_ptr<RecordSession> s, RecordSession::Open(o, image));
+    EXPECT_THAT(s->Finish("error", 116), StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("never started")));
+  }
+  EXPECT_NE(access(o.output.c_str(), F_OK), 0) << o.output << " exists";
+  { std::ofstream(o.output) << "keep"; }
+  { VBTS_ASSERT_OK_AND_ASSIGN(std::unique_ptr<RecordSession> s, RecordSession::Open(o, image)); }
+  std::ifstream in(o.output);
+  std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(content, "keep");
+  unlink(o.output.c_str());
+  unlink(image);
 }
 
 }  // namespace
