@@ -30,7 +30,7 @@ class PhysMemory {
   template <typename T>
   absl::StatusOr<T> ReadLe(Gpa gpa) const {
     static_assert(std::is_integral_v<T>);
-    uint8_t b[sizeof(T)];
+    uint8_t b[sizeof(T)] = {};  // (GCC cannot see the virtual Read fill it)
     absl::Status s = Read(gpa, absl::MakeSpan(b));
     if (!s.ok()) return s;
     T v;

@@ -25,8 +25,16 @@ class VpmuTest : public ::testing::Test {
     EXPECT_FALSE(r.gp) << std::hex << msr;
     return r.value;
   }
-  uint64_t Mem64(uint64_t a) { return *mem_.ReadLe<uint64_t>(Gpa(a)); }
-  uint32_t Mem32(uint64_t a) { return *mem_.ReadLe<uint32_t>(Gpa(a)); }
+  uint64_t Mem64(uint64_t a) {
+    absl::StatusOr<uint64_t> v = mem_.ReadLe<uint64_t>(Gpa(a));
+    EXPECT_TRUE(v.ok()) << v.status();
+    return v.value_or(0);
+  }
+  uint32_t Mem32(uint64_t a) {
+    absl::StatusOr<uint32_t> v = mem_.ReadLe<uint32_t>(Gpa(a));
+    EXPECT_TRUE(v.ok()) << v.status();
+    return v.value_or(0);
+  }
   // DS management area, 64-bit format: base, index, max, threshold.
   void Ds64(uint64_t base, uint64_t index, uint64_t max, uint64_t thr) {
     ASSERT_TRUE(mem_.WriteLe<uint64_t>(Gpa(kDsArea), base).ok());
