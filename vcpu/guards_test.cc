@@ -11,6 +11,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "vcpu/completer_test_util.h"
 #include "vcpu/supervisor.h"
@@ -23,7 +24,7 @@ using ::testing::HasSubstr;
 using ::vbts::testing::StatusIs;
 
 std::string Show(uint64_t v) { return absl::StrFormat("0x%x", v); }
-std::string Show(const CpuState& st) { return "\n" + st.Dump(); }
+std::string Show(const CpuState& st) { return absl::StrCat("\n", st.Dump()); }
 
 MATCHER_P(IsOkAndHolds, value, "") {
   if (!arg.ok()) {
