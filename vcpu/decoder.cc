@@ -34,6 +34,19 @@ int GprOf(ZydisRegister r) {
   return -1;
 }
 
+// A Zydis memory operand as vbts's MemOperand.
+MemOperand MemOf(const ZydisDecodedOperand& op) {
+  MemOperand m;
+  if (op.mem.segment >= ZYDIS_REGISTER_ES && op.mem.segment <= ZYDIS_REGISTER_GS)
+    m.seg = static_cast<SegReg>(op.mem.segment - ZYDIS_REGISTER_ES);
+  m.base = GprOf(op.mem.base);
+  m.index = GprOf(op.mem.index);
+  m.scale = op.mem.scale ? op.mem.scale : 1;
+  m.disp = op.mem.disp.has_displacement ? op.mem.disp.value : 0;
+  m.size_bits = op.size;
+  return m;
+}
+
 std::string Hex(absl::Span<const uint8_t> b) {
   std::string s;
   for (uint8_t x : b) absl::StrAppendFormat(&s, "%s%02x", s.empty() ? "" : " ", x);
@@ -160,13 +173,7 @@ absl::StatusOr<DecodedInsn> DecodeBytes(absl::Span<const uint8_t> bytes, DecodeM
       d.far_offset = op.ptr.offset;
     } else if (op.type == ZYDIS_OPERAND_TYPE_MEMORY && op.mem.type == ZYDIS_MEMOP_TYPE_MEM && !d.has_mem) {
       d.has_mem = true;
-      if (op.mem.segment >= ZYDIS_REGISTER_ES && op.mem.segment <= ZYDIS_REGISTER_GS)
-        d.mem.seg = static_cast<SegReg>(op.mem.segment - ZYDIS_REGISTER_ES);
-      d.mem.base = GprOf(op.mem.base);
-      d.mem.index = GprOf(op.mem.index);
-      d.mem.scale = op.mem.scale ? op.mem.scale : 1;
-      d.mem.disp = op.mem.disp.has_displacement ? op.mem.disp.value : 0;
-      d.mem.size_bits = op.size;
+      d.mem = MemOf(op);
     }
   }
 
@@ -176,13 +183,7 @@ absl::StatusOr<DecodedInsn> DecodeBytes(absl::Span<const uint8_t> bytes, DecodeM
     if (!(op.actions & (ZYDIS_OPERAND_ACTION_MASK_READ | ZYDIS_OPERAND_ACTION_MASK_WRITE))) continue;
     if (d.data_count >= 3) break;
     DataOperand& o = d.data[d.data_count++];
-    if (op.mem.segment >= ZYDIS_REGISTER_ES && op.mem.segment <= ZYDIS_REGISTER_GS)
-      o.mem.seg = static_cast<SegReg>(op.mem.segment - ZYDIS_REGISTER_ES);
-    o.mem.base = GprOf(op.mem.base);
-    o.mem.index = GprOf(op.mem.index);
-    o.mem.scale = op.mem.scale ? op.mem.scale : 1;
-    o.mem.disp = op.mem.disp.has_displacement ? op.mem.disp.value : 0;
-    o.mem.size_bits = op.size;
+    o.mem = MemOf(op);
     o.read = (op.actions & ZYDIS_OPERAND_ACTION_MASK_READ) != 0;
     o.write = (op.actions & ZYDIS_OPERAND_ACTION_MASK_WRITE) != 0;
     o.push = op.visibility == ZYDIS_OPERAND_VISIBILITY_HIDDEN && o.mem.base == kRsp && o.write && !o.read;
