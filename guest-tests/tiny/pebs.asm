@@ -19,6 +19,8 @@
 ;    after i6 is counted: PMC0 stays at the reset value 2^48 - 3.
 ;  - record 1's GLOBAL_STATUS field (format 1) holds bit 0, the overflow that armed it; format 3
 ;    has the applicable counters there (bit 0 too) and EventingIP = i2 / i6 at B0H.
+;  - the other registers of record 1 are what the code left: EBX/ESI/EDI/EBP set before, ECX =
+;    0x38F and EDX = 0 from the GLOBAL_CTRL WRMSR, ESP unchanged, R8 0 (not IA-32e mode).
 ; Expected: status 1 under vbts (westmere, skylake); QEMU TCG: SKIP (155).
 %include "rt.inc"
 %include "debug32.inc"
@@ -81,8 +83,13 @@ setup:
         WRMSR32 0x186, 0xC0 | (0x01 << 8) | (1 << 16) | (1 << 17) | (1 << 22)
         WRMSR32 0x3F1, 1                ; PEBS on PMC0
         WRMSR32 MSR_DEBUGCTL, 1 << 12   ; FREEZE_PERFMON_ON_PMI
+        mov ebx, 0xB0B0                 ; known values for the record's register fields
+        mov esi, 0x5151
+        mov edi, 0xD1D1
+        mov ebp, 0xBBBB
+        mov [esp_at_i1], esp
         sti
-        WRMSR32 0x38F, 1
+        WRMSR32 0x38F, 1                ; leaves ECX = 0x38F, EDX = 0
 i1:     mov eax, 1
 i2:     mov eax, 2
 i3:     mov eax, 3
@@ -110,6 +117,15 @@ i8:     mov eax, 8
         CHECK_EQ dword [esi + 0x08], i3, "record 1: RIP = i3 (after the event i2)"
         CHECK_EQ dword [esi + 0x10], 2, "record 1: EAX = 2 (the state after i2)"
         CHECK_EQ dword [esi + 0x90], 1, "record 1: 90H = PMC0 (the overflowed counter)"
+        CHECK_EQ dword [esi + 0x18], 0xB0B0, "record 1: EBX at 18H"
+        CHECK_EQ dword [esi + 0x20], 0x38F, "record 1: ECX at 20H"
+        CHECK_EQ dword [esi + 0x28], 0, "record 1: EDX at 28H"
+        CHECK_EQ dword [esi + 0x30], 0x5151, "record 1: ESI at 30H"
+        CHECK_EQ dword [esi + 0x38], 0xD1D1, "record 1: EDI at 38H"
+        CHECK_EQ dword [esi + 0x40], 0xBBBB, "record 1: EBP at 40H"
+        mov eax, [esp_at_i1]
+        CHECK_EQ dword [esi + 0x48], eax, "record 1: ESP at 48H"
+        CHECK_EQ dword [esi + 0x50], 0, "record 1: R8 = 0 outside IA-32e mode"
         add esi, [rec]
         CHECK_EQ dword [esi + 0x08], i7, "record 2: RIP = i7"
         CHECK_EQ dword [esi + 0x10], 6, "record 2: EAX = 6"
@@ -182,6 +198,7 @@ rec:            dd 0xB0
 pmi_count:      dd 0
 pmi_eip:        dd 0
 pmi_status_hi:  dd 0
+esp_at_i1:      dd 0
 align 64
 pebs_buffer:    times 4 * 0xC0 db 0
 
