@@ -28,7 +28,7 @@
 main:
         BTS_REQUIRE
         mov eax, 0xA
-        cpuid
+        call dbg_cpuid32
         cmp al, 2                       ; IA32_PERF_GLOBAL_* need arch perfmon v2
         jae .perfmon_ok
         SKIP "arch perfmon version < 2 (no IA32_PERF_GLOBAL_STATUS)"

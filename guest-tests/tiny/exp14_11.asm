@@ -17,7 +17,7 @@
 main:
         BTS_REQUIRE
         mov eax, 1
-        cpuid
+        call dbg_cpuid32
         test ecx, 1 << 4                ; DS-CPL
         jnz .cpl_ok
         SKIP "CPUID.1:ECX.DS-CPL clear: no CPL-qualified BTS"

@@ -29,7 +29,7 @@
 
 main:
         mov eax, 1
-        cpuid
+        call dbg_cpuid32
         test ecx, 1 << 15               ; PDCM
         jz .skip
         mov ecx, 0x345
@@ -114,7 +114,7 @@ s3:     WRMSR32 MSR_DEBUGCTL, 0
 
         ; ---- 3. FREEZE_LBRS_ON_PMI
         mov eax, 0xA
-        cpuid
+        call dbg_cpuid32
         movzx eax, al
         mov [pmver], eax
         cmp eax, 2

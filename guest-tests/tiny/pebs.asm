@@ -31,7 +31,7 @@
 
 main:
         mov eax, 1
-        cpuid
+        call dbg_cpuid32
         test edx, 1 << 21               ; DS
         jz .skip
         test ecx, 1 << 2                ; DTES64
@@ -43,7 +43,7 @@ main:
         test eax, 1 << 12               ; PEBS unavailable
         jnz .skip
         mov eax, 0xA
-        cpuid
+        call dbg_cpuid32
         cmp al, 2
         jb .skip
         mov ecx, 0x345

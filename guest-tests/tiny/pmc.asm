@@ -17,7 +17,7 @@
 
 main:
         mov eax, 0xA
-        cpuid
+        call dbg_cpuid32
         cmp al, 2
         jb .skip
         cmp ah, 2
