@@ -72,6 +72,13 @@ std::vector<uint64_t> FindCpuidSites(const uint8_t* code, size_t size, uint64_t 
   return sites;
 }
 
+std::vector<uint64_t> FindMovDr7Sites(const uint8_t* code, size_t size, uint64_t base) {
+  std::vector<uint64_t> sites;
+  for (size_t i = 0; i + 2 < size; i++)
+    if (code[i] == 0x0F && code[i + 1] == 0x23 && code[i + 2] >= 0xF8) sites.push_back(base + i);
+  return sites;
+}
+
 std::string ExceptionRecord::Describe() const {
   static const char* kNames[32] = {"#DE", "#DB", "NMI", "#BP", "#OF", "#BR", "#UD", "#NM", "#DF", "#MF(9)",
                                    "#TS", "#NP", "#SS", "#GP", "#PF", "#15", "#MF", "#AC", "#MC", "#XM",
@@ -93,19 +100,29 @@ Supervisor::Supervisor(KvmVcpu& vcpu, PhysMemory& mem, const pmu::CpuModel& mode
     stepping_reason_ = "this host's KVM hardware breakpoints do not work, so vbts cannot guard the guest";
     return;
   }
-  if (!facts_.needs_cpuid_completion) return;
-  if (options_.exact_cpuid) {
-    stepping_reason_ = "--exact-cpuid";
-    return;
+  std::vector<uint64_t> sites;
+  if (facts_.needs_cpuid_completion) {
+    if (options_.exact_cpuid) {
+      stepping_reason_ = "--exact-cpuid";
+      return;
+    }
+    sites = options_.cpuid_sites;
   }
-  std::vector<uint64_t> sites = options_.cpuid_sites;
+  const size_t cpuid_count = sites.size();
+  if (facts_.emulate_data_breakpoints)
+    sites.insert(sites.end(), options_.movdr7_sites.begin(), options_.movdr7_sites.end());
   std::sort(sites.begin(), sites.end());
   sites.erase(std::unique(sites.begin(), sites.end()), sites.end());
   const size_t free_registers = kDebugRegisters - (facts_.needs_ud_guard ? 1 : 0);
   if (sites.size() > free_registers) {
-    stepping_reason_ = absl::StrFormat(
-        "the image has %u CPUID instructions, more than the %u debug registers left to guard them",
-        sites.size(), free_registers);
+    stepping_reason_ =
+        sites.size() == cpuid_count
+            ? absl::StrFormat("the image has %u CPUID instructions, more than the %u debug registers left to guard "
+                              "them",
+                              sites.size(), free_registers)
+            : absl::StrFormat("the image has %u CPUID and MOV-to-DR7 instructions, more than the %u debug "
+                              "registers left to guard them",
+                              sites.size(), free_registers);
     return;
   }
   cpuid_sites_ = std::move(sites);

@@ -52,6 +52,11 @@ struct SupervisorOptions {
   // Linear addresses of the CPUID instructions in the loaded image (found by
   // vmm/ with FindCpuidSites); guarded while the guest runs free.
   std::vector<uint64_t> cpuid_sites;
+  // Linear addresses of the image's MOV-to-DR7 instructions (FindMovDr7Sites):
+  // on a host that does not raise the guest's data breakpoints
+  // (HostFacts::emulate_data_breakpoints) they are guarded too, so that the
+  // observer sees the guest enable one and steps it (docs/tracing.md).
+  std::vector<uint64_t> movdr7_sites;
 };
 
 struct SupervisorStats {
@@ -195,6 +200,8 @@ const char* SupervisorModeName(Supervisor::Mode m);
 // instruction boundary costs a guard but can never fire: a breakpoint fires
 // only where an instruction starts, and if one starts there it is a CPUID.
 std::vector<uint64_t> FindCpuidSites(const uint8_t* code, size_t size, uint64_t base);
+// The same for MOV DR7, r32/r64 (0F 23 /r with ModRM mod = 11, reg = 7: F8H-FFH).
+std::vector<uint64_t> FindMovDr7Sites(const uint8_t* code, size_t size, uint64_t base);
 
 }  // namespace vbts::vcpu
 

@@ -92,7 +92,17 @@ Tracer::Tracer(KvmVcpu& vcpu, PhysMemory& mem, pmu::VirtualPmu& pmu, std::functi
 
 bool Tracer::WantsEveryInstruction() const {
   return pmu_.NeedsObservation() || sink_active_ || pmi_in_flight_.has_value() || guest_tf_ ||
-         db_in_flight_;
+         db_in_flight_ || (guest_bp_ && guest_bp_->AnyData());
+}
+
+void Tracer::ReadGuestBreakpoints() {
+  absl::StatusOr<kvm_debugregs> d = vcpu_.GetDebugRegs();
+  GuestBreakpoints g;
+  if (d.ok()) {
+    for (int i = 0; i < 4; i++) g.dr[i] = d->db[i];
+    g.dr7 = d->dr7;
+  }
+  guest_bp_ = g;
 }
 
 void Tracer::Warn(std::string w) {
@@ -122,15 +132,7 @@ Tracer::Boundary Tracer::Capture(const CpuState& st) {
   b.decoded = true;
   b.insn = *insn;
   if (emulate_data_bps_) {
-    if (!guest_bp_) {
-      absl::StatusOr<kvm_debugregs> d = vcpu_.GetDebugRegs();
-      GuestBreakpoints g;
-      if (d.ok()) {
-        for (int i = 0; i < 4; i++) g.dr[i] = d->db[i];
-        g.dr7 = d->dr7;
-      }
-      guest_bp_ = g;
-    }
+    if (!guest_bp_) ReadGuestBreakpoints();
     if (guest_bp_->AnyData()) b.accesses = DataAccessesOf(b.insn, st);
   }
   const uint64_t mask = IpMask(b.mode, b.insn.operand_size);
@@ -513,7 +515,10 @@ absl::Status Tracer::AtBoundary(CpuState& st, bool& /*dirty*/) {
   } else {
     if (!consecutive_) {
       prev_.reset();  // after a free run: nothing to explain
-      guest_bp_.reset();  // and the guest may have changed its debug registers
+      // The guest may have changed its debug registers meanwhile (at a
+      // guarded MOV to DR7, say): a data breakpoint makes the tracer step it.
+      guest_bp_.reset();
+      if (emulate_data_bps_) ReadGuestBreakpoints();
     }
     if (!WantsEveryInstruction() && !consecutive_) {
       pmi_deliverable_ = false;

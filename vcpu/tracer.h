@@ -117,6 +117,7 @@ class Tracer : public StepObserver {
   // The instruction at `p` retired: its data breakpoint hits, and whether it
   // changed the guest's debug registers.
   void NoteRetired(const Boundary& p);
+  void ReadGuestBreakpoints();  // guest_bp_ from KVM_GET_DEBUGREGS
   // Makes EFLAGS.TF in an event frame the host (or vbts) pushed equal to the
   // guest's own TF: while vbts steps the guest, the host's view of TF is
   // vbts's single-step flag, not the guest's.

@@ -166,12 +166,15 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
   for (const CodeRange& c : img.code) {
     std::vector<uint8_t> bytes(c.size);
     VBTS_RETURN_IF_ERROR(ram_->Read(Gpa(c.gpa), absl::MakeSpan(bytes)));
-    std::vector<uint64_t> sites = vcpu::FindCpuidSites(bytes.data(), bytes.size(), c.gpa);
-    if (c.vaddr != c.gpa) {
-      std::vector<uint64_t> linked = vcpu::FindCpuidSites(bytes.data(), bytes.size(), c.vaddr);
-      sites.insert(sites.end(), linked.begin(), linked.end());
+    for (auto [find, out] : {std::pair{&vcpu::FindCpuidSites, &options.cpuid_sites},
+                             std::pair{&vcpu::FindMovDr7Sites, &options.movdr7_sites}}) {
+      std::vector<uint64_t> sites = find(bytes.data(), bytes.size(), c.gpa);
+      if (c.vaddr != c.gpa) {
+        std::vector<uint64_t> linked = find(bytes.data(), bytes.size(), c.vaddr);
+        sites.insert(sites.end(), linked.begin(), linked.end());
+      }
+      out->insert(out->end(), sites.begin(), sites.end());
     }
-    options.cpuid_sites.insert(options.cpuid_sites.end(), sites.begin(), sites.end());
   }
   supervisor_ = std::make_unique<vcpu::Supervisor>(*vcpu_, *ram_, *model_, facts_, std::move(options));
   {  // The virtual PMU, its MSR filter and the tracer, in every --vpmu mode.

@@ -1,0 +1,54 @@
+; guest_dbp_pm32: the guest's own data breakpoint with nothing traced (SDM vol. 3B 17.2.4,
+; 17.3.1.2), 32-bit ring 0. All DR7 writes go through one MOV DR7 (set_dr7), and the image has
+; no CPUID: on a host that does not raise the guest's data breakpoints (this PVM host) vbts
+; guards that one instruction, sees the guest enable a data breakpoint and steps the guest
+; until it disables it again; elsewhere the CPU raises it (docs/tracing.md).
+;  - DR1 = watch, DR7 = L1 | RW1=01 (write) | LEN1=11 (dword): a read of watch does not trap,
+;    `mov dword [watch], 5` does: one #DB with EIP = after_write, DR6.B1.
+;  - after DR7 = 0, another write does not trap.
+; Expected: status 1, output guest_dbp_pm32.expected (the same under QEMU TCG).
+%include "rt.inc"
+
+main:
+        SET_HANDLER 1, db_handler
+        mov eax, watch
+        mov dr1, eax
+        mov eax, (1 << 2) | (01b << 20) | (11b << 22)
+        call set_dr7
+        mov eax, [watch]                ; a read: no trap
+        mov dword [watch], 5
+after_write:
+        xor eax, eax
+        call set_dr7
+        mov dword [watch], 6            ; breakpoint off: no trap
+        CHECK_EQ dword [db_count], 1, "one #DB, for the write while the breakpoint was on"
+        CHECK_EQ dword [db_eip], after_write, "trap after the write: EIP = after_write"
+        mov eax, [db_dr6]
+        and eax, 0x400F
+        CHECK_EQ eax, 2, "DR6.B1"
+        CHECK_EQ dword [watch], 6, "both writes happened"
+        ret
+
+set_dr7:                                ; EAX -> DR7: the image's one MOV DR7
+        mov dr7, eax
+        ret
+
+; ebx = frame
+db_handler:
+        inc dword [db_count]
+        mov eax, [ebx + F32_EIP]
+        mov [db_eip], eax
+        mov eax, dr6
+        mov [db_dr6], eax
+        mov eax, 0xFFFF0FF0
+        mov dr6, eax
+        ret
+
+section .data
+align 4
+db_count:       dd 0
+db_eip:         dd 0
+db_dr6:         dd 0
+watch:          dd 0
+
+%include "end.inc"
