@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "pmu/status_macros.h"
+#include "base/status_macros.h"
 
 namespace vbts::pmu {
 namespace {

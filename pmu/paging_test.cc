@@ -7,7 +7,7 @@
 
 #include "pmu/testing/fake_memory.h"
 #include "pmu/testing/page_tables.h"
-#include "pmu/testing/status_matchers.h"
+#include "base/testing/status_matchers.h"
 
 namespace vbts::pmu {
 namespace {

@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "pmu/testing/fake_memory.h"
-#include "pmu/testing/status_matchers.h"
+#include "base/testing/status_matchers.h"
 
 namespace vbts::pmu {
 namespace {

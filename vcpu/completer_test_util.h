@@ -13,7 +13,7 @@
 
 #include "pmu/testing/fake_memory.h"
 #include "pmu/testing/page_tables.h"
-#include "pmu/testing/status_matchers.h"
+#include "base/testing/status_matchers.h"
 #include "vcpu/completer.h"
 #include "vcpu/decoder.h"
 #include "vcpu/descriptors.h"

@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_format.h"
 #include "pmu/paging.h"
-#include "pmu/status_macros.h"
+#include "base/status_macros.h"
 
 namespace vbts::vcpu {
 namespace {

@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_format.h"
 #include "pmu/paging.h"
-#include "pmu/status_macros.h"
+#include "base/status_macros.h"
 #include "vcpu/descriptors.h"
 
 namespace vbts::vcpu {

@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "absl/strings/str_format.h"
-#include "pmu/status_macros.h"
+#include "base/status_macros.h"
 
 namespace vbts::vcpu {
 

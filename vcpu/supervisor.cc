@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "absl/strings/str_format.h"
-#include "pmu/status_macros.h"
+#include "base/status_macros.h"
 #include "vcpu/descriptors.h"
 #include "vcpu/guards.h"
 

@@ -13,15 +13,21 @@
 #include "vmm/test_runner.h"
 
 #include <unistd.h>
-#include "vmm/exit_status.h"
+#include "base/exit_status.h"
 #include "vmm/host_probe.h"
 #include "vmm/info.h"
 #include "vmm/machine.h"
-#include "vmm/recorder.h"
-#include "vmm/report_command.h"
+#include "record/recorder.h"
+#include "record/report_command.h"
 
 namespace vbts::vmm {
 namespace {
+
+using record::RecordOptions;
+using record::RecordSession;
+using record::ReportCommand;
+using record::ReportOptions;
+namespace trace = record::trace;
 
 // "128M", "1G", "65536K", "4194304" (bytes) -> bytes.
 absl::StatusOr<uint64_t> ParseSize(const std::string& text) {

@@ -7,8 +7,8 @@
 #include <array>
 
 #include "absl/strings/str_format.h"
-#include "pmu/status_macros.h"
-#include "pmu/testing/status_matchers.h"
+#include "base/status_macros.h"
+#include "base/testing/status_matchers.h"
 
 namespace vbts::vmm {
 namespace {

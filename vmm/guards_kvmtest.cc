@@ -24,7 +24,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "pmu/cpu_model.h"
-#include "pmu/testing/status_matchers.h"
+#include "base/testing/status_matchers.h"
 #include "vmm/host_probe.h"
 #include "vmm/machine.h"
 

@@ -31,7 +31,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "pmu/status_macros.h"
+#include "base/status_macros.h"
 #include "vmm/guest_memory.h"
 
 namespace vbts::vmm {

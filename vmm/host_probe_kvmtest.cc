@@ -10,7 +10,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "pmu/testing/status_matchers.h"
+#include "base/testing/status_matchers.h"
 
 namespace vbts::vmm {
 namespace {

@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "pmu/status_macros.h"
+#include "base/status_macros.h"
 
 namespace vbts::vmm {
 

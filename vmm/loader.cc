@@ -11,7 +11,8 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "pmu/status_macros.h"
+#include "base/file.h"
+#include "base/status_macros.h"
 
 namespace vbts::vmm {
 namespace {
@@ -303,19 +304,6 @@ absl::Status WriteSegments(const Plan& plan, absl::Span<const uint8_t> file, Phy
   return absl::OkStatus();
 }
 
-absl::Status ErrnoStatus(int err, const std::string& message) {
-  switch (err) {
-    case ENOENT:
-    case ENOTDIR:
-      return absl::NotFoundError(message);
-    case EACCES:
-    case EPERM:
-      return absl::PermissionDeniedError(message);
-    default:
-      return absl::UnknownError(message);
-  }
-}
-
 }  // namespace
 
 absl::StatusOr<LoadedImage> LoadMultibootImage(absl::Span<const uint8_t> file,
@@ -357,56 +345,7 @@ absl::StatusOr<LoadedImage> LoadMultibootImage(absl::Span<const uint8_t> file,
 }
 
 absl::StatusOr<std::vector<uint8_t>> ReadImageFile(const std::string& path) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int err = errno;
-    return ErrnoStatus(err, absl::StrFormat("%s: cannot open kernel image: %s", path,
-                                            std::strerror(err)));
-  }
-  struct Closer {
-    int fd;
-    ~Closer() { close(fd); }
-  } closer{fd};
-  struct stat st;
-  if (fstat(fd, &st) != 0) {
-    const int err = errno;
-    return ErrnoStatus(err, absl::StrFormat("%s: cannot stat kernel image: %s", path,
-                                            std::strerror(err)));
-  }
-  if (S_ISDIR(st.st_mode)) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s: is a directory, not a kernel image file", path));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s: is not a regular file (st_mode 0%o)", path, st.st_mode));
-  }
-  const auto size = static_cast<uint64_t>(st.st_size);
-  if (size == 0) {
-    return absl::InvalidArgumentError(absl::StrFormat("%s: kernel image is empty (0 bytes)", path));
-  }
-  if (size > kMaxImageFileSize) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: kernel image is %u bytes, larger than the 1 GiB (%u bytes) limit", path, size,
-        kMaxImageFileSize));
-  }
-  std::vector<uint8_t> data(size);
-  uint64_t done = 0;
-  while (done < size) {
-    const ssize_t n = read(fd, data.data() + done, size - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const int err = errno;
-      return ErrnoStatus(err, absl::StrFormat("%s: read failed at byte %u: %s", path, done,
-                                              std::strerror(err)));
-    }
-    if (n == 0) {
-      return absl::DataLossError(absl::StrFormat(
-          "%s: file shrank while reading: got %u of %u bytes", path, done, size));
-    }
-    done += static_cast<uint64_t>(n);
-  }
-  return data;
+  return ReadWholeFile(path, "kernel image", kMaxImageFileSize);
 }
 
 }  // namespace vbts::vmm

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "base/file.h"
 #include "absl/types/span.h"
 #include "pmu/phys_memory.h"
 #include "vmm/gpa_range.h"
@@ -23,8 +24,6 @@ inline constexpr uint32_t kMultibootPageAlign = 1u << 0;
 inline constexpr uint32_t kMultibootMemoryInfo = 1u << 1;
 inline constexpr uint32_t kMultibootVideoMode = 1u << 2;
 inline constexpr uint32_t kMultibootAoutKludge = 1u << 16;
-// Largest image ReadImageFile accepts.
-inline constexpr uint64_t kMaxImageFileSize = uint64_t{1} << 30;
 
 enum class ImageFormat { kElf32, kAoutKludge };
 

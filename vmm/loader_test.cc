@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "pmu/status_macros.h"
+#include "base/status_macros.h"
 #include "pmu/testing/fake_memory.h"
-#include "pmu/testing/status_matchers.h"
+#include "base/testing/status_matchers.h"
 
 namespace vbts::vmm {
 namespace {

@@ -8,9 +8,9 @@
 
 #include "absl/strings/str_format.h"
 #include "pmu/passthrough.h"
-#include "pmu/status_macros.h"
+#include "base/status_macros.h"
 #include "vcpu/descriptors.h"
-#include "vmm/exit_status.h"
+#include "base/exit_status.h"
 #include "vmm/host_probe.h"
 #include "vmm/kick_timer.h"
 #include "vmm/loader.h"

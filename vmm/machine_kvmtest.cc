@@ -14,8 +14,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "pmu/testing/status_matchers.h"
-#include "vmm/exit_status.h"
+#include "base/testing/status_matchers.h"
+#include "base/exit_status.h"
 #include "vmm/host_probe.h"
 #include "vmm/machine.h"
 

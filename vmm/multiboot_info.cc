@@ -6,7 +6,7 @@
 #include <string>
 
 #include "absl/strings/str_format.h"
-#include "pmu/status_macros.h"
+#include "base/status_macros.h"
 
 #ifndef VBTS_VERSION
 #define VBTS_VERSION "0.0.0"

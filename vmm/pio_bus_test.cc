@@ -7,8 +7,8 @@
 #include <array>
 #include <vector>
 
-#include "pmu/status_macros.h"
-#include "pmu/testing/status_matchers.h"
+#include "base/status_macros.h"
+#include "base/testing/status_matchers.h"
 
 namespace vbts::vmm {
 namespace {

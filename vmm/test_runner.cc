@@ -19,7 +19,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "vmm/exit_status.h"
+#include "base/exit_status.h"
 
 namespace vbts::vmm {
 namespace {

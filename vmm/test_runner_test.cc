@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "pmu/testing/status_matchers.h"
+#include "base/testing/status_matchers.h"
 
 namespace vbts::vmm {
 namespace {

@@ -1,7 +1,7 @@
 // symbols.cc: ELF symbol tables for vbts record/report (vmm/symbols.h).
 // Field offsets: System V ABI gABI, "Object Files" (ELF header, section
 // header, symbol table entry, program header), 32- and 64-bit layouts.
-#include "vmm/symbols.h"
+#include "record/symbols.h"
 
 #include <algorithm>
 #include <fstream>
@@ -10,7 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 
-namespace vbts::vmm {
+namespace vbts::record {
 namespace {
 
 constexpr uint32_t kShtSymtab = 2, kShtDynsym = 11;
@@ -271,4 +271,4 @@ absl::StatusOr<trace::AddressRange> ParseRange(std::string_view spec, const Symb
   return r;
 }
 
-}  // namespace vbts::vmm
+}  // namespace vbts::record

@@ -8,9 +8,9 @@
 #include <ostream>
 #include <string>
 
-#include "vmm/report.h"
+#include "record/report.h"
 
-namespace vbts::vmm::report_internal {
+namespace vbts::record::report_internal {
 
 std::string Hex(uint64_t v);
 // "sym+0x4 (0x100104)" with a symbol, "0x100104" without.
@@ -47,6 +47,6 @@ class BlockTracker {
   std::optional<uint64_t> start_;
 };
 
-}  // namespace vbts::vmm::report_internal
+}  // namespace vbts::record::report_internal
 
 #endif  // VBTS_VMM_REPORT_INTERNAL_H_

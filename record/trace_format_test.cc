@@ -1,6 +1,6 @@
 // trace_format_test.cc: the trace file encoder and decoder
 // (docs/trace-format.md): exact bytes, round trips, truncated and corrupt files.
-#include "vmm/trace_format.h"
+#include "record/trace_format.h"
 
 #include <cstring>
 #include <random>
@@ -11,10 +11,10 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "absl/strings/str_format.h"
-#include "pmu/status_macros.h"
-#include "pmu/testing/status_matchers.h"
+#include "base/status_macros.h"
+#include "base/testing/status_matchers.h"
 
-namespace vbts::vmm::trace {
+namespace vbts::record::trace {
 namespace {
 
 using pmu::BranchKind;
@@ -319,4 +319,4 @@ TEST(TraceFormat, GarbageNeverCrashes) {
 }
 
 }  // namespace
-}  // namespace vbts::vmm::trace
+}  // namespace vbts::record::trace

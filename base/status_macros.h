@@ -1,8 +1,8 @@
 // status_macros.h: the small error-handling vocabulary every vbts layer uses.
 // Abseil LTS 20220623 (Debian 12) has Status/StatusOr but no status macros and
 // no absl/log, so these are ours (modelled on sandboxed_api/util/status_macros.h).
-#ifndef VBTS_PMU_STATUS_MACROS_H_
-#define VBTS_PMU_STATUS_MACROS_H_
+#ifndef VBTS_BASE_STATUS_MACROS_H_
+#define VBTS_BASE_STATUS_MACROS_H_
 
 #include <cstdio>
 #include <cstdlib>
@@ -40,4 +40,4 @@
     }                                                                         \
   } while (0)
 
-#endif  // VBTS_PMU_STATUS_MACROS_H_
+#endif  // VBTS_BASE_STATUS_MACROS_H_

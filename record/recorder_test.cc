@@ -1,6 +1,6 @@
 // recorder_test.cc: vbts record's filters, --max-records, time-bounded
 // blocks and the end block, with a fake clock and an in-memory file.
-#include "vmm/recorder.h"
+#include "record/recorder.h"
 
 #include <unistd.h>
 
@@ -8,10 +8,10 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "pmu/status_macros.h"
-#include "pmu/testing/status_matchers.h"
+#include "base/status_macros.h"
+#include "base/testing/status_matchers.h"
 
-namespace vbts::vmm {
+namespace vbts::record {
 namespace {
 
 using pmu::BranchKind;
@@ -166,4 +166,4 @@ TEST(RecordSession, NoFileUntilTheRunStarts) {
 }
 
 }  // namespace
-}  // namespace vbts::vmm
+}  // namespace vbts::record

@@ -12,10 +12,10 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "vmm/symbols.h"
-#include "vmm/trace_format.h"
+#include "record/symbols.h"
+#include "record/trace_format.h"
 
-namespace vbts::vmm {
+namespace vbts::record {
 
 enum class ReportFormat { kText, kBranches, kJson, kDrcov, kFolded, kDot };
 absl::StatusOr<ReportFormat> ParseReportFormat(const std::string& name);
@@ -44,6 +44,6 @@ std::unique_ptr<ReportWriter> MakeReportWriter(ReportFormat format, const Symbol
 // they do not decode.
 std::optional<uint8_t> InstructionLength(const SymbolTable* symbols, uint64_t addr, pmu::ExecMode mode);
 
-}  // namespace vbts::vmm
+}  // namespace vbts::record
 
 #endif  // VBTS_VMM_REPORT_H_

@@ -1,11 +1,11 @@
 // exit_status.h: the process exit statuses of `vbts run` (docs/cli.md). Guest
 // verdicts are odd ((v << 1) | 1, as QEMU's isa-debug-exit); every status vbts
 // itself produces is even, so the two can never be confused.
-#ifndef VBTS_VMM_EXIT_STATUS_H_
-#define VBTS_VMM_EXIT_STATUS_H_
+#ifndef VBTS_BASE_EXIT_STATUS_H_
+#define VBTS_BASE_EXIT_STATUS_H_
 
 
-namespace vbts::vmm {
+namespace vbts {
 
 inline constexpr int kExitUsage = 2;             // bad command line
 inline constexpr int kExitVbtsError = 116;       // bad image, no /dev/kvm, host/KVM failure
@@ -14,6 +14,6 @@ inline constexpr int kExitTripleFault = 120;     // guest shut down (triple faul
 inline constexpr int kExitHaltedIfClear = 122;   // guest halted with interrupts disabled
 inline constexpr int kExitTimeout = 124;         // --timeout expired (as timeout(1))
 
-}  // namespace vbts::vmm
+}  // namespace vbts
 
-#endif  // VBTS_VMM_EXIT_STATUS_H_
+#endif  // VBTS_BASE_EXIT_STATUS_H_

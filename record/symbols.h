@@ -15,9 +15,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "vmm/trace_format.h"
+#include "record/trace_format.h"
 
-namespace vbts::vmm {
+namespace vbts::record {
 
 struct Symbol {
   uint64_t addr = 0;
@@ -72,6 +72,6 @@ class SymbolTable {
 // its extent.  `symbols` may be null (numbers only).
 absl::StatusOr<trace::AddressRange> ParseRange(std::string_view spec, const SymbolTable* symbols);
 
-}  // namespace vbts::vmm
+}  // namespace vbts::record
 
 #endif  // VBTS_VMM_SYMBOLS_H_

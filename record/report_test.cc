@@ -1,7 +1,7 @@
 // report_test.cc: every `vbts report` format on one small hand-made trace
 // whose expected output is derived below, and the command's handling of
 // truncated, corrupt and foreign files.
-#include "vmm/report.h"
+#include "record/report.h"
 
 #include <unistd.h>
 
@@ -11,13 +11,13 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "pmu/status_macros.h"
-#include "pmu/testing/status_matchers.h"
-#include "vmm/exit_status.h"
-#include "vmm/report_command.h"
-#include "vmm/testing/elf_builder.h"
+#include "base/status_macros.h"
+#include "base/testing/status_matchers.h"
+#include "base/exit_status.h"
+#include "record/report_command.h"
+#include "base/testing/elf_builder.h"
 
-namespace vbts::vmm {
+namespace vbts::record {
 namespace {
 
 using pmu::BranchKind;
@@ -248,4 +248,4 @@ TEST_F(ReportCommandTest, ForeignAndMissingFiles) {
 }
 
 }  // namespace
-}  // namespace vbts::vmm
+}  // namespace vbts::record

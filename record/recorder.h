@@ -16,10 +16,10 @@
 
 #include "absl/status/statusor.h"
 #include "pmu/branch.h"
-#include "vmm/symbols.h"
-#include "vmm/trace_format.h"
+#include "record/symbols.h"
+#include "record/trace_format.h"
 
-namespace vbts::vmm {
+namespace vbts::record {
 
 // A safe default for --max-records: at most ~23 bytes a record (the largest
 // encoding), so a runaway guest writes at most ~230 MB; typical files are
@@ -129,6 +129,6 @@ class RecordSession {
   std::vector<uint8_t> image_;
 };
 
-}  // namespace vbts::vmm
+}  // namespace vbts::record
 
 #endif  // VBTS_VMM_RECORDER_H_

@@ -1,5 +1,5 @@
 // recorder.cc: the recording side of `vbts record` (vmm/recorder.h).
-#include "vmm/recorder.h"
+#include "record/recorder.h"
 
 #include <openssl/evp.h>
 #include <time.h>
@@ -9,13 +9,13 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "pmu/status_macros.h"
+#include "base/status_macros.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "vmm/loader.h"
+#include "base/file.h"
 
-namespace vbts::vmm {
+namespace vbts::record {
 namespace {
 
 constexpr uint64_t kFlushPeriodNs = 250'000'000;   // a block at least every 0.25 s
@@ -149,7 +149,7 @@ absl::StatusOr<std::unique_ptr<RecordSession>> RecordSession::Open(const RecordO
                                                                    const std::string& image_path) {
   std::unique_ptr<RecordSession> s(new RecordSession());
   s->options_ = options;
-  absl::StatusOr<std::vector<uint8_t>> image = ReadImageFile(image_path);
+  absl::StatusOr<std::vector<uint8_t>> image = ReadWholeFile(image_path, "kernel image", kMaxImageFileSize);
   if (!image.ok()) return image.status();
   s->image_ = std::move(*image);
   // Symbols for --range: --symbols, else the image itself when it is an ELF file.
@@ -247,4 +247,4 @@ absl::StatusOr<std::string> RecordSession::Finish(const std::string& end, int ex
   return line;
 }
 
-}  // namespace vbts::vmm
+}  // namespace vbts::record

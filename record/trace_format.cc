@@ -1,5 +1,5 @@
 // trace_format.cc: the `vbts record` trace file (docs/trace-format.md).
-#include "vmm/trace_format.h"
+#include "record/trace_format.h"
 
 #include <zlib.h>
 
@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
-namespace vbts::vmm::trace {
+namespace vbts::record::trace {
 namespace {
 
 using pmu::BranchKind;
@@ -558,4 +558,4 @@ absl::StatusOr<ParsedTrace> ParseTrace(const std::string& bytes) {
   return t;
 }
 
-}  // namespace vbts::vmm::trace
+}  // namespace vbts::record::trace

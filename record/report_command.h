@@ -5,7 +5,7 @@
 #include <ostream>
 #include <string>
 
-namespace vbts::vmm {
+namespace vbts::record {
 
 struct ReportOptions {
   std::string format = "text";
@@ -21,6 +21,6 @@ inline constexpr int kReportIncomplete = 1;
 
 int ReportCommand(const ReportOptions& options, std::ostream& out);
 
-}  // namespace vbts::vmm
+}  // namespace vbts::record
 
 #endif  // VBTS_VMM_REPORT_COMMAND_H_

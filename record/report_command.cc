@@ -1,5 +1,5 @@
 // report_command.cc: `vbts report` (vmm/report_command.h).
-#include "vmm/report_command.h"
+#include "record/report_command.h"
 
 #include <cerrno>
 #include <cstdio>
@@ -9,11 +9,11 @@
 #include <optional>
 
 #include "absl/strings/str_format.h"
-#include "vmm/exit_status.h"
-#include "vmm/recorder.h"
-#include "vmm/report.h"
+#include "base/exit_status.h"
+#include "record/recorder.h"
+#include "record/report.h"
 
-namespace vbts::vmm {
+namespace vbts::record {
 namespace {
 
 void Note(const std::string& line) { std::fprintf(stderr, "vbts report: %s\n", line.c_str()); }
@@ -80,4 +80,4 @@ int ReportCommand(const ReportOptions& options, std::ostream& out) {
   return 0;
 }
 
-}  // namespace vbts::vmm
+}  // namespace vbts::record

@@ -1,8 +1,8 @@
 // status_matchers.h: gMock matchers for absl::Status / StatusOr (Abseil 20220623
 // ships none). Usage: EXPECT_THAT(f(), IsOk());
 //                     EXPECT_THAT(f(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("p_vaddr")));
-#ifndef VBTS_PMU_TESTING_STATUS_MATCHERS_H_
-#define VBTS_PMU_TESTING_STATUS_MATCHERS_H_
+#ifndef VBTS_BASE_TESTING_STATUS_MATCHERS_H_
+#define VBTS_BASE_TESTING_STATUS_MATCHERS_H_
 
 #include <gmock/gmock.h>
 
@@ -37,4 +37,4 @@ MATCHER_P2(StatusIs, code, message_matcher, "") {
 
 }  // namespace vbts::testing
 
-#endif  // VBTS_PMU_TESTING_STATUS_MATCHERS_H_
+#endif  // VBTS_BASE_TESTING_STATUS_MATCHERS_H_

@@ -1,23 +1,23 @@
 // symbols_test.cc: ELF symbol tables (vmm/symbols.h) on synthetic ELF32 and
 // ELF64 files built here field by field (gABI layouts), and on malformed ones.
-#include "vmm/symbols.h"
+#include "record/symbols.h"
 
 #include <random>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "pmu/status_macros.h"
-#include "pmu/testing/status_matchers.h"
-#include "vmm/testing/elf_builder.h"
+#include "base/status_macros.h"
+#include "base/testing/status_matchers.h"
+#include "base/testing/elf_builder.h"
 
-namespace vbts::vmm {
+namespace vbts::record {
 namespace {
 
 using ::testing::HasSubstr;
 using ::vbts::testing::StatusIs;
-using ::vbts::vmm::testing::kSyms;
-using ::vbts::vmm::testing::MakeElf;
-using ::vbts::vmm::testing::Put;
+using ::vbts::testing::kSyms;
+using ::vbts::testing::MakeElf;
+using ::vbts::testing::Put;
 
 class SymbolsTest : public ::testing::TestWithParam<bool> {};
 
@@ -106,4 +106,4 @@ TEST(Symbols, NamesTheBrokenField) {
 }
 
 }  // namespace
-}  // namespace vbts::vmm
+}  // namespace vbts::record

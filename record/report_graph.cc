@@ -10,9 +10,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "vmm/report_internal.h"
+#include "record/report_internal.h"
 
-namespace vbts::vmm::report_internal {
+namespace vbts::record::report_internal {
 
 using pmu::BranchKind;
 using trace::Record;
@@ -251,4 +251,4 @@ std::unique_ptr<ReportWriter> MakeDotWriter(const SymbolTable* symbols, std::ost
   return std::make_unique<DotWriter>(symbols, out);
 }
 
-}  // namespace vbts::vmm::report_internal
+}  // namespace vbts::record::report_internal

@@ -8,9 +8,9 @@
 #include <iterator>
 #include <random>
 
-#include "vmm/trace_format.h"
+#include "record/trace_format.h"
 
-namespace vbts::vmm::trace {
+namespace vbts::record::trace {
 namespace {
 
 std::vector<Record> Stream() {
@@ -64,6 +64,6 @@ void BM_Decode(benchmark::State& state) {
 BENCHMARK(BM_Decode);
 
 }  // namespace
-}  // namespace vbts::vmm::trace
+}  // namespace vbts::record::trace
 
 BENCHMARK_MAIN();

@@ -1,14 +1,14 @@
 // elf_builder.h: synthetic ELF32/ELF64 files for unit tests, built field by
 // field from the gABI layouts (ELF header, program header, section headers,
 // symbol table entries).
-#ifndef VBTS_VMM_TESTING_ELF_BUILDER_H_
-#define VBTS_VMM_TESTING_ELF_BUILDER_H_
+#ifndef VBTS_BASE_TESTING_ELF_BUILDER_H_
+#define VBTS_BASE_TESTING_ELF_BUILDER_H_
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-namespace vbts::vmm::testing {
+namespace vbts::testing {
 
 struct TestSym {
   std::string name;
@@ -107,6 +107,6 @@ inline const std::vector<TestSym> kSyms = {
     {"data_label", 0x100280, 0, 0x00, 4},      // NOTYPE in .data (alloc): kept
 };
 
-}  // namespace vbts::vmm::testing
+}  // namespace vbts::testing
 
-#endif  // VBTS_VMM_TESTING_ELF_BUILDER_H_
+#endif  // VBTS_BASE_TESTING_ELF_BUILDER_H_

@@ -22,7 +22,7 @@
 #include "absl/types/span.h"
 #include "pmu/branch.h"
 
-namespace vbts::vmm::trace {
+namespace vbts::record::trace {
 
 inline constexpr uint8_t kMagic[8] = {'V', 'B', 'T', 'S', 'T', 'R', 'C', 0};
 // A reader refuses another major version; a newer minor version only adds
@@ -166,6 +166,6 @@ struct ParsedTrace {
 };
 absl::StatusOr<ParsedTrace> ParseTrace(const std::string& bytes);
 
-}  // namespace vbts::vmm::trace
+}  // namespace vbts::record::trace
 
 #endif  // VBTS_VMM_TRACE_FORMAT_H_

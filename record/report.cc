@@ -1,6 +1,6 @@
 // report.cc: the line-oriented report formats (text, branches, json) and
 // the format table; the graph formats are in report_graph.cc.
-#include "vmm/report.h"
+#include "record/report.h"
 
 #include <Zydis/Zydis.h>
 #include <time.h>
@@ -12,9 +12,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "vmm/report_internal.h"
+#include "record/report_internal.h"
 
-namespace vbts::vmm {
+namespace vbts::record {
 
 using pmu::BranchKind;
 using trace::Record;
@@ -226,4 +226,4 @@ std::unique_ptr<ReportWriter> MakeReportWriter(ReportFormat format, const Symbol
   return nullptr;
 }
 
-}  // namespace vbts::vmm
+}  // namespace vbts::record
