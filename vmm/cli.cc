@@ -150,6 +150,8 @@ int CliMain(int argc, char** argv) {
     cmd->add_option("--timeout", config.timeout_seconds, "stop the guest after SECONDS (exit status 124)")
         ->check(CLI::NonNegativeNumber);
     cmd->add_option("--append", config.append, "Multiboot command line after the image name");
+    cmd->add_option("--initrd", config.initrd,
+                    "Multiboot modules \"FILE [ARGS],FILE...\" (as qemu -initrd; ',,' is a comma)");
     cmd->add_option("--vpmu", config.vpmu,
                     "virtual PMU/DS/LBR: emulated (by stepping the guest while tracing is on), passthrough (host "
                     "KVM's LBR virtualisation, where it has one), off")

@@ -4,9 +4,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
+#include "base/file.h"
 #include "pmu/passthrough.h"
 #include "base/status_macros.h"
 #include "vcpu/descriptors.h"
@@ -101,6 +104,16 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
         absl::StrFormat("--vpmu=%s: expected emulated, passthrough or off", config_.vpmu));
   }
   VBTS_ASSIGN_OR_RETURN(std::vector<uint8_t> image, ReadImageFile(config_.image_path));
+  std::vector<LoadedModule> modules;
+  if (!config_.initrd.empty()) {
+    VBTS_ASSIGN_OR_RETURN(std::vector<ModuleSpec> specs, ParseInitrd(config_.initrd));
+    for (ModuleSpec& m : specs) {
+      absl::StatusOr<std::vector<uint8_t>> data = ReadWholeFile(m.path, "--initrd module", kMaxImageFileSize);
+      // An empty module is valid (QEMU loads it as mod_start == mod_end).
+      if (!data.ok() && !absl::StrContains(data.status().message(), "is empty")) return data.status();
+      modules.push_back(LoadedModule{std::move(m.cmdline), data.ok() ? *std::move(data) : std::vector<uint8_t>{}});
+    }
+  }
   VBTS_ASSIGN_OR_RETURN(ram_, GuestMemory::Create(config_.mem_bytes));
 
   // Boot information first, so the loader can refuse images that overlap it.
@@ -112,6 +125,10 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
                         LoadMultibootImage(image, config_.image_path, *ram_, limits));
   code_ = img.code;
   entry_ = img.entry;
+  uint64_t kernel_end = 0;
+  for (const GpaRange& r : img.ranges) kernel_end = std::max(kernel_end, r.end);
+  for (const GpaRange& r : limits.reserved) kernel_end = std::max(kernel_end, r.end);  // never below the boot info
+  VBTS_RETURN_IF_ERROR(WriteMultibootModules(*ram_, mbi.info_gpa, kernel_end, modules).status());
 
   // A VM made ahead (PrepareVm) already has the MSR filter of this --vpmu mode.
   const bool filtered = prepared && prepared->vm && prepared->vpmu == config_.vpmu;
@@ -157,6 +174,8 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
   debug_exit_ = std::make_unique<DebugExit>();
   VBTS_RETURN_IF_ERROR(pio_.Register(Uart16550::kCom1Port, Uart16550::kSize, uart_.get(), "COM1 16550"));
   VBTS_RETURN_IF_ERROR(pio_.Register(DebugExit::kPort, DebugExit::kSize, debug_exit_.get(), "isa-debug-exit"));
+  fw_cfg_ = std::make_unique<FwCfg>(ram_->size(), /*cpus=*/1);
+  VBTS_RETURN_IF_ERROR(pio_.Register(FwCfg::kPort, FwCfg::kSize, fw_cfg_.get(), "fw_cfg"));
 
   // The CPUID instructions of the image, for the supervisor's CPUID guards:
   // at the address each is loaded at and, for a segment linked elsewhere

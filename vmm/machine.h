@@ -19,6 +19,7 @@
 #include "vcpu/supervisor.h"
 #include "vcpu/tracer.h"
 #include "vmm/debug_exit.h"
+#include "vmm/fw_cfg.h"
 #include "vmm/guest_memory.h"
 #include "vmm/kvm_vm.h"
 #include "vmm/loader.h"
@@ -33,6 +34,10 @@ struct MachineConfig {
   std::string cpu_model = "westmere";
   double timeout_seconds = 0;  // 0: no limit
   std::string append;          // Multiboot command line after the image name
+  // --initrd: Multiboot modules, "FILE [ARGS],FILE..." as QEMU's -initrd
+  // (vmm/multiboot_info.h, ParseInitrd). kvm-unit-tests reads its
+  // environment (NR_CPUS=1, ...) from the first one.
+  std::string initrd;
   bool verbose = false;
   // --vpmu: "emulated" (the virtual PMU, docs/pmu-model.md), "off" (no
   // PMU/DS/LBR: the model's CPUID hides them, the MSRs #GP), "passthrough".
@@ -119,6 +124,7 @@ class Machine {
   PioBus pio_;
   std::unique_ptr<Uart16550> uart_;
   std::unique_ptr<DebugExit> debug_exit_;
+  std::unique_ptr<FwCfg> fw_cfg_;
   uint64_t mmio_unclaimed_reads_ = 0, mmio_unclaimed_writes_ = 0;
   uint64_t exits_ = 0;
   std::vector<CodeRange> code_;

@@ -102,4 +102,79 @@ absl::StatusOr<MultibootInfo> WriteMultibootInfo(PhysMemory& ram,
   return MultibootInfo{static_cast<uint32_t>(kMultibootInfoGpa), MultibootInfoReservedRanges()};
 }
 
+absl::StatusOr<std::vector<ModuleSpec>> ParseInitrd(std::string_view text) {
+  std::vector<ModuleSpec> out;
+  std::string cur;
+  auto finish = [&]() -> absl::Status {
+    const size_t space = cur.find(' ');
+    ModuleSpec m{cur.substr(0, space), cur};
+    if (m.path.empty())
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "--initrd: module %u has no file name (modules are \"FILE [ARGS]\", separated by ',')", out.size() + 1));
+    out.push_back(std::move(m));
+    cur.clear();
+    return absl::OkStatus();
+  };
+  for (size_t i = 0; i < text.size(); i++) {
+    if (text[i] != ',') {
+      cur += text[i];
+    } else if (i + 1 < text.size() && text[i + 1] == ',') {
+      cur += ',';
+      i++;
+    } else {
+      VBTS_RETURN_IF_ERROR(finish());
+    }
+  }
+  VBTS_RETURN_IF_ERROR(finish());
+  return out;
+}
+
+absl::StatusOr<ModuleLayout> WriteMultibootModules(PhysMemory& ram, uint64_t info_gpa, uint64_t kernel_end,
+                                                   const std::vector<LoadedModule>& modules) {
+  ModuleLayout layout;
+  if (modules.empty()) return layout;
+  constexpr uint64_t kPage = 0x1000;
+  auto align = [](uint64_t v) { return (v + kPage - 1) & ~(kPage - 1); };
+  const uint64_t limit = std::min(ram.size(), kFourGib);
+  // The table and command lines, then the modules.
+  std::vector<uint8_t> table(16 * modules.size());
+  uint64_t strings = 0;
+  for (const LoadedModule& m : modules) {
+    VBTS_RETURN_IF_ERROR(CheckNoNul("module command line", m.cmdline));
+    strings += m.cmdline.size() + 1;
+  }
+  layout.table_gpa = align(kernel_end);
+  const uint64_t strings_gpa = layout.table_gpa + table.size();
+  uint64_t gpa = align(strings_gpa + strings);
+  for (const LoadedModule& m : modules) {
+    if (gpa + m.data.size() > limit)
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "--initrd: module \"%s\" (%u bytes) does not fit in guest RAM: it would end at 0x%x, RAM%s ends at 0x%x "
+          "(give more --mem)",
+          m.cmdline, m.data.size(), gpa + m.data.size(), limit < ram.size() ? " below 4 GiB" : "", limit));
+    layout.modules.push_back(GpaRange{gpa, gpa + m.data.size(), "multiboot module " + m.cmdline});
+    gpa = align(gpa + m.data.size());
+  }
+  std::vector<uint8_t> block(align(strings_gpa + strings) - layout.table_gpa, 0);
+  uint64_t s = strings_gpa;
+  for (size_t i = 0; i < modules.size(); i++) {
+    Put32(block, 16 * i + 0, static_cast<uint32_t>(layout.modules[i].start));
+    Put32(block, 16 * i + 4, static_cast<uint32_t>(layout.modules[i].end));
+    Put32(block, 16 * i + 8, static_cast<uint32_t>(s));
+    std::memcpy(block.data() + (s - layout.table_gpa), modules[i].cmdline.data(), modules[i].cmdline.size());
+    s += modules[i].cmdline.size() + 1;
+  }
+  VBTS_RETURN_IF_ERROR(ram.Write(Gpa(layout.table_gpa), block));
+  layout.reserved.push_back(GpaRange{layout.table_gpa, layout.table_gpa + block.size(), "multiboot module table"});
+  for (size_t i = 0; i < modules.size(); i++) {
+    VBTS_RETURN_IF_ERROR(ram.Write(Gpa(layout.modules[i].start), modules[i].data));
+    layout.reserved.push_back(layout.modules[i]);
+  }
+  VBTS_ASSIGN_OR_RETURN(uint32_t flags, ram.ReadLe<uint32_t>(Gpa(info_gpa)));
+  VBTS_RETURN_IF_ERROR(ram.WriteLe<uint32_t>(Gpa(info_gpa), flags | kMultibootInfoMods));
+  VBTS_RETURN_IF_ERROR(ram.WriteLe<uint32_t>(Gpa(info_gpa + 20), static_cast<uint32_t>(modules.size())));
+  VBTS_RETURN_IF_ERROR(ram.WriteLe<uint32_t>(Gpa(info_gpa + 24), static_cast<uint32_t>(layout.table_gpa)));
+  return layout;
+}
+
 }  // namespace vbts::vmm

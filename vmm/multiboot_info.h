@@ -3,6 +3,7 @@
 #define VBTS_VMM_MULTIBOOT_INFO_H_
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -28,9 +29,11 @@ inline constexpr uint64_t kMultibootInfoEnd = 0xA000;
 inline constexpr uint64_t kMultibootCmdlineMax = kMultibootInfoEnd - kMultibootCmdlineGpa;  // incl. NUL
 
 // multiboot_info.flags bits set: MEM (0), CMDLINE (2), MMAP (6),
-// BOOT_LOADER_NAME (9). QEMU additionally sets BOOT_DEVICE (1, 0x8000ffff)
-// and MODS (3, count 0); vbts has no boot disk and no modules.
+// BOOT_LOADER_NAME (9), and MODS (3) when there are modules (--initrd;
+// WriteMultibootModules). QEMU additionally sets BOOT_DEVICE (1, 0x8000ffff)
+// and sets MODS also with a count of 0; vbts has no boot disk.
 inline constexpr uint32_t kMultibootInfoFlags = (1u << 0) | (1u << 2) | (1u << 6) | (1u << 9);
+inline constexpr uint32_t kMultibootInfoMods = 1u << 3;
 
 // mem_lower in KiB. vbts has no BIOS and hence no EBDA, so all 640 KiB of
 // conventional memory are reported (QEMU + SeaBIOS report 639: SeaBIOS keeps
@@ -69,6 +72,44 @@ std::vector<GpaRange> MultibootInfoReservedRanges();
 absl::StatusOr<MultibootInfo> WriteMultibootInfo(PhysMemory& ram,
                                                  std::string_view kernel_file_name,
                                                  std::string_view append);
+
+// One Multiboot module (`vbts run --initrd`): its command line as the guest
+// sees it ("FILE ARGS", the text given for it) and the path it is read from.
+struct ModuleSpec {
+  std::string path;
+  std::string cmdline;
+  bool operator==(const ModuleSpec&) const = default;
+};
+
+// Parses --initrd text the way QEMU parses -initrd for a Multiboot kernel:
+// modules are separated by ',' (",," is a literal comma), each module's
+// command line is its whole text and its file name the text before the
+// first space. InvalidArgument for an empty module or file name.
+absl::StatusOr<std::vector<ModuleSpec>> ParseInitrd(std::string_view text);
+
+struct LoadedModule {
+  std::string cmdline;
+  std::vector<uint8_t> data;
+};
+
+// Where WriteMultibootModules put the modules (for tests and -v).
+struct ModuleLayout {
+  uint64_t table_gpa = 0;                 // mods_addr
+  std::vector<GpaRange> modules;          // [mod_start, mod_end) of each
+  std::vector<GpaRange> reserved;         // everything written
+};
+
+// Writes `modules` as QEMU's Multiboot loader does (hw/i386/multiboot.c):
+// from the first page boundary at or after `kernel_end` (the end of the
+// loaded image, bss included), one page-aligned block with the module table
+// (16 bytes each: mod_start, mod_end (exclusive), cmdline address, 0) and the
+// NUL-terminated command lines, then each module's bytes at the next page
+// boundary. Patches the info structure at `info_gpa`: flags |= MODS,
+// mods_count, mods_addr. ResourceExhausted (nothing written) if the modules
+// do not fit below the end of RAM and 4 GiB; InvalidArgument for a command
+// line with a NUL byte. No modules: nothing is written.
+absl::StatusOr<ModuleLayout> WriteMultibootModules(PhysMemory& ram, uint64_t info_gpa, uint64_t kernel_end,
+                                                   const std::vector<LoadedModule>& modules);
 
 }  // namespace vbts::vmm
 

@@ -152,5 +152,56 @@ TEST(MultibootInfoTest, RejectsNulInAppend) {
                        "command line is a C string"));
 }
 
+// --- Modules (--initrd) ---
+
+TEST(MultibootModulesTest, ParseInitrdAsQemu) {
+  VBTS_ASSERT_OK_AND_ASSIGN(std::vector<ModuleSpec> m, ParseInitrd("env.txt NR_CPUS=1,b,,c x,d"));
+  EXPECT_THAT(m, ElementsAre(ModuleSpec{"env.txt", "env.txt NR_CPUS=1"}, ModuleSpec{"b,c", "b,c x"},
+                             ModuleSpec{"d", "d"}));
+  EXPECT_TRUE(ParseInitrd("a,,").ok());
+  EXPECT_THAT(ParseInitrd("a,"), StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("module 2")));
+  EXPECT_THAT(ParseInitrd(" x"), StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("no file name")));
+}
+
+TEST(MultibootModulesTest, LayoutAfterKernelPageAligned) {
+  FakePhysMemory ram(8 << 20);
+  VBTS_ASSERT_OK_AND_ASSIGN(MultibootInfo mi, WriteMultibootInfo(ram, "k", ""));
+  const std::vector<LoadedModule> mods = {{"env NR_CPUS=1", {'N', 'R', '\n'}}, {"second", std::vector<uint8_t>(0x1001, 7)}};
+  // Kernel ends at 0x123456: table at 0x124000 (2 x 16 bytes), strings after
+  // it ("env NR_CPUS=1\0" at 0x124020, "second\0" at 0x12402E); modules at
+  // the next page boundaries: 0x125000 (3 bytes), 0x126000 (0x1001 bytes).
+  VBTS_ASSERT_OK_AND_ASSIGN(ModuleLayout l, WriteMultibootModules(ram, mi.info_gpa, 0x123456, mods));
+  EXPECT_EQ(l.table_gpa, 0x124000u);
+  EXPECT_EQ(R32(ram, mi.info_gpa) & kMultibootInfoMods, kMultibootInfoMods);
+  EXPECT_EQ(R32(ram, mi.info_gpa + 20), 2u);        // mods_count
+  EXPECT_EQ(R32(ram, mi.info_gpa + 24), 0x124000u);  // mods_addr
+  EXPECT_EQ(R32(ram, 0x124000), 0x125000u);
+  EXPECT_EQ(R32(ram, 0x124004), 0x125003u);  // mod_end is exclusive
+  EXPECT_EQ(RStr(ram, R32(ram, 0x124008)), "env NR_CPUS=1");
+  EXPECT_EQ(R32(ram, 0x12400C), 0u);
+  EXPECT_EQ(R32(ram, 0x124010), 0x126000u);
+  EXPECT_EQ(R32(ram, 0x124014), 0x127001u);
+  EXPECT_EQ(RStr(ram, R32(ram, 0x124018)), "second");
+  EXPECT_EQ(R32(ram, 0x124018), 0x12402Eu);
+  EXPECT_EQ(ram.bytes()[0x125000], 'N');
+  EXPECT_EQ(ram.bytes()[0x127000], 7);
+}
+
+TEST(MultibootModulesTest, NoModulesWritesNothing) {
+  FakePhysMemory ram(8 << 20);
+  VBTS_ASSERT_OK_AND_ASSIGN(MultibootInfo mi, WriteMultibootInfo(ram, "k", ""));
+  VBTS_ASSERT_OK_AND_ASSIGN(ModuleLayout l, WriteMultibootModules(ram, mi.info_gpa, 0x200000, {}));
+  EXPECT_TRUE(l.modules.empty());
+  EXPECT_EQ(R32(ram, mi.info_gpa) & kMultibootInfoMods, 0u);
+}
+
+TEST(MultibootModulesTest, ModuleBeyondRamIsAClearError) {
+  FakePhysMemory ram(2 << 20);
+  VBTS_ASSERT_OK_AND_ASSIGN(MultibootInfo mi, WriteMultibootInfo(ram, "k", ""));
+  EXPECT_THAT(WriteMultibootModules(ram, mi.info_gpa, 0x180000, {{"big", std::vector<uint8_t>(0x80000)}}),
+              StatusIs(absl::StatusCode::kResourceExhausted, ::testing::HasSubstr("does not fit in guest RAM")));
+  EXPECT_EQ(R32(ram, mi.info_gpa + 20), 0u);  // nothing patched
+}
+
 }  // namespace
 }  // namespace vbts::vmm
