@@ -8,6 +8,15 @@
 namespace vbts::pmu {
 namespace {
 
+// IA32_MISC_ENABLE bits the architectural MSR table (SDM vol. 4 table 2-2)
+// marks R/W: fast strings (0), automatic thermal control (3), EIST (16),
+// ENABLE MONITOR FSM (18), limit CPUID maxval (22), xTPR message disable
+// (23), XD bit disable (34). kvm-unit-tests' msr.c writes 0x400c50809 with
+// only 7, 11 and 12 kept, i.e. expects exactly these to be writable.
+constexpr uint64_t kMiscEnableArchWritable =
+    (1ull << 0) | (1ull << 3) | (1ull << 16) | (1ull << 18) | (1ull << 22) | (1ull << 23) | (1ull << 34);
+constexpr uint64_t kMiscEnableTurboDisable = 1ull << 38;  // IDA/Turbo disengage, Nehalem and later
+
 // Four little-endian ASCII bytes as CPUID returns them.
 constexpr uint32_t Ascii4(const char (&s)[5]) {
   return uint32_t(uint8_t(s[0])) | uint32_t(uint8_t(s[1])) << 8 | uint32_t(uint8_t(s[2])) << 16 |
@@ -74,6 +83,7 @@ std::vector<CpuModel> MakeModels() {
     p.ds = p.dtes64 = p.ds_cpl = p.pdcm = true;
     p.perf_capabilities = 0x11C3;
     p.misc_enable = 0x81;  // fast strings (0), performance monitoring available (7); BTS/PEBS available
+    p.misc_enable_writable = kMiscEnableArchWritable | kMiscEnableTurboDisable;  // vol. 4 table 2-15 (Nehalem)
     p.debugctl_valid = 0x1FC3;  // LBR, BTF, TR, BTS, BTINT, BTS_OFF_OS/USR, FREEZE_LBRS/PERFMON_ON_PMI
     p.perfmon_version = 3;
     p.gp_counters = 4;
@@ -102,6 +112,8 @@ std::vector<CpuModel> MakeModels() {
     PmuModel& p = m.pmu;
     p.ds = p.ds_cpl = true;
     p.misc_enable = 0x1081;  // perfmon available (7), PEBS unavailable (12), BTS available (11 = 0)
+    // vol. 4 table 2-3 (Core Solo/Duo): + FERR# multiplexing (10), TM2 enable (13).
+    p.misc_enable_writable = kMiscEnableArchWritable | (1ull << 10) | (1ull << 13);
     p.debugctl_valid = 0x7C3;  // LBR, BTF, TR, BTS, BTINT, BTS_OFF_OS/USR (no freeze bits before v2)
     p.perfmon_version = 1;
     p.gp_counters = 2;
@@ -131,6 +143,7 @@ std::vector<CpuModel> MakeModels() {
     // format 3, freeze while SMM, full-width writes (bit 13).
     p.perf_capabilities = 0x33C5;
     p.misc_enable = 0x81;
+    p.misc_enable_writable = kMiscEnableArchWritable | kMiscEnableTurboDisable;  // vol. 4 tables 2-20, 2-38
     p.debugctl_valid = 0x5FC3;  // + FREEZE_WHILE_SMM (14)
     p.perfmon_version = 4;
     p.gp_counters = 4;
@@ -158,6 +171,7 @@ CpuModel CpuModel::WithoutPmu() const {
   }
   m.pmu = PmuModel{};
   m.pmu.misc_enable = (pmu.misc_enable & ~0x80ull) | (1ull << 11) | (1ull << 12);  // no perfmon, BTS/PEBS unavailable
+  m.pmu.misc_enable_writable = pmu.misc_enable_writable;
   return m;
 }
 

@@ -51,6 +51,9 @@ struct PmuModel {
   bool pdcm = false;            // CPUID.1:ECX.PDCM: IA32_PERF_CAPABILITIES
   uint64_t perf_capabilities = 0;
   uint64_t misc_enable = 0;     // IA32_MISC_ENABLE as read (reset value)
+  // IA32_MISC_ENABLE bits a WRMSR may change (SDM vol. 4, the model's table);
+  // bits 7, 11 and 12 are read-only (writes leave them), all others reserved (#GP).
+  uint64_t misc_enable_writable = 0;
   uint64_t debugctl_valid = 0;  // writable IA32_DEBUGCTL bits; others #GP
   int perfmon_version = 0;      // CPUID.0AH:EAX[7:0]
   int gp_counters = 0;          // CPUID.0AH:EAX[15:8]

@@ -513,11 +513,13 @@ MsrResult VirtualPmu::WriteMsr(uint32_t msr, uint64_t v) {
   const MsrResult ok{false, 0}, gp{true, 0};
   int i;
   if (msr == kMsrMiscEnable) {
-    // Only the fast-strings bit is writable in vbts's models; the
-    // performance-monitoring bits (7, 11, 12) are read-only (SDM vol. 4,
-    // table 2-2). Other changes #GP.
-    if ((v ^ s.misc_enable) & ~1ull) return gp;
-    s.misc_enable = v;
+    // SDM vol. 4 table 2-2 and the model's table: the writable bits take the
+    // value; the performance-monitoring bits 7, 11 and 12 are read-only and
+    // keep theirs; a reserved bit set #GPs. The stored bits change nothing
+    // else (limit-CPUID-maxval and XD-disable do not alter CPUID; docs/pmu-model.md).
+    constexpr uint64_t kReadOnly = (1ull << 7) | (1ull << 11) | (1ull << 12);
+    if (v & ~(p.misc_enable_writable | kReadOnly)) return gp;
+    s.misc_enable = (v & p.misc_enable_writable) | (s.misc_enable & ~p.misc_enable_writable);
     return ok;
   }
   if (msr == kMsrDebugCtl) {
@@ -537,7 +539,14 @@ MsrResult VirtualPmu::WriteMsr(uint32_t msr, uint64_t v) {
     s.pebs_armed &= static_cast<uint32_t>(v);
     return ok;
   }
-  if (msr == p.lbr.tos && p.lbr.entries) return gp;  // read-only (SDM 17.4.8.2? MSR_LASTBRANCH_TOS)
+  if (msr == p.lbr.tos && p.lbr.entries) {
+    // SDM vol. 4 (tables 2-3, 2-15, 2-38): "Last Branch Record Stack TOS
+    // (R/W)", an index into the stack; kvm-unit-tests' pmu_lbr writes 0.
+    // An index beyond the stack is a reserved value: #GP.
+    if (v >= static_cast<uint64_t>(p.lbr.entries)) return gp;
+    s.tos = static_cast<uint32_t>(v);
+    return ok;
+  }
   if (msr == kMsrLbrSelect) {
     if (!p.lbr.select || (v & ~kLbrSelectMask)) return gp;
     s.lbr_select = v;

@@ -78,11 +78,24 @@ TEST_F(VpmuTest, MsrRulesWestmere) {
   EXPECT_EQ(Rd(0x345), 0x11C3u);
   EXPECT_TRUE(pmu_.WriteMsr(0x345, 0).gp);
   EXPECT_EQ(Rd(0x1A0) & ((1u << 7) | (1u << 11) | (1u << 12)), 1u << 7);
-  EXPECT_TRUE(pmu_.WriteMsr(0x1A0, Rd(0x1A0) | (1u << 11)).gp);
-  // 16 LBRs: FROM_15 at 0x68F exists, 0x690 does not; TOS read-only.
+  // MISC_ENABLE as kvm-unit-tests' msr.c writes it: 0x400c50809 with bits 7,
+  // 11, 12 kept from the read value (0x81): the R/W bits 0, 3, 16, 18, 22,
+  // 23, 34 read back, 7 stays 1, 11 stays 0.
+  Wr(0x1A0, 0x400c50089ull);
+  EXPECT_EQ(Rd(0x1A0), 0x400c50089ull);
+  // Read-only bits keep their value (11 written 1 reads 0); reserved bit 1 #GPs.
+  Wr(0x1A0, 0x801);
+  EXPECT_EQ(Rd(0x1A0), 0x81u);
+  EXPECT_TRUE(pmu_.WriteMsr(0x1A0, 0x83).gp);
+  EXPECT_TRUE(pmu_.WriteMsr(0x1A0, 1ull << 35).gp);
+  // 16 LBRs: FROM_15 at 0x68F exists, 0x690 does not; TOS R/W, 0..15.
   EXPECT_FALSE(pmu_.ReadMsr(0x68F).gp);
   EXPECT_TRUE(pmu_.ReadMsr(0x690).gp);
-  EXPECT_TRUE(pmu_.WriteMsr(0x1C9, 1).gp);
+  Wr(0x1C9, 15);
+  EXPECT_EQ(Rd(0x1C9), 15u);
+  Wr(0x1C9, 0);
+  EXPECT_EQ(Rd(0x1C9), 0u);
+  EXPECT_TRUE(pmu_.WriteMsr(0x1C9, 16).gp);
   // 4 GP counters (0xC1-0xC4), 3 fixed; no LBR_INFO and no full-width writes on Westmere.
   EXPECT_FALSE(pmu_.ReadMsr(0xC4).gp);
   EXPECT_TRUE(pmu_.ReadMsr(0xC5).gp);
