@@ -1,6 +1,9 @@
 // kvm_vm.cc: system and VM ioctls.
 #include "vmm/kvm_vm.h"
 
+#include <algorithm>
+#include <vector>
+
 #include <fcntl.h>
 
 #include <cerrno>
@@ -96,21 +99,45 @@ absl::Status Vm::EnableCap(uint32_t cap, uint64_t arg0) {
 }
 
 absl::Status Vm::SetMsrFilter(absl::Span<const MsrRange> deny) {
-  if (deny.size() > KVM_MSR_FILTER_MAX_RANGES)
-    return absl::InvalidArgumentError(absl::StrFormat("%u MSR filter ranges, KVM takes at most %d", deny.size(),
+  // KVM takes at most KVM_MSR_FILTER_MAX_RANGES ranges, each with a bitmap
+  // (bit set = allow). Deny ranges that lie close together share one filter
+  // range whose bitmap allows the MSRs between them.
+  constexpr uint32_t kMaxSpan = 0x400;  // MSRs per filter range (128-byte bitmap)
+  std::vector<MsrRange> sorted(deny.begin(), deny.end());
+  std::sort(sorted.begin(), sorted.end(), [](const MsrRange& a, const MsrRange& b) { return a.base < b.base; });
+  struct Group {
+    uint32_t base, end;  // [base, end)
+    std::vector<MsrRange> members;
+  };
+  std::vector<Group> groups;
+  for (const MsrRange& r : sorted) {
+    if (r.count == 0 || r.count > kMaxSpan)
+      return absl::InvalidArgumentError(absl::StrFormat("MSR filter range at 0x%x: bad length %u", r.base, r.count));
+    if (!groups.empty() && r.base + r.count - groups.back().base <= kMaxSpan) {
+      groups.back().end = std::max(groups.back().end, r.base + r.count);
+      groups.back().members.push_back(r);
+    } else {
+      groups.push_back({r.base, r.base + r.count, {r}});
+    }
+  }
+  if (groups.size() > KVM_MSR_FILTER_MAX_RANGES)
+    return absl::InvalidArgumentError(absl::StrFormat("%u MSR filter ranges, KVM takes at most %d", groups.size(),
                                                       KVM_MSR_FILTER_MAX_RANGES));
   VBTS_RETURN_IF_ERROR(EnableCap(KVM_CAP_X86_USER_SPACE_MSR, KVM_MSR_EXIT_REASON_FILTER));
   kvm_msr_filter f{};
   f.flags = KVM_MSR_FILTER_DEFAULT_ALLOW;
-  // A zero bitmap denies every MSR of the range (bit set = allow).
-  static const uint8_t kDenyAll[0x100 / 8 * 8] = {};
-  for (size_t i = 0; i < deny.size(); i++) {
-    if (deny[i].count > sizeof(kDenyAll) * 8)
-      return absl::InvalidArgumentError(absl::StrFormat("MSR filter range at 0x%x too long", deny[i].base));
+  std::vector<std::vector<uint8_t>> bitmaps;  // KVM copies them during the ioctl
+  for (size_t i = 0; i < groups.size(); i++) {
+    const Group& g = groups[i];
+    std::vector<uint8_t> bitmap((g.end - g.base + 7) / 8, 0xFF);
+    for (const MsrRange& m : g.members)
+      for (uint32_t msr = m.base; msr < m.base + m.count; msr++)
+        bitmap[(msr - g.base) / 8] &= static_cast<uint8_t>(~(1u << ((msr - g.base) % 8)));
+    bitmaps.push_back(std::move(bitmap));
     f.ranges[i].flags = KVM_MSR_FILTER_READ | KVM_MSR_FILTER_WRITE;
-    f.ranges[i].base = deny[i].base;
-    f.ranges[i].nmsrs = deny[i].count;
-    f.ranges[i].bitmap = const_cast<uint8_t*>(kDenyAll);
+    f.ranges[i].base = g.base;
+    f.ranges[i].nmsrs = g.end - g.base;
+    f.ranges[i].bitmap = bitmaps.back().data();
   }
   return Ioctl(fd(), KVM_X86_SET_MSR_FILTER, &f, "KVM_X86_SET_MSR_FILTER").status();
 }

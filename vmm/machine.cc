@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "base/file.h"
+#include "pmu/feature_msrs.h"
 #include "pmu/passthrough.h"
 #include "base/status_macros.h"
 #include "vcpu/descriptors.h"
@@ -41,8 +42,11 @@ double Now() {
 std::vector<MsrRange> PmuDenyList(const std::string& vpmu) {
   const pmu::VirtualPmu probe(pmu::CpuModels().front(),
                               pmu::VirtualPmuOptions{.lbr_in_kernel = vpmu == "passthrough"});
+  std::vector<pmu::MsrRange> ranges = probe.InterceptedMsrs();
+  for (const pmu::MsrRange& r : pmu::FeatureMsrs::Intercepted()) ranges.push_back(r);
+  std::sort(ranges.begin(), ranges.end(), [](const pmu::MsrRange& a, const pmu::MsrRange& b) { return a.first < b.first; });
   std::vector<MsrRange> deny;
-  for (const pmu::MsrRange& r : probe.InterceptedMsrs()) {
+  for (const pmu::MsrRange& r : ranges) {
     if (!deny.empty() && deny.back().base + deny.back().count == r.first)
       deny.back().count += r.last - r.first + 1;
     else
@@ -197,6 +201,7 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
   }
   supervisor_ = std::make_unique<vcpu::Supervisor>(*vcpu_, *ram_, *model_, facts_, std::move(options));
   {  // The virtual PMU, its MSR filter and the tracer, in every --vpmu mode.
+    feature_msrs_ = std::make_unique<pmu::FeatureMsrs>(*model_);
     vpmu_ = std::make_unique<pmu::VirtualPmu>(
         *model_, pmu::VirtualPmuOptions{.lbr_in_kernel = config_.vpmu == "passthrough"});
     // KVM must exit on every MSR the virtual PMU owns (kvm-host-facts.md:
@@ -256,6 +261,13 @@ void Machine::PrintWarnings() {
 absl::Status Machine::HandleMsr(bool write) {
   kvm_run* run = vcpu_->run();
   msr_exits_++;
+  if (feature_msrs_ && pmu::FeatureMsrs::Owns(run->msr.index)) {
+    const pmu::MsrResult r =
+        write ? feature_msrs_->Write(run->msr.index, run->msr.data) : feature_msrs_->Read(run->msr.index);
+    run->msr.error = r.gp ? 1 : 0;
+    if (!write) run->msr.data = r.gp ? 0 : r.value;
+    return absl::OkStatus();
+  }
   if (!vpmu_ || !vpmu_->Owns(run->msr.index)) {
     // Only filtered MSRs exit (KVM_MSR_EXIT_REASON_FILTER); be exact anyway.
     run->msr.error = 1;

@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "pmu/cpu_model.h"
+#include "pmu/feature_msrs.h"
 #include "pmu/vpmu.h"
 #include "vcpu/host_facts.h"
 #include "vcpu/kvm_vcpu.h"
@@ -117,6 +118,7 @@ class Machine {
   std::unique_ptr<vcpu::KvmVcpu> vcpu_;
   std::unique_ptr<vcpu::Supervisor> supervisor_;
   std::unique_ptr<pmu::VirtualPmu> vpmu_;
+  std::unique_ptr<pmu::FeatureMsrs> feature_msrs_;  // SPEC_CTRL, PRED_CMD, FLUSH_CMD
   std::unique_ptr<vcpu::Tracer> tracer_;
   uint64_t msr_exits_ = 0;
   std::FILE* branches_file_ = nullptr;

@@ -1,0 +1,41 @@
+// feature_msrs.cc: speculation-control MSRs as the CPU model's CPUID describes them.
+#include "pmu/feature_msrs.h"
+
+namespace vbts::pmu {
+namespace {
+
+constexpr uint32_t kSpecCtrl = 0x48, kPredCmd = 0x49, kFlushCmd = 0x10B;
+
+}  // namespace
+
+FeatureMsrs::FeatureMsrs(const CpuModel& model) {
+  const uint32_t max_leaf = model.Cpuid(0, 0).eax;
+  const uint32_t edx7 = max_leaf >= 7 ? model.Cpuid(7, 0).edx : 0;
+  spec_ctrl_ = edx7 & (1u << 26);
+  stibp_ = edx7 & (1u << 27);
+  flush_l1d_ = edx7 & (1u << 28);
+  ssbd_ = edx7 & (1u << 31);
+}
+
+std::vector<MsrRange> FeatureMsrs::Intercepted() { return {{kSpecCtrl, kPredCmd}, {kFlushCmd, kFlushCmd}}; }
+
+bool FeatureMsrs::Owns(uint32_t msr) { return msr == kSpecCtrl || msr == kPredCmd || msr == kFlushCmd; }
+
+MsrResult FeatureMsrs::Read(uint32_t msr) const {
+  if (msr == kSpecCtrl && spec_ctrl_) return {false, spec_ctrl_value_};
+  return {true, 0};  // absent, or write-only (PRED_CMD, FLUSH_CMD)
+}
+
+MsrResult FeatureMsrs::Write(uint32_t msr, uint64_t value) {
+  if (msr == kSpecCtrl && spec_ctrl_) {
+    const uint64_t valid = 1 | (stibp_ ? 2 : 0) | (ssbd_ ? 4 : 0);
+    if (value & ~valid) return {true, 0};
+    spec_ctrl_value_ = value;
+    return {};
+  }
+  if (msr == kPredCmd && spec_ctrl_) return {(value & ~1ull) != 0, 0};  // IBPB: nothing to flush here
+  if (msr == kFlushCmd && flush_l1d_) return {(value & ~1ull) != 0, 0};
+  return {true, 0};
+}
+
+}  // namespace vbts::pmu
