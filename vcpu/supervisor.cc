@@ -5,6 +5,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <tuple>
+
+#include <Zydis/Zydis.h>
 
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
@@ -24,6 +27,13 @@ constexpr uint64_t kDr7L3 = 1u << 6;  // DR3 enabled; RW3/LEN3 = 0: execute
 constexpr int kMaxChainedCompletions = 64;
 
 bool IsHlt(const DecodedInsn& insn) { return insn.length == 1 && insn.bytes[0] == 0xF4; }
+
+// ENDBR64 (F3 0F 1E FA) and ENDBR32 (F3 0F 1E FB): NOPs for a CPU without
+// CET, which is every vbts model (no CPUID.7.EDX[20], CR4.CET cannot be set).
+bool IsEndbr(const DecodedInsn& insn) {
+  return insn.length == 4 && insn.bytes[0] == 0xF3 && insn.bytes[1] == 0x0F && insn.bytes[2] == 0x1E &&
+         (insn.bytes[3] == 0xFA || insn.bytes[3] == 0xFB);
+}
 
 bool IsSoftwareInterrupt(const DecodedInsn& insn) {
   return insn.kind == InsnKind::kIntN || insn.kind == InsnKind::kInt3 || insn.kind == InsnKind::kInto ||
@@ -79,6 +89,29 @@ std::vector<uint64_t> FindMovDr7Sites(const uint8_t* code, size_t size, uint64_t
   return sites;
 }
 
+std::vector<uint64_t> ConfirmInstructionStarts(const uint8_t* code, size_t size, uint64_t base,
+                                               const std::vector<uint64_t>& sites) {
+  std::vector<bool> start32(size, false), start64(size, false);
+  for (auto [mode, width, starts] : {std::tuple{ZYDIS_MACHINE_MODE_LEGACY_32, ZYDIS_STACK_WIDTH_32, &start32},
+                                     std::tuple{ZYDIS_MACHINE_MODE_LONG_64, ZYDIS_STACK_WIDTH_64, &start64}}) {
+    ZydisDecoder dec;
+    if (ZYAN_FAILED(ZydisDecoderInit(&dec, mode, width))) return {};
+    ZydisDecodedInstruction zi;
+    for (size_t i = 0; i < size;) {
+      (*starts)[i] = true;
+      if (ZYAN_FAILED(ZydisDecoderDecodeInstruction(&dec, nullptr, code + i, size - i, &zi))) {
+        i++;
+        continue;
+      }
+      i += zi.length;
+    }
+  }
+  std::vector<uint64_t> out;
+  for (uint64_t site : sites)
+    if (site >= base && site - base < size && (start32[site - base] || start64[site - base])) out.push_back(site);
+  return out;
+}
+
 std::string ExceptionRecord::Describe() const {
   static const char* kNames[32] = {"#DE", "#DB", "NMI", "#BP", "#OF", "#BR", "#UD", "#NM", "#DF", "#MF(9)",
                                    "#TS", "#NP", "#SS", "#GP", "#PF", "#15", "#MF", "#AC", "#MC", "#XM",
@@ -114,6 +147,25 @@ Supervisor::Supervisor(KvmVcpu& vcpu, PhysMemory& mem, const pmu::CpuModel& mode
   std::sort(sites.begin(), sites.end());
   sites.erase(std::unique(sites.begin(), sites.end()), sites.end());
   const size_t free_registers = kDebugRegisters - (facts_.needs_ud_guard ? 1 : 0);
+  if (sites.size() > free_registers && facts_.needs_ud_guard) {
+    // Code guards: patch the confirmed sites, keep breakpoints for the rest.
+    std::vector<uint64_t> rest = sites;
+    std::vector<CodePatch> patches;
+    for (const SupervisorOptions::PatchableSite& p : options_.patchable) {
+      bool wanted = false;
+      for (uint64_t la : p.linear) wanted |= std::binary_search(sites.begin(), sites.end(), la);
+      if (!wanted) continue;
+      CodePatch cp;
+      cp.gpa = p.gpa;
+      if (!mem_.Read(Gpa(p.gpa), absl::MakeSpan(cp.original, 2)).ok()) continue;
+      patches.push_back(cp);
+      for (uint64_t la : p.linear) rest.erase(std::remove(rest.begin(), rest.end(), la), rest.end());
+    }
+    if (rest.size() <= free_registers) {
+      patches_ = std::move(patches);
+      sites = std::move(rest);
+    }
+  }
   if (sites.size() > free_registers) {
     stepping_reason_ =
         sites.size() == cpuid_count
@@ -134,11 +186,72 @@ std::string Supervisor::Statistics() const {
   absl::StrAppendFormat(&s,
                         "; %u steps (%u native user steps), %u guard stops (%u INT #UDs undone, %u #UDs passed, "
                         "%u CPUIDs at guarded sites, %u step-overs), %u instructions completed, %u internal errors, "
-                        "%u faults injected, %u halts\n",
+                        "%u faults injected, %u halts",
                         stats_.steps, stats_.user_steps, stats_.guard_stops, stats_.ud_undone, stats_.ud_passed,
                         stats_.cpuid_guarded, stats_.step_overs, stats_.completed, stats_.internal_errors,
                         stats_.faults_injected, stats_.halts);
+  if (stats_.endbr_completed) absl::StrAppendFormat(&s, ", %u ENDBRs retired by vbts", stats_.endbr_completed);
+  if (stats_.step_traps) absl::StrAppendFormat(&s, ", %u single-step traps after completions", stats_.step_traps);
+  if (!patches_.empty())
+    absl::StrAppendFormat(&s, "; %u code guards (%u dropped), %u code-guard stops", patches_.size(),
+                          patches_.size() - code_guard_sites().size(), stats_.code_guard_stops);
+  s += "\n";
   return s;
+}
+
+std::vector<uint64_t> Supervisor::code_guard_sites() const {
+  std::vector<uint64_t> r;
+  for (const CodePatch& p : patches_)
+    if (!p.dropped) r.push_back(p.gpa);
+  return r;
+}
+
+std::optional<uint64_t> Supervisor::PcGpa(const CpuState& st) {
+  absl::StatusOr<pmu::Translation> t = pmu::Translate(st.paging_regs(), mem_, Gva(st.pc_linear()),
+                                                      pmu::Access{.user = st.cpl() == 3, .fetch = true},
+                                                      /*set_accessed_dirty=*/false);
+  if (!t.ok() || !t->fault.ok()) return std::nullopt;
+  return t->gpa.value;
+}
+
+Supervisor::CodePatch* Supervisor::PatchAt(std::optional<uint64_t> gpa) {
+  if (!gpa) return nullptr;
+  for (CodePatch& p : patches_)
+    if (p.gpa == *gpa && !p.dropped) return &p;
+  return nullptr;
+}
+
+absl::Status Supervisor::ApplyPatches(std::optional<uint64_t> skip_gpa) {
+  static constexpr uint8_t kUd2[2] = {0x0F, 0x0B};
+  for (CodePatch& p : patches_) {
+    if (p.dropped || p.applied || (skip_gpa && *skip_gpa == p.gpa)) continue;
+    uint8_t now[2];
+    VBTS_RETURN_IF_ERROR(mem_.Read(Gpa(p.gpa), absl::MakeSpan(now)));
+    if (std::memcmp(now, p.original, 2) != 0) {
+      p.dropped = true;  // the guest wrote other code there
+      continue;
+    }
+    VBTS_RETURN_IF_ERROR(mem_.Write(Gpa(p.gpa), absl::MakeConstSpan(kUd2)));
+    p.applied = true;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Supervisor::RemovePatch(CodePatch& p) {
+  if (!p.applied) return absl::OkStatus();
+  uint8_t now[2];
+  VBTS_RETURN_IF_ERROR(mem_.Read(Gpa(p.gpa), absl::MakeSpan(now)));
+  p.applied = false;
+  if (now[0] != 0x0F || now[1] != 0x0B) {
+    p.dropped = true;  // overwritten by the guest: its bytes stay
+    return absl::OkStatus();
+  }
+  return mem_.Write(Gpa(p.gpa), absl::MakeConstSpan(p.original, 2));
+}
+
+absl::Status Supervisor::RemovePatches() {
+  for (CodePatch& p : patches_) VBTS_RETURN_IF_ERROR(RemovePatch(p));
+  return absl::OkStatus();
 }
 
 absl::Status Supervisor::SetDebug(uint32_t control, const std::array<uint64_t, 4>& dr, uint64_t dr7) {
@@ -155,7 +268,9 @@ bool Supervisor::CompleteAtStop(const DecodedInsn& insn) const {
   return HostFailsInvisibly() && SupervisedCompletion(insn);
 }
 
-bool Supervisor::WantsStepping() const { return ObserverWantsSteps() || !stepping_reason_.empty(); }
+bool Supervisor::WantsStepping() const {
+  return ObserverWantsSteps() || !stepping_reason_.empty() || patches_wait_for_idt_;
+}
 
 int Supervisor::GuardAddresses(const CpuState& st, std::array<uint64_t, 4>& addrs) {
   int n = 0;
@@ -184,6 +299,12 @@ bool Supervisor::NextRunSteps(const CpuState& st) {
 
 absl::StatusOr<Supervisor::Verdict> Supervisor::Arm(CpuState& st, bool& dirty, bool at_boundary,
                                                     bool exception_pending, bool may_step_over) {
+  if (!patches_.empty()) {
+    // Code guards need the guest's #UD handler; without one the guest is
+    // stepped (every CPUID completed at its stop) until it has one.
+    patches_wait_for_idt_ = !HandlerEntry(st, mem_, kVecUd).ok();
+    if (WantsStepping()) VBTS_RETURN_IF_ERROR(RemovePatches());
+  }
   if (WantsStepping()) {
     mode_ = Mode::kStepping;
     step_over_ = false;
@@ -208,7 +329,18 @@ absl::StatusOr<Supervisor::Verdict> Supervisor::Arm(CpuState& st, bool& dirty, b
   mode_ = Mode::kGuarded;
   std::array<uint64_t, 4> addrs{};
   const int n = GuardAddresses(st, addrs);
-  const bool on_guard = std::find(addrs.begin(), addrs.begin() + n, st.pc_linear()) != addrs.begin() + n;
+  const std::optional<uint64_t> pc_gpa = patches_.empty() ? std::nullopt : PcGpa(st);
+  bool on_guard = std::find(addrs.begin(), addrs.begin() + n, st.pc_linear()) != addrs.begin() + n;
+  std::optional<uint64_t> skip;
+  if (CodePatch* p = PatchAt(pc_gpa); p && at_boundary && may_step_over) {
+    // The guest stopped in front of a code-guarded site (its #UD was taken
+    // back): step its own bytes once, then guard it again. Elsewhere (an
+    // I/O exit or a kick right before it) the patch stays and fires.
+    VBTS_RETURN_IF_ERROR(RemovePatch(*p));
+    on_guard = true;
+    skip = pc_gpa;
+  }
+  VBTS_RETURN_IF_ERROR(ApplyPatches(skip));
   if (at_boundary && may_step_over && on_guard) {
     // KVM ignores RFLAGS.RF for its own breakpoints in emulated code: the
     // breakpoint would fire again at once. Step the one instruction with all
@@ -275,6 +407,18 @@ absl::Status Supervisor::UdGuard(CpuState& st, bool& dirty) {
   // raises #UD for those (INTO in 64-bit mode and LOCK INT do not decode as
   // such), so take the delivery back; Boundary() then completes the INT.
   absl::StatusOr<CpuState> before = UndoDelivery(st, mem_);
+  if (before.ok() && !patches_.empty()) {
+    CodePatch* p = PatchAt(PcGpa(*before));
+    uint8_t now[2] = {0, 0};
+    if (p && p->applied && mem_.Read(Gpa(p->gpa), absl::MakeSpan(now)).ok() && now[0] == 0x0F && now[1] == 0x0B) {
+      // The #UD of a code guard: back to the site, with its own bytes.
+      VBTS_RETURN_IF_ERROR(RemovePatch(*p));
+      st = *before;
+      dirty = true;
+      stats_.code_guard_stops++;
+      return absl::OkStatus();
+    }
+  }
   if (before.ok()) {
     absl::StatusOr<DecodedInsn> insn = DecodeCurrent(*before, mem_);
     if (insn.ok() && IsSoftwareInterrupt(*insn) && !insn->lock) {
@@ -315,6 +459,7 @@ absl::StatusOr<Supervisor::Verdict> Supervisor::OnInternalError() {
                    absl::StrFormat("KVM could not execute the instruction at %s, and vbts cannot decode it: %s",
                                    st.Describe(), insn.status().message())};
   }
+  const CpuState before_insn = st;
   VBTS_ASSIGN_OR_RETURN(Outcome o, Perform(st, dirty, *insn, /*must=*/true));
   switch (o.kind) {
     case Outcome::kStop:
@@ -326,8 +471,11 @@ absl::StatusOr<Supervisor::Verdict> Supervisor::OnInternalError() {
       VBTS_RETURN_IF_ERROR(InjectFault(st, dirty, o.fault));
       return Verdict{};
     }
-    case Outcome::kRetired:
+    case Outcome::kRetired: {
+      VBTS_ASSIGN_OR_RETURN(bool trapped, StepTrapAfterCompletion(before_insn, *insn, st, dirty));
+      if (trapped) return Verdict{};
       break;
+    }
   }
   return Boundary(st, dirty, /*reported=*/false);
 }
@@ -396,6 +544,24 @@ absl::StatusOr<Supervisor::Outcome> Supervisor::Perform(CpuState& st, bool& dirt
                                  insn.mnemonic, st.Describe())};
 }
 
+absl::StatusOr<bool> Supervisor::StepTrapAfterCompletion(const CpuState& before, const DecodedInsn& insn,
+                                                         CpuState& st, bool& dirty) {
+  if (!(before.rflags & kRflagsTf) || ObserverWantsSteps() || mode_ == Mode::kStepping) return false;
+  // INT n/INT3/INTO/INT1 clear TF on the way into the handler and owe no trap
+  // (SDM 6.12.1); SYSCALL's RFLAGS mask decides for itself.
+  if (IsSoftwareInterrupt(insn) || insn.kind == InsnKind::kSyscall) return false;
+  VBTS_ASSIGN_OR_RETURN(Verdict v, Arm(st, dirty, /*at_boundary=*/true, /*exception_pending=*/true));
+  (void)v;
+  if (dirty) VBTS_RETURN_IF_ERROR(vcpu_.SetState(st));
+  dirty = false;
+  VBTS_ASSIGN_OR_RETURN(kvm_debugregs d, vcpu_.GetDebugRegs());
+  d.dr6 |= 1u << 14;  // BS
+  VBTS_RETURN_IF_ERROR(vcpu_.SetDebugRegs(d));
+  VBTS_RETURN_IF_ERROR(vcpu_.InjectException(kVecDb, std::nullopt));
+  stats_.step_traps++;
+  return true;
+}
+
 absl::Status Supervisor::InjectFault(CpuState& st, bool& dirty, const GuestFault& fault) {
   if (fault.vector == kVecPf) {  // #PF reports its linear address in CR2 (SDM 4.7)
     st.cr2 = fault.cr2;
@@ -450,7 +616,29 @@ absl::StatusOr<Supervisor::Verdict> Supervisor::Boundary(CpuState& st, bool dirt
       VBTS_RETURN_IF_ERROR(vcpu_.SetMpState(KVM_MP_STATE_HALTED));
       return Verdict{};
     }
+    if (IsEndbr(*insn) && NextRunSteps(st)) {
+      // Measured on the PVM hosts: one single-step over ENDBR64 also runs the
+      // next instruction, so the observer would miss a boundary (and a
+      // branch, a counted instruction, a breakpoint there). vbts retires the
+      // NOP itself and stops in front of the next instruction.
+      const CpuState before = st;
+      st.rip += insn->length;
+      dirty = true;
+      stats_.endbr_completed++;
+      if (observer_) {
+        ControlTransfer t;
+        t.from = before.pc_linear();
+        t.to = st.pc_linear();
+        t.old_cpl = t.new_cpl = before.cpl();
+        VBTS_RETURN_IF_ERROR(observer_->Retired(before, t, st, dirty));
+      }
+      VBTS_ASSIGN_OR_RETURN(bool trapped, StepTrapAfterCompletion(before, *insn, st, dirty));
+      if (trapped) return Verdict{};
+      st_reported = false;
+      continue;
+    }
     if (!CompleteAtStop(*insn)) break;
+    const CpuState before_insn = st;
     VBTS_ASSIGN_OR_RETURN(Outcome o, Perform(st, dirty, *insn, /*must=*/false));
     if (o.kind == Outcome::kStop) {
       if (dirty) VBTS_RETURN_IF_ERROR(vcpu_.SetState(st));
@@ -463,6 +651,8 @@ absl::StatusOr<Supervisor::Verdict> Supervisor::Boundary(CpuState& st, bool dirt
       return Verdict{};
     }
     if (o.kind == Outcome::kNotMine) break;
+    VBTS_ASSIGN_OR_RETURN(bool trapped, StepTrapAfterCompletion(before_insn, *insn, st, dirty));
+    if (trapped) return Verdict{};
     st_reported = false;  // retired: the guest is at a new boundary
   }
   VBTS_ASSIGN_OR_RETURN(Verdict v, Arm(st, dirty, /*at_boundary=*/true, /*exception_pending=*/false));

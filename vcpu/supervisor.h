@@ -57,6 +57,16 @@ struct SupervisorOptions {
   // (HostFacts::emulate_data_breakpoints) they are guarded too, so that the
   // observer sees the guest enable one and steps it (docs/tracing.md).
   std::vector<uint64_t> movdr7_sites;
+  // Sites of the two lists above that may be patched in guest memory when
+  // they outnumber the free debug registers (code guards): the physical
+  // address of the instruction and the linear addresses it is known at
+  // (those in cpuid_sites/movdr7_sites). Only instruction boundaries the
+  // loader confirmed by decoding (ConfirmInstructionStarts) belong here.
+  struct PatchableSite {
+    uint64_t gpa = 0;
+    std::vector<uint64_t> linear;
+  };
+  std::vector<PatchableSite> patchable;
 };
 
 struct SupervisorStats {
@@ -72,6 +82,9 @@ struct SupervisorStats {
   uint64_t cpuid_guarded = 0;  // CPUIDs answered at a guarded site
   uint64_t step_overs = 0;     // single steps past a guard the guest's instruction sat on
   uint64_t post_io_breakpoints = 0;  // breakpoints after a device exit while stepping (docs/tracing.md)
+  uint64_t endbr_completed = 0;      // ENDBR64/ENDBR32 retired by vbts while stepping (host steps two)
+  uint64_t step_traps = 0;           // single-step #DBs owed after a completed instruction (guest TF)
+  uint64_t code_guard_stops = 0;     // #UDs of a code guard (UD2 patched over a site) taken back
 };
 
 class Supervisor {
@@ -98,6 +111,9 @@ class Supervisor {
   const std::string& stepping_reason() const { return stepping_reason_; }
   // The CPUID sites that get a breakpoint (empty when the guest is stepped).
   const std::vector<uint64_t>& guarded_cpuid_sites() const { return cpuid_sites_; }
+  // Physical addresses of the sites guarded by a code patch (UD2 over the
+  // instruction's first two bytes while the guest runs free).
+  std::vector<uint64_t> code_guard_sites() const;
 
   // Call once the boot state is set, before the first KVM_RUN.
   absl::StatusOr<Verdict> Start();
@@ -137,6 +153,12 @@ class Supervisor {
   // Completes `insn` at `st` (must: on an internal error, where anything not
   // completed is unsupported).  Tells the observer about a retirement.
   absl::StatusOr<Outcome> Perform(CpuState& st, bool& dirty, const DecodedInsn& insn, bool must);
+  // After vbts completed an instruction that began with the guest's own
+  // RFLAGS.TF set, while no observer follows every instruction (the tracer
+  // raises these itself while it steps): the single-step trap it owes, a
+  // #DB with DR6.BS (SDM 17.3.1.4). Returns whether one was injected.
+  absl::StatusOr<bool> StepTrapAfterCompletion(const CpuState& before, const DecodedInsn& insn, CpuState& st,
+                                               bool& dirty);
   // Writes the state and injects the fault of a completed instruction.
   absl::Status InjectFault(CpuState& st, bool& dirty, const GuestFault& fault);
   // Chooses the mode and writes the guest debug controls for the next run.
@@ -158,6 +180,27 @@ class Supervisor {
   bool WantsStepping() const;
   bool ObserverWantsSteps() const { return observer_ && observer_->WantsEveryInstruction(); }
   bool HostFailsInvisibly() const { return facts_.needs_supervision; }
+  // Code guards (docs/completion.md, "Guards"): UD2 written over a site's
+  // first two bytes; its #UD reaches the #UD guard, which takes the delivery
+  // back and puts the original bytes back until the guest is past the site.
+  struct CodePatch {
+    uint64_t gpa = 0;
+    uint8_t original[2] = {0, 0};
+    bool applied = false;
+    bool dropped = false;  // the guest rewrote the bytes: no longer guarded
+  };
+  // Writes UD2 over every site but the one at `skip_gpa`.
+  absl::Status ApplyPatches(std::optional<uint64_t> skip_gpa);
+  // Puts the original bytes back everywhere (stepping; no usable #UD handler).
+  absl::Status RemovePatches();
+  absl::Status RemovePatch(CodePatch& p);
+  // The physical address of the instruction at st's RIP, if it is mapped.
+  std::optional<uint64_t> PcGpa(const CpuState& st);
+  CodePatch* PatchAt(std::optional<uint64_t> gpa);
+  // Code guards are in use but the guest has no usable #UD handler yet:
+  // step it (completing every CPUID) until it has one.
+  bool patches_wait_for_idt_ = false;
+  std::vector<CodePatch> patches_;
   // The instructions this host gets wrong without telling the VMM, which
   // vbts completes whenever it stops in front of one.
   bool CompleteAtStop(const DecodedInsn& insn) const;
@@ -202,6 +245,15 @@ const char* SupervisorModeName(Supervisor::Mode m);
 std::vector<uint64_t> FindCpuidSites(const uint8_t* code, size_t size, uint64_t base);
 // The same for MOV DR7, r32/r64 (0F 23 /r with ModRM mod = 11, reg = 7: F8H-FFH).
 std::vector<uint64_t> FindMovDr7Sites(const uint8_t* code, size_t size, uint64_t base);
+
+// The subset of `sites` (linear addresses in [base, base+size)) where an
+// instruction starts when `code` is decoded linearly from its first byte,
+// in 32-bit or in 64-bit mode (the loader cannot know which code is which).
+// Only such sites may carry a code guard: a byte pattern inside another
+// instruction or in data must never be patched. Undecodable bytes are
+// skipped one at a time, so the sweep resynchronises after data.
+std::vector<uint64_t> ConfirmInstructionStarts(const uint8_t* code, size_t size, uint64_t base,
+                                               const std::vector<uint64_t>& sites);
 
 }  // namespace vbts::vcpu
 

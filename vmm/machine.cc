@@ -189,14 +189,26 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
   for (const CodeRange& c : img.code) {
     std::vector<uint8_t> bytes(c.size);
     VBTS_RETURN_IF_ERROR(ram_->Read(Gpa(c.gpa), absl::MakeSpan(bytes)));
+    std::vector<uint64_t> all;
     for (auto [find, out] : {std::pair{&vcpu::FindCpuidSites, &options.cpuid_sites},
                              std::pair{&vcpu::FindMovDr7Sites, &options.movdr7_sites}}) {
       std::vector<uint64_t> sites = find(bytes.data(), bytes.size(), c.gpa);
+      all.insert(all.end(), sites.begin(), sites.end());
       if (c.vaddr != c.gpa) {
         std::vector<uint64_t> linked = find(bytes.data(), bytes.size(), c.vaddr);
         sites.insert(sites.end(), linked.begin(), linked.end());
       }
       out->insert(out->end(), sites.begin(), sites.end());
+    }
+    // Sites beyond the debug registers may get code guards (UD2 patches);
+    // only confirmed instruction starts qualify. The sweep costs ~1 ms per
+    // 100 KiB and runs only when there are more sites than registers.
+    if (all.size() > 3) {
+      for (uint64_t gpa : vcpu::ConfirmInstructionStarts(bytes.data(), bytes.size(), c.gpa, all)) {
+        vcpu::SupervisorOptions::PatchableSite p{gpa, {gpa}};
+        if (c.vaddr != c.gpa) p.linear.push_back(gpa - c.gpa + c.vaddr);
+        options.patchable.push_back(std::move(p));
+      }
     }
   }
   supervisor_ = std::make_unique<vcpu::Supervisor>(*vcpu_, *ram_, *model_, facts_, std::move(options));
