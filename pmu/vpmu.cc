@@ -615,12 +615,6 @@ MsrResult VirtualPmu::WriteMsr(uint32_t msr, uint64_t v) {
   return gp;
 }
 
-bool VirtualPmu::WriteWouldFault(uint32_t msr, uint64_t value) const {
-  VirtualPmu copy(s_->model);
-  copy.s_ = std::make_unique<State>(*s_);  // copy-constructed: same model references
-  return copy.WriteMsr(msr, value).gp;
-}
-
 bool VirtualPmu::NeedsObservation() const {
   const State& s = *s_;
   const uint64_t observed = s.options.lbr_in_kernel ? kDbgBtf : (kDbgLbr | kDbgBtf);

@@ -88,11 +88,10 @@ class VirtualPmu {
   bool Owns(uint32_t msr) const;
 
   MsrResult ReadMsr(uint32_t msr) const;
+  // The engine reports a WRMSR that succeeds as retired (Observe) after
+  // WriteMsr: it counts under the configuration it leaves
+  // (docs/pmu-model.md, "The WRMSR itself").
   MsrResult WriteMsr(uint32_t msr, uint64_t value);
-  // Whether WriteMsr(msr, value) would raise #GP (changes nothing).  The
-  // engine reports the WRMSR as retired, under the configuration it ran
-  // with, before the write takes effect — only if the write succeeds.
-  bool WriteWouldFault(uint32_t msr, uint64_t value) const;
 
   // True while some guest-visible state needs every instruction observed
   // (BTS, LBR or BTF enabled in DEBUGCTL, an enabled counter).  With this

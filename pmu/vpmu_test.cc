@@ -57,6 +57,13 @@ class VpmuTest : public ::testing::Test {
     EXPECT_TRUE(fx.ok()) << fx.status();
     return fx.ok() ? *fx : PmuEffects{};
   }
+  // A successful ring-0 WRMSR at `at` (2 bytes) as the engine reports it:
+  // the write takes effect, then the instruction retires (Machine::HandleMsr,
+  // Tracer::AfterMsrWrite) - under the configuration it leaves.
+  PmuEffects Wrmsr(uint32_t msr, uint64_t v, uint64_t at = 0x500) {
+    Wr(msr, v);
+    return Obs(Jmp(at, at + 2, 0, BranchKind::kNone));
+  }
 
   const CpuModel& model_;
   VirtualPmu pmu_;
@@ -262,15 +269,20 @@ TEST_F(VpmuTest, LbrSelectFilters) {
 }
 
 TEST_F(VpmuTest, CounterOverflowAtTheExactInstruction) {
-  // Book exp. 14-10: PMC0 = 0xFFFFFFFF - 7 (sign-extended to 48 bits) counts
-  // instructions (event C0H, USR|OS|INT|EN) and overflows at the 8th.
+  // Book exp. 14-10 (Westmere): PMC0 = 0xFFFFFFFF - 7 (sign-extended to 48
+  // bits: -8) counts instructions (event C0H, USR|OS|INT|EN). The WRMSR of
+  // GLOBAL_CTRL that enables it is the 1st counted instruction (-7), jumps
+  // 1..6 count to -1, jump 7 - the 8th counted instruction - wraps it: the
+  // PMI comes before the 8th jump, as the book observed.
   Wr(0xC1, 0xFFFFFFFFu - 7);
+  EXPECT_EQ(Rd(0xC1), 0xFFFFFFFFFFF8ull);
   Wr(0x186, 0xC0 | (1u << 16) | (1u << 17) | (1u << 20) | (1u << 22));
-  Wr(0x38F, 1);  // GLOBAL_CTRL: PMC0
-  for (int k = 1; k <= 7; k++) EXPECT_FALSE(Obs(Jmp(k, k + 1, 0, BranchKind::kNone)).pmi) << k;
+  EXPECT_FALSE(Wrmsr(0x38F, 1).pmi);  // GLOBAL_CTRL: PMC0
+  EXPECT_EQ(Rd(0xC1), 0xFFFFFFFFFFF9ull);
+  for (int k = 1; k <= 6; k++) EXPECT_FALSE(Obs(Jmp(k, k + 1)).pmi) << k;
   EXPECT_EQ(Rd(0xC1), 0xFFFFFFFFFFFFull);
   EXPECT_EQ(Rd(0x38E), 0u);
-  EXPECT_TRUE(Obs(Jmp(8, 9)).pmi);
+  EXPECT_TRUE(Obs(Jmp(7, 8)).pmi);
   EXPECT_EQ(Rd(0xC1), 0u);
   EXPECT_EQ(Rd(0x38E), 1u);
   Wr(0x390, 1);  // OVF_CTRL clears it
@@ -278,6 +290,73 @@ TEST_F(VpmuTest, CounterOverflowAtTheExactInstruction) {
   // Event deliveries are not instructions.
   Obs(Jmp(1, 2, 0, BranchKind::kInterrupt));
   EXPECT_EQ(Rd(0xC1), 0u);
+}
+
+TEST_F(VpmuTest, WrmsrCountsUnderTheConfigurationItLeaves) {
+  // PMC0 instructions (OS), PMC1 branch instructions (OS), fixed counters 0
+  // (instructions) and 1 (core cycles: 1 per instruction in vbts), OS only.
+  Wr(0x186, 0xC0 | (1u << 17) | (1u << 22));
+  Wr(0x187, 0xC4 | (1u << 17) | (1u << 22));
+  Wr(0x38D, 0x11);
+  // GLOBAL_CTRL 0 -> all four: the WRMSR counts 1 on the instruction and cycle
+  // counters; it is no branch (PMC1 stays 0).
+  Wrmsr(0x38F, 0x3 | (0x3ull << 32));
+  EXPECT_EQ(Rd(0xC1), 1u);
+  EXPECT_EQ(Rd(0xC2), 0u);
+  EXPECT_EQ(Rd(0x309), 1u);
+  EXPECT_EQ(Rd(0x30A), 1u);
+  // PERFEVTSEL EN: clearing it is not counted, setting it is (GLOBAL_CTRL set).
+  Wrmsr(0x186, 0xC0 | (1u << 17));
+  EXPECT_EQ(Rd(0xC1), 1u);
+  EXPECT_EQ(Rd(0x309), 2u);  // fixed 0 counts the WRMSR: still enabled
+  Wrmsr(0x186, 0xC0 | (1u << 17) | (1u << 22));
+  EXPECT_EQ(Rd(0xC1), 2u);
+  EXPECT_EQ(Rd(0x309), 3u);
+  // Only USR: the ring-0 WRMSR that enables it is not counted.
+  Wrmsr(0x186, 0xC0 | (1u << 16) | (1u << 22));
+  EXPECT_EQ(Rd(0xC1), 2u);
+  Wr(0x186, 0xC0 | (1u << 17) | (1u << 22));
+  // Writing a counting counter: the WRMSR counts on top of the value it wrote.
+  Wrmsr(0xC1, 100);
+  EXPECT_EQ(Rd(0xC1), 101u);
+  Wrmsr(0x309, 200);
+  EXPECT_EQ(Rd(0x309), 201u);
+  EXPECT_EQ(Rd(0xC1), 102u);
+  // Fixed-counter control: the write that clears fixed 0's OS bit is not counted by it.
+  Wrmsr(0x38D, 0x10);
+  EXPECT_EQ(Rd(0x309), 201u);
+  // GLOBAL_CTRL -> 0: not counted by anything.
+  Wrmsr(0x38F, 0);
+  // PMC0: 102 + the FIXED_CTR_CTRL WRMSR (PMC0 on) = 103, nothing for the last one.
+  EXPECT_EQ(Rd(0xC1), 103u);
+  // Fixed 1 (cycles, OS throughout) counted every WRMSR but the last: GLOBAL_CTRL
+  // on, 3 x PERFEVTSEL0, PMC0, FIXED_CTR0, FIXED_CTR_CTRL = 7.
+  EXPECT_EQ(Rd(0x30A), 7u);
+  EXPECT_EQ(Rd(0xC2), 0u);  // no WRMSR is a branch instruction
+}
+
+TEST_F(VpmuTest, WrmsrThatWrapsACounterIsTheOverflowingInstruction) {
+  // PMC0 = -1 with INT and FREEZE_PERFMON_ON_PMI: the enabling WRMSR wraps it,
+  // requests the PMI after itself, and the freeze (v3) clears GLOBAL_CTRL at once.
+  // With LBR and BTS on, the WRMSR adds no record: it is not a branch.
+  Ds64(kBuf, kBuf, kBuf + 24 * 4, kBuf + 24 * 4);
+  Wr(0xC1, 0xFFFFFFFF);
+  Wr(0x186, 0xC0 | (1u << 17) | (1u << 20) | (1u << 22));
+  Wr(0x1D9, kLbr | kTrBts | kFreezePerfmon);
+  EXPECT_TRUE(Wrmsr(0x38F, 1).pmi);
+  EXPECT_EQ(Rd(0xC1), 0u);
+  EXPECT_EQ(Rd(0x38E), 1u);
+  EXPECT_EQ(Rd(0x38F), 0u);
+  EXPECT_EQ(pmu_.stats().lbr_pushes, 0u);
+  EXPECT_EQ(pmu_.stats().bts_records, 0u);
+  EXPECT_EQ(Mem64(kDsArea + 8), kBuf);
+  // A counting counter written with all ones: its WRMSR wraps it.
+  Wr(0x390, 1);
+  Wr(0x1D9, 0);
+  Wr(0x38F, 1);
+  EXPECT_TRUE(Wrmsr(0xC1, 0xFFFFFFFF).pmi);
+  EXPECT_EQ(Rd(0xC1), 0u);
+  EXPECT_EQ(Rd(0x38E), 1u);
 }
 
 TEST_F(VpmuTest, BranchCounterCountsTakenAndNotTakenBranchesByRing) {
@@ -431,6 +510,55 @@ TEST_F(PebsSkylakeTest, FormatThreeAddsEventingIpAndApplicableCounters) {
   EXPECT_EQ(Mem64(kPebs + 0x90), 1u);
   EXPECT_EQ(Mem64(kPebs + 0xB0), 0x104u);
   EXPECT_EQ(Rd(0xC1), 0u);  // reset value 0
+}
+
+TEST_F(PebsSkylakeTest, WrmsrIsAPebsEventOnlyWhenItLeavesTheCounterCounting) {
+  // PMC0 from 2^48 - 2, reset 2^48 - 1, room and threshold 4 records (no PMI).
+  SetUpPebs(0xC0 * 4, 0xC0 * 4, 0xFFFFFFFFFFFFull);
+  GuestRegs r;
+  r.gpr[0] = 0xAA;
+  Wrmsr(0x38F, 0, 0x500);  // disables PMC0: not counted, 2^48 - 2
+  EXPECT_EQ(Rd(0xC1), 0xFFFFFFFFFFFEull);
+  Wrmsr(0x38F, 1, 0x510);  // enables it: counted, 2^48 - 1
+  EXPECT_EQ(Rd(0xC1), 0xFFFFFFFFFFFFull);
+  Obs(Jmp(0x520, 0x522, 0, BranchKind::kNone));  // wraps: armed
+  EXPECT_TRUE(pmu_.WantsRegs());
+  // The next event is a WRMSR (of PMC1): the assist follows it, EventingIP = the WRMSR.
+  Wr(0xC2, 5);
+  EXPECT_FALSE(ObsRegs(Jmp(0x530, 0x532, 0, BranchKind::kNone), r).pmi);
+  EXPECT_EQ(Mem64(kDsArea + 0x28), kPebs + 0xC0);
+  EXPECT_EQ(Mem64(kPebs + 0x08), 0x532u);  // RIP: the instruction after the WRMSR
+  EXPECT_EQ(Mem64(kPebs + 0x10), 0xAAu);
+  EXPECT_EQ(Mem64(kPebs + 0xB0), 0x530u);  // EventingIP: the WRMSR
+  EXPECT_EQ(Rd(0xC1), 0xFFFFFFFFFFFFull);  // reloaded
+  // Armed again by the next instruction; the WRMSR that then disables PMC0 is no
+  // event: no record, PEBS stays armed, the overflow bit stays.
+  Obs(Jmp(0x540, 0x542, 0, BranchKind::kNone));
+  EXPECT_TRUE(pmu_.WantsRegs());
+  Wr(0x38F, 0);
+  EXPECT_FALSE(ObsRegs(Jmp(0x550, 0x552, 0, BranchKind::kNone), r).pmi);
+  EXPECT_EQ(Mem64(kDsArea + 0x28), kPebs + 0xC0);
+  EXPECT_TRUE(pmu_.WantsRegs());
+  EXPECT_EQ(Rd(0x38E), 1u);
+  EXPECT_EQ(Rd(0xC1), 0u);
+  EXPECT_EQ(pmu_.stats().pebs_records, 1u);
+}
+
+TEST_F(PebsSkylakeTest, WrmsrThatUnfreezesTheCountersIsCounted) {
+  // Perfmon v4: a PMI with FREEZE_PERFMON_ON_PMI sets GLOBAL_STATUS.CTR_FRZ (bit 59).
+  // Here the enabling WRMSR itself wraps PMC0 (-1) and freezes the counters; the
+  // WRMSR of GLOBAL_STATUS_RESET (390H) that clears CTR_FRZ leaves them counting:
+  // it is counted.
+  Wr(0xC1, 0xFFFFFFFF);
+  Wr(0x186, 0xC0 | (1u << 17) | (1u << 20) | (1u << 22));
+  Wr(0x1D9, kFreezePerfmon);
+  EXPECT_TRUE(Wrmsr(0x38F, 1).pmi);
+  EXPECT_EQ(Rd(0x38E), 1u | (1ull << 59));
+  Obs(Jmp(0x502, 0x504, 0, BranchKind::kNone));  // frozen: not counted
+  EXPECT_EQ(Rd(0xC1), 0u);
+  Wrmsr(0x390, 1u | (1ull << 59), 0x504);
+  EXPECT_EQ(Rd(0x38E), 0u);
+  EXPECT_EQ(Rd(0xC1), 1u);
 }
 
 class CoreDuoTest : public VpmuTest {

@@ -91,7 +91,7 @@ Tracer::Tracer(KvmVcpu& vcpu, PhysMemory& mem, pmu::VirtualPmu& pmu, std::functi
     : vcpu_(vcpu), mem_(mem), pmu_(pmu), send_msi_(std::move(send_msi)) {}
 
 bool Tracer::WantsEveryInstruction() const {
-  return pmu_.NeedsObservation() || sink_active_ || pmi_in_flight_.has_value() || guest_tf_ ||
+  return pmu_.NeedsObservation() || sink_active_ || pmi_due_ || pmi_in_flight_.has_value() || guest_tf_ ||
          db_in_flight_ || (guest_bp_ && guest_bp_->AnyData());
 }
 
@@ -414,19 +414,30 @@ absl::StatusOr<bool> Tracer::ResolveEvent(const Boundary& p, const CpuState& st,
   return false;
 }
 
-absl::Status Tracer::BeforeMsrWrite() {
-  if (!prev_ || !prev_->decoded || prev_->emitted || prev_->insn.mnemonic != "wrmsr") return absl::OkStatus();
-  const Boundary& p = *prev_;
+absl::Status Tracer::AfterMsrWrite() {
+  // KVM advances RIP past the WRMSR only when vbts re-enters the guest: the
+  // guest is still at it.
+  VBTS_ASSIGN_OR_RETURN(CpuState st, vcpu_.GetState());
+  const bool stepped_here =
+      prev_ && prev_->decoded && prev_->lin == st.pc_linear() && prev_->cs == st.cs.selector;
+  if (stepped_here && prev_->emitted) return absl::OkStatus();
+  // Not stepped up to here (a free run): the WRMSR matters only if what it
+  // enabled observes instructions (a counter it enabled counts it).
+  if (!stepped_here && !WantsEveryInstruction()) return absl::OkStatus();
+  Boundary p = stepped_here ? *prev_ : Capture(st);
+  if (!p.decoded || p.insn.mnemonic != "wrmsr") return absl::OkStatus();
   pmu::Branch b;
-  b.kind = pmu::BranchKind::kNone;
+  b.kind = pmu::BranchKind::kNone;  // not a branch: BTS and LBRs are untouched
   b.from = p.lin;
   b.to = p.lin - p.rip + p.fallthrough;
   b.cpl_from = b.cpl_to = p.cpl;
   b.mode_from = b.mode_to = p.mode;
   b.ia32e = p.ia32e;
-  VBTS_ASSIGN_OR_RETURN(CpuState st, vcpu_.GetState());
+  // The registers are those after the WRMSR (it changes none but RIP), for
+  // a PEBS record whose event it is.
   VBTS_RETURN_IF_ERROR(Emit(b, st, p.tf_after));
-  prev_->emitted = true;
+  p.emitted = true;
+  prev_ = std::move(p);  // the next boundary finds it retired to its fall-through
   return absl::OkStatus();
 }
 

@@ -53,10 +53,13 @@ class Tracer : public StepObserver {
   absl::Status AtBoundary(CpuState& st, bool& dirty) override;
   absl::Status Retired(const CpuState& before, const ControlTransfer& t, CpuState& after, bool& dirty) override;
 
-  // A guest WRMSR of a virtual-PMU MSR is about to take effect (KVM exited
-  // for it): the WRMSR retires under the configuration it ran with — an
-  // instruction that enables a counter is not counted by it (docs/pmu-model.md).
-  absl::Status BeforeMsrWrite();
+  // A guest WRMSR of a virtual-PMU MSR (KVM exited for it; RIP is still at
+  // the WRMSR) has just taken effect without #GP: the WRMSR retires under the
+  // configuration it leaves — the instruction that enables a counter is
+  // counted by it, the one that disables it is not, a counter it writes
+  // counts it on top of the written value (docs/pmu-model.md, "The WRMSR
+  // itself"). Reported whether or not the guest was stepped before it.
+  absl::Status AfterMsrWrite();
   // --vpmu=passthrough (pmu lbr_in_kernel): gives the host KVM the DEBUGCTL
   // bits it must hold (VirtualPmu::KernelDebugCtl) when they changed — after
   // every WRMSR of a virtual-PMU MSR and every observed transfer (a PMI's
@@ -95,7 +98,7 @@ class Tracer : public StepObserver {
     std::optional<uint64_t> predicted_target;  // RIP a direct/register/RET branch goes to
     // EFLAGS.TF the instruction loads (POPF, IRET), read before it runs.
     std::optional<bool> tf_after;
-    bool emitted = false;  // already reported as retired (BeforeMsrWrite)
+    bool emitted = false;  // already reported as retired (AfterMsrWrite)
     // Data accesses of the instruction (only while the guest has data
     // breakpoints and the host does not raise them).
     std::vector<DataAccess> accesses;

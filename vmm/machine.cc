@@ -286,9 +286,12 @@ absl::Status Machine::HandleMsr(bool write) {
     return absl::OkStatus();
   }
   if (write) {
-    if (tracer_ && !vpmu_->WriteWouldFault(run->msr.index, run->msr.data))
-      VBTS_RETURN_IF_ERROR(tracer_->BeforeMsrWrite());
     pmu::MsrResult r = vpmu_->WriteMsr(run->msr.index, run->msr.data);
+    // A WRMSR that succeeds retires under the configuration it leaves: the
+    // one that enables a counter is counted by it, the one that disables it
+    // is not (docs/pmu-model.md, "The WRMSR itself"); a faulting one retires
+    // nothing (the #GP delivery is seen at the next boundary).
+    if (tracer_ && !r.gp) VBTS_RETURN_IF_ERROR(tracer_->AfterMsrWrite());
     if (tracer_) VBTS_RETURN_IF_ERROR(tracer_->SyncKernelDebugCtl());
     // Tracing may have been switched on: the run loop's OnOtherExit then
     // makes the supervisor step from the next instruction on.

@@ -169,6 +169,70 @@ TEST_F(MachineTest, UnknownCpuModelIsRejected) {
               testing::StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--cpu=pentium")));
 }
 
+// A WRMSR retires under the configuration it leaves (docs/pmu-model.md, "The
+// WRMSR itself"): PMC0 counts the WRMSR of GLOBAL_CTRL that enables it - here
+// the guest is not stepped before it, so the tracer reports it from the MSR
+// exit alone - and a WRMSR of PMC0 while it counts, on top of the value
+// written; not the WRMSR that disables it. The guest exits with PMC0.
+TEST_F(MachineTest, WrmsrIsCountedUnderTheConfigurationItLeaves) {
+  RunResult r = RunCode({
+      0xB9, 0x86, 0x01, 0, 0,        // mov ecx, 0x186 (PERFEVTSEL0)
+      0xB8, 0xC0, 0x00, 0x42, 0x00,  // mov eax, C0H | OS | EN
+      0x31, 0xD2,                    // xor edx, edx
+      0x0F, 0x30,                    // wrmsr (GLOBAL_CTRL still 0: nothing counts)
+      0xB9, 0x8F, 0x03, 0, 0,        // mov ecx, 0x38F (GLOBAL_CTRL)
+      0xB8, 0x01, 0, 0, 0,           // mov eax, 1
+      0x0F, 0x30,                    // wrmsr: enables PMC0, counted      -> 1
+      0x90,                          // nop                               -> 2
+      0xB9, 0xC1, 0, 0, 0,           // mov ecx, 0xC1 (PMC0)              -> 3
+      0xB8, 0x64, 0, 0, 0,           // mov eax, 100                      -> 4
+      0x0F, 0x30,                    // wrmsr: PMC0 = 100, counted        -> 101
+      0x90,                          // nop                               -> 102
+      0xB9, 0x8F, 0x03, 0, 0,        // mov ecx, 0x38F                    -> 103
+      0x31, 0xC0,                    // xor eax, eax                      -> 104
+      0x0F, 0x30,                    // wrmsr: disables PMC0, not counted
+      0x90,                          // nop: not counted
+      0xB9, 0xC1, 0, 0, 0,           // mov ecx, 0xC1
+      0x0F, 0x32,                    // rdmsr: eax = 104
+      0xE7, 0xF4,                    // out 0xf4, eax
+      0xF4,                          // hlt (not reached)
+  });
+  EXPECT_EQ(r.end, RunEnd::kGuestExit) << r.message;
+  EXPECT_EQ(r.exit_status, (104 << 1) | 1) << r.details;
+}
+
+// A WRMSR that leaves a counter counting can be the instruction that wraps
+// it: PMC0 = -1 (a 32-bit write, sign-extended), the enabling WRMSR wraps it
+// and sets GLOBAL_STATUS bit 0 before the next instruction runs.
+TEST_F(MachineTest, EnablingWrmsrCanOverflowTheCounter) {
+  RunResult r = RunCode({
+      0xB9, 0xC1, 0, 0, 0,           // mov ecx, 0xC1
+      0xB8, 0xFF, 0xFF, 0xFF, 0xFF,  // mov eax, 0xFFFFFFFF
+      0x31, 0xD2,                    // xor edx, edx
+      0x0F, 0x30,                    // wrmsr: PMC0 = 2^48 - 1 (not counting)
+      0xB9, 0x86, 0x01, 0, 0,        // mov ecx, 0x186
+      0xB8, 0xC0, 0x00, 0x42, 0x00,  // mov eax, C0H | OS | EN (no INT)
+      0x0F, 0x30,                    // wrmsr
+      0xB9, 0x8F, 0x03, 0, 0,        // mov ecx, 0x38F
+      0xB8, 0x01, 0, 0, 0,           // mov eax, 1
+      0x0F, 0x30,                    // wrmsr: enables PMC0, counted: wraps to 0
+      0xB9, 0x8E, 0x03, 0, 0,        // mov ecx, 0x38E (GLOBAL_STATUS)     -> 1
+      0x0F, 0x32,                    // rdmsr: eax = 1 (PMC0 overflowed)  -> 2
+      0x89, 0xC3,                    // mov ebx, eax                      -> 3
+      0xB9, 0x8F, 0x03, 0, 0,        // mov ecx, 0x38F                    -> 4
+      0x31, 0xC0,                    // xor eax, eax                      -> 5 (edx = 0 from rdmsr)
+      0x0F, 0x30,                    // wrmsr: disables, not counted
+      0xB9, 0xC1, 0, 0, 0,           // mov ecx, 0xC1
+      0x0F, 0x32,                    // rdmsr: eax = 5
+      0xC1, 0xE0, 0x04,              // shl eax, 4
+      0x09, 0xD8,                    // or eax, ebx: 0x51
+      0xE7, 0xF4,                    // out 0xf4, eax
+      0xF4,                          // hlt
+  });
+  EXPECT_EQ(r.end, RunEnd::kGuestExit) << r.message;
+  EXPECT_EQ(r.exit_status, (0x51 << 1) | 1) << r.details;
+}
+
 // `vbts record --max-records`: once the transfer sink says it wants no more
 // (the recorder at its limit), vbts stops single-stepping for it. int_lm64
 // runs ~37.8 k instructions (docs/benchmarks.md); with a sink that stops

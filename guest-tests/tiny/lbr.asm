@@ -6,8 +6,10 @@
 ;     modulo N; FROM/TO[TOS] = (L(N+2), L(N+3)), FROM/TO[TOS-1] = (L(N+1), L(N+2)); the entry
 ;     at TOS+1 holds the oldest survivor, jump 3 (L3 -> L4).
 ;  2. MSR_LBR_SELECT = JCC (bit 2): a taken JE and a JMP: only the JMP is recorded.
-;  3. FREEZE_LBRS_ON_PMI with PMC0 = -1 counting instructions (INT): the first counted
-;     instruction, a jump F1 -> F2, overflows; its record is on top, and nothing of the
+;  3. FREEZE_LBRS_ON_PMI with PMC0 = -2 counting instructions (INT): the enabling GLOBAL_CTRL
+;     WRMSR is the first counted instruction (a WRMSR retires under the configuration it
+;     leaves; it is no branch, so it is not in the LBRs), the second, a jump F1 -> F2,
+;     overflows; its record is on top, and nothing of the
 ;     handler's path is recorded: perfmon v2/v3 (westmere) clear DEBUGCTL.LBR on the PMI
 ;     (SDM 17.4.7); v4 (skylake) leave it set and set IA32_PERF_GLOBAL_STATUS.LBR_FRZ (bit 58,
 ;     SDM 18.2.4.1), which the handler clears through GLOBAL_STATUS_RESET (390H) - from then
@@ -123,12 +125,12 @@ s3:     WRMSR32 MSR_DEBUGCTL, 0
         APIC_ENABLE
         mov dword [LVT_PERFMON], PMI_VEC
         WRMSR32 0x38F, 0
-        WRMSR32 0xC1, 0xFFFFFFFF
+        WRMSR32 0xC1, 0xFFFFFFFE        ; -2
         WRMSR32 0x186, 0xC0 | (1 << 17) | (1 << 20) | (1 << 22)
         WRMSR32 MSR_DEBUGCTL, DBG_LBR | (1 << 11)
         sti
-        WRMSR32 0x38F, 1
-F1:     jmp F2                          ; counted first: overflow -> PMI after it
+        WRMSR32 0x38F, 1                ; counted first: -1
+F1:     jmp F2                          ; counted second: overflow -> PMI after it
 F2:     cli
         WRMSR32 0x38F, 0
         CHECK_EQ dword [pmi_seen], 1, "freeze: the PMI arrived"

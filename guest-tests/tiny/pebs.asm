@@ -7,18 +7,19 @@
 ; Setup: DS save area with BTS off; PEBS buffer of 4 records, interrupt threshold after 2
 ; records, PEBS counter 0 reset value 2^48 - 3. PMC0 counts INST_RETIRED.ALL (C0H, umask 01H,
 ; USR|OS|EN, no INT) from 2^48 - 1 (a 32-bit write of 0xFFFFFFFF, sign-extended); PEBS_ENABLE
-; bit 0; DEBUGCTL.FREEZE_PERFMON_ON_PMI; LVT perfmon -> vector 0x50. Counting starts after the
-; WRMSR of GLOBAL_CTRL; then i1..i8 (`mov eax, n`).
+; bit 0; DEBUGCTL.FREEZE_PERFMON_ON_PMI; LVT perfmon -> vector 0x50. The WRMSR of GLOBAL_CTRL
+; enables counting and is counted itself (it retires under the configuration it leaves,
+; docs/pmu-model.md); then i1..i8 (`mov eax, n`).
 ; Derivation (PEBS is trap-like: PERF_CAPABILITIES bit 6):
-;  - i1 wraps PMC0 to 0: PEBS is armed (GLOBAL_STATUS bit 0 set).
-;  - i2 is the next event: the assist writes record 1 with the state after i2 - EAX = 2, RIP =
-;    i3 (the instruction after) - clears the overflow bit and reloads PMC0 = 2^48 - 3.
-;  - i3, i4 count to 2^48 - 1, i5 wraps (armed), i6 writes record 2: EAX = 6, RIP = i7. The
+;  - the enabling WRMSR wraps PMC0 to 0: PEBS is armed (GLOBAL_STATUS bit 0 set).
+;  - i1 is the next event: the assist writes record 1 with the state after i1 - EAX = 1, RIP =
+;    i2 (the instruction after) - clears the overflow bit and reloads PMC0 = 2^48 - 3.
+;  - i2, i3 count to 2^48 - 1, i4 wraps (armed), i5 writes record 2: EAX = 5, RIP = i6. The
 ;    index reaches the threshold (base + 2 records): PMI with GLOBAL_STATUS.OvfBuffer (bit 62),
-;    delivered before i7 (frame EIP = i7); FREEZE_PERFMON_ON_PMI clears GLOBAL_CTRL, so nothing
-;    after i6 is counted: PMC0 stays at the reset value 2^48 - 3.
+;    delivered before i6 (frame EIP = i6); FREEZE_PERFMON_ON_PMI clears GLOBAL_CTRL, so nothing
+;    after i5 is counted: PMC0 stays at the reset value 2^48 - 3.
 ;  - record 1's GLOBAL_STATUS field (format 1) holds bit 0, the overflow that armed it; format 3
-;    has the applicable counters there (bit 0 too) and EventingIP = i2 / i6 at B0H.
+;    has the applicable counters there (bit 0 too) and EventingIP = i1 / i5 at B0H.
 ;  - the other registers of record 1 are what the code left: EBX/ESI/EDI/EBP set before, ECX =
 ;    0x38F and EDX = 0 from the GLOBAL_CTRL WRMSR, ESP unchanged, R8 0 (not IA-32e mode).
 ; Expected: status 1 under vbts (westmere, skylake); QEMU TCG: SKIP (155).
@@ -89,7 +90,7 @@ setup:
         mov ebp, 0xBBBB
         mov [esp_at_i1], esp
         sti
-        WRMSR32 0x38F, 1                ; leaves ECX = 0x38F, EDX = 0
+        WRMSR32 0x38F, 1                ; counted: wraps PMC0; leaves ECX = 0x38F, EDX = 0
 i1:     mov eax, 1
 i2:     mov eax, 2
 i3:     mov eax, 3
@@ -104,7 +105,7 @@ i8:     mov eax, 8
         WRMSR32 MSR_DEBUGCTL, 0
         call dump_pebs
         CHECK_EQ dword [pmi_count], 1, "one PMI: the PEBS buffer reached its threshold"
-        CHECK_EQ dword [pmi_eip], i7, "PMI frame EIP = i7 (after the 2nd record's instruction i6)"
+        CHECK_EQ dword [pmi_eip], i6, "PMI frame EIP = i6 (after the 2nd record's instruction i5)"
         mov eax, [pmi_status_hi]
         and eax, 1 << (62 - 32)
         CHECK_EQ eax, 1 << (62 - 32), "PMI: GLOBAL_STATUS.OvfBuffer (bit 62)"
@@ -114,8 +115,8 @@ i8:     mov eax, 8
         add ecx, ecx
         CHECK_EQ eax, ecx, "PEBS index = base + 2 records"
         mov esi, pebs_buffer
-        CHECK_EQ dword [esi + 0x08], i3, "record 1: RIP = i3 (after the event i2)"
-        CHECK_EQ dword [esi + 0x10], 2, "record 1: EAX = 2 (the state after i2)"
+        CHECK_EQ dword [esi + 0x08], i2, "record 1: RIP = i2 (after the event i1; the enabling WRMSR overflowed PMC0)"
+        CHECK_EQ dword [esi + 0x10], 1, "record 1: EAX = 1 (the state after i1)"
         CHECK_EQ dword [esi + 0x90], 1, "record 1: 90H = PMC0 (the overflowed counter)"
         CHECK_EQ dword [esi + 0x18], 0xB0B0, "record 1: EBX at 18H"
         CHECK_EQ dword [esi + 0x20], 0x38F, "record 1: ECX at 20H"
@@ -127,11 +128,11 @@ i8:     mov eax, 8
         CHECK_EQ dword [esi + 0x48], eax, "record 1: ESP at 48H"
         CHECK_EQ dword [esi + 0x50], 0, "record 1: R8 = 0 outside IA-32e mode"
         add esi, [rec]
-        CHECK_EQ dword [esi + 0x08], i7, "record 2: RIP = i7"
-        CHECK_EQ dword [esi + 0x10], 6, "record 2: EAX = 6"
+        CHECK_EQ dword [esi + 0x08], i6, "record 2: RIP = i6"
+        CHECK_EQ dword [esi + 0x10], 5, "record 2: EAX = 5"
         cmp dword [fmt], 3
         jb .no_eventing_ip
-        CHECK_EQ dword [esi + 0xB0], i6, "record 2 (format 3): EventingIP = i6"
+        CHECK_EQ dword [esi + 0xB0], i5, "record 2 (format 3): EventingIP = i5"
 .no_eventing_ip:
         mov ecx, 0xC1
         rdmsr

@@ -3,8 +3,10 @@
 ; canonical alias RT_ALIAS (0xFFFFFFF8_10000000 + offset from 1 MiB), 64-bit ring 0.
 ; Setup: DS save area (64-bit format) with a 4-record PEBS buffer and the threshold one record
 ; beyond the maximum (no PMI), PEBS counter 0 reset 2^48 - 3; PMC0 counts INST_RETIRED.ALL
-; (C0H/01H, USR|OS|EN) from 2^48 - 1, PEBS_ENABLE bit 0. After the GLOBAL_CTRL WRMSR (not
-; counted; it leaves RCX = 0x38F, RDX = 0):
+; (C0H/01H, USR|OS|EN) from 2^48 - 2, PEBS_ENABLE bit 0. A WRMSR retires under the configuration
+; it leaves (docs/pmu-model.md): the one that sets GLOBAL_CTRL is counted, the one that clears it
+; is not.
+;  - the enabling WRMSR (it leaves RCX = 0x38F, RDX = 0) counts to 2^48 - 1;
 ;  - `call rsi` (to A(fn)) wraps PMC0: PEBS armed;
 ;  - f1 `mov r9, 0x99` is the next event: record 1 = the state after it: RIP = A(f2), R9 = 0x99,
 ;    R8/R15/RBX as set before, RSP = the RSP before the call - 8; PMC0 = 2^48 - 3;
@@ -12,8 +14,8 @@
 ;    A(f6), R10 = 0xAA; PMC0 = 2^48 - 3;
 ;  - back in main, f6 (RET) counts to 2^48 - 2, `mov ecx, 0x38F` to 2^48 - 1, `mov eax, 0`
 ;    wraps (armed), `xor edx, edx` writes record 3 with RIP = stop (the WRMSR that clears
-;    GLOBAL_CTRL), PMC0 = 2^48 - 3; that WRMSR retires under the old configuration (counted):
-;    PMC0 ends at 2^48 - 2. Three records.
+;    GLOBAL_CTRL), PMC0 = 2^48 - 3; that WRMSR retires with PMC0 disabled (not counted): PMC0
+;    ends at 2^48 - 3. Three records.
 ; Expected: status 1 under vbts (westmere, skylake); QEMU TCG: SKIP (155).
 %define RT_LONG_MODE 1
 %include "rt.inc"
@@ -74,7 +76,7 @@ setup:
         shr rdx, 32
         wrmsr
         WRMSR64 0x38F, 0
-        WRMSR64 0xC1, 0xFFFFFFFF        ; 2^48 - 1
+        WRMSR64 0xC1, 0xFFFFFFFE        ; 2^48 - 2
         WRMSR64 0x186, 0xC0 | (1 << 8) | (1 << 16) | (1 << 17) | (1 << 22)
         WRMSR64 0x3F1, 1
         mov rbx, RT_ALIAS
@@ -84,8 +86,8 @@ setup:
         mov r15, 0xF15F15F15F15F15F
         mov rbx, 0xB0B0B0B0B0B0B0B0
         mov [rsp_before], rsp
-        WRMSR64 0x38F, 1
-        call rsi                        ; counted first: PMC0 wraps
+        WRMSR64 0x38F, 1                ; counted first: 2^48 - 1
+        call rsi                        ; counted second: PMC0 wraps
         mov ecx, 0x38F
         mov eax, 0
         xor edx, edx
@@ -129,8 +131,8 @@ stop:   wrmsr                           ; GLOBAL_CTRL = 0
         rdmsr
         shl rdx, 32
         or rax, rdx
-        mov rcx, 0x0000FFFFFFFFFFFE
-        CHECK_EQ rax, rcx, "PMC0 = 2^48 - 2 (reset after record 3, then the disabling WRMSR)"
+        mov rcx, 0x0000FFFFFFFFFFFD
+        CHECK_EQ rax, rcx, "PMC0 = 2^48 - 3 (reset after record 3; the disabling WRMSR not counted)"
         ret
 
 dump:

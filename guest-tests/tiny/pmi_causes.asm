@@ -1,9 +1,10 @@
 ; pmi_causes: the runtime's book-style PMI handler (lib/debug32.inc dbg_pmi32) tells the causes
 ; of performance-monitoring interrupts apart (SDM vol. 3B 17.4.9.4, 18.2.2, 18.6.1.1), 32-bit
 ; ring 0, LVT perfmon -> vector 0x50, one PMI per part:
-;  A. counter overflow (perfmon v2+): PMC1 = 2^48 - 3 counting instructions with INT; after the
-;     GLOBAL_CTRL WRMSR (not counted) a1, a2, a3 count -2, -1, 0: the PMI follows a3, frame EIP
-;     = a4; the handler finds GLOBAL_STATUS = bit 1 and classifies "counter overflow" (1).
+;  A. counter overflow (perfmon v2+): PMC1 = 2^48 - 3 counting instructions with INT; the
+;     GLOBAL_CTRL WRMSR that enables it is counted (a WRMSR retires under the configuration it
+;     leaves, docs/pmu-model.md): it, a1, a2 count -2, -1, 0: the PMI follows a2, frame EIP =
+;     a3; the handler finds GLOBAL_STATUS = bit 1 and classifies "counter overflow" (1).
 ;  B. BTS threshold: interrupt mode (TR|BTS|BTINT), 8 records, threshold 4: jumps b1..b4 store
 ;     records 1-4, the 4th reaches the threshold: PMI after b4, frame EIP = b5. BTS is still on
 ;     until the handler's first WRMSR: the interrupt delivery (record 5), the runtime's stub JMP
@@ -13,9 +14,10 @@
 ;     way out (RET, IRETD) stores 2 records, then b5 -> b6 the 3rd: final index 3 records,
 ;     record 2 = (b5, b6).
 ;  C. PEBS buffer (with PEBS): PEBS on PMC0 (INST_RETIRED.ALL from 2^48 - 1, no INT), buffer of
-;     4 records, threshold 1 record, reset 2^48 - 1000: c1 wraps PMC0 (arms), c2 writes record 1
-;     (EAX = 0x22, RIP = c3) and reaches the threshold: PMI with OvfBuffer, frame EIP = c3; the
-;     handler classifies "PEBS buffer" (4) and resets the PEBS index.
+;     4 records, threshold 1 record, reset 2^48 - 1000: the enabling GLOBAL_CTRL WRMSR wraps
+;     PMC0 (arms), c1 writes record 1 (EAX = 0x11, RIP = c2) and reaches the threshold: PMI
+;     with OvfBuffer, frame EIP = c2; the handler classifies "PEBS buffer" (4) and resets the
+;     PEBS index.
 ; All causes seen: 1|2|4 = 7 (westmere); without perfmon v2 and PEBS (core-duo: 32-bit DS
 ; format, 12-byte records) only B runs and parts A and C SKIP.
 ; Expected: status 1 under vbts; QEMU TCG: SKIP (155).
@@ -50,7 +52,7 @@ a4:     WRMSR32 0x38F, 0
         CHECK_EQ dword [dbg_pmi_count], 1, "A: one PMI"
         CHECK_EQ dword [dbg_pmi_causes], 1, "A: cause = counter overflow"
         CHECK_EQ dword [dbg_pmi_status], 2, "A: GLOBAL_STATUS = PMC1 overflow"
-        CHECK_EQ dword [dbg_pmi_eip], a4, "A: frame EIP = a4 (after a3)"
+        CHECK_EQ dword [dbg_pmi_eip], a3, "A: frame EIP = a3 (after a2; the enabling WRMSR counted)"
         mov ecx, 0x38E
         rdmsr
         CHECK_EQ eax, 0, "A: the handler cleared the overflow bit"
@@ -119,13 +121,13 @@ c3:     WRMSR32 0x38F, 0
         WRMSR32 0x186, 0
         CHECK_EQ dword [dbg_pmi_count], 1, "C: one PMI"
         CHECK_EQ dword [dbg_pmi_causes], 4, "C: cause = PEBS buffer (OvfBuffer)"
-        CHECK_EQ dword [dbg_pmi_eip], c3, "C: frame EIP = c3 (after the record's instruction c2)"
+        CHECK_EQ dword [dbg_pmi_eip], c2, "C: frame EIP = c2 (after the record's instruction c1)"
         mov eax, pebs_buffer
         add eax, [dbg_pebs_rec]
         CHECK_EQ dword [dbg_pmi_pebs_index], eax, "C: the handler found PEBS index = base + 1 record"
         CHECK_EQ dword [dbg_ds_area + 0x28], pebs_buffer, "C: the handler reset the PEBS index"
-        CHECK_EQ dword [pebs_buffer + 0x08], c3, "C: record RIP = c3"
-        CHECK_EQ dword [pebs_buffer + 0x10], 0x22, "C: record EAX = 0x22"
+        CHECK_EQ dword [pebs_buffer + 0x08], c2, "C: record RIP = c2"
+        CHECK_EQ dword [pebs_buffer + 0x10], 0x11, "C: record EAX = 0x11"
         CHECK_EQ dword [dbg_pmi_all], 7, "all causes seen: overflow | BTS | PEBS buffer"
 done:
         cli
