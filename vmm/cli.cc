@@ -149,7 +149,8 @@ int CliMain(int argc, char** argv) {
         ->capture_default_str();
     cmd->add_option("--timeout", config.timeout_seconds, "stop the guest after SECONDS (exit status 124)")
         ->check(CLI::NonNegativeNumber);
-    cmd->add_option("--append", config.append, "Multiboot command line after the image name");
+    // expected(0, 1): `--append=` (empty, as QEMU accepts `-append ""`) is an empty command line.
+    cmd->add_option("--append", config.append, "Multiboot command line after the image name")->expected(0, 1);
     cmd->add_option("--initrd", config.initrd,
                     "Multiboot modules \"FILE [ARGS],FILE...\" (as qemu -initrd; ',,' is a comma)");
     cmd->add_option("--vpmu", config.vpmu,
