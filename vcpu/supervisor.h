@@ -85,6 +85,7 @@ struct SupervisorStats {
   uint64_t endbr_completed = 0;      // ENDBR64/ENDBR32 retired by vbts while stepping (host steps two)
   uint64_t step_traps = 0;           // single-step #DBs owed after a completed instruction (guest TF)
   uint64_t code_guard_stops = 0;     // #UDs of a code guard (UD2 patched over a site) taken back
+  uint64_t icebp_fixed = 0;          // ICEBP #DBs the host delivered fault-like, redelivered trap-like
 };
 
 class Supervisor {
@@ -172,8 +173,13 @@ class Supervisor {
   // Arms or disarms the TF trick for native 64-bit CPL3 code while stepping.
   absl::StatusOr<Verdict> PrepareStep(CpuState& st, bool& dirty);
   absl::Status SetDebug(uint32_t control, const std::array<uint64_t, 4>& dr, uint64_t dr7);
+  // The #DB guard fired (the guest's #DB handler entry): an ICEBP (INT1)
+  // whose #DB this host delivered fault-like (frame RIP at the F1, DR6 with
+  // no cause) is redelivered trap-like, as hardware does (SDM 17.3.1.4 / vol. 2 INT1).
+  absl::StatusOr<bool> DbGuard(CpuState& st, bool& dirty);
   // The addresses the guards sit on for `st` (the #UD handler entry first,
-  // then the CPUID sites); sets ud_entry_.  Returns how many.
+  // then the CPUID sites, then the #DB handler entry if a register is left);
+  // sets ud_entry_ and db_entry_.  Returns how many.
   int GuardAddresses(const CpuState& st, std::array<uint64_t, 4>& addrs);
   // Whether the next run from `st` single-steps (stepping, or a step-over).
   bool NextRunSteps(const CpuState& st);
@@ -220,6 +226,8 @@ class Supervisor {
   uint64_t debug_dr7_ = 0;
   // kGuarded: the #UD handler entry the #UD guard sits on.
   std::optional<uint64_t> ud_entry_;
+  // kGuarded: the #DB handler entry, when a debug register is free for it.
+  std::optional<uint64_t> db_entry_;
   // kGuarded: the next run single-steps one instruction that sits on a guard.
   bool step_over_ = false;
   // The boundary last reported to the observer, when the guest was resumed

@@ -319,6 +319,9 @@ RunResult Machine::Finish(RunEnd end, int status, std::string message) {
         r.message += absl::StrCat(", last exception ", supervisor_->last_exception()->Describe());
       r.message += "]";
       r.details = st->Dump();
+      if (absl::StatusOr<kvm_debugregs> d = vcpu_->GetDebugRegs(); d.ok())
+        absl::StrAppendFormat(&r.details, "dr0=%016x dr1=%016x dr2=%016x dr3=%016x dr6=%016x dr7=%016x\n", d->db[0],
+                              d->db[1], d->db[2], d->db[3], d->dr6, d->dr7);
     }
   }
   absl::StrAppendFormat(&r.details, "exits: %u\n", exits_);
