@@ -178,6 +178,8 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
   debug_exit_ = std::make_unique<DebugExit>();
   VBTS_RETURN_IF_ERROR(pio_.Register(Uart16550::kCom1Port, Uart16550::kSize, uart_.get(), "COM1 16550"));
   VBTS_RETURN_IF_ERROR(pio_.Register(DebugExit::kPort, DebugExit::kSize, debug_exit_.get(), "isa-debug-exit"));
+  testdev_io_ = std::make_unique<TestdevIo>();
+  VBTS_RETURN_IF_ERROR(pio_.Register(TestdevIo::kPort, TestdevIo::kSize, testdev_io_.get(), "pc-testdev io"));
   fw_cfg_ = std::make_unique<FwCfg>(ram_->size(), /*cpus=*/1);
   VBTS_RETURN_IF_ERROR(pio_.Register(FwCfg::kPort, FwCfg::kSize, fw_cfg_.get(), "fw_cfg"));
 
@@ -419,6 +421,18 @@ absl::StatusOr<bool> Machine::HandleExit(RunResult* result) {
       return true;
     }
     case KVM_EXIT_MMIO:
+      if (run->mmio.phys_addr >= kTestdevIomem && run->mmio.len <= 8 &&
+          run->mmio.phys_addr + run->mmio.len <= kTestdevIomem + testdev_iomem_.size()) {
+        // QEMU pc-testdev's "iomem": 64 KiB at 0xFF000000 that read back
+        // what was written, at any size, but through MMIO exits
+        // (kvm-unit-tests' emulator.c runs its instructions on it).
+        uint8_t* at = testdev_iomem_.data() + (run->mmio.phys_addr - kTestdevIomem);
+        if (run->mmio.is_write)
+          std::memcpy(at, run->mmio.data, run->mmio.len);
+        else
+          std::memcpy(run->mmio.data, at, run->mmio.len);
+        return true;
+      }
       // Nothing but RAM, the LAPIC and the IOAPIC is mapped: reads of anything
       // else return all ones, writes are dropped (as on an empty PC bus).
       if (run->mmio.is_write) {

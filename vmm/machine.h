@@ -21,6 +21,7 @@
 #include "vcpu/tracer.h"
 #include "vmm/debug_exit.h"
 #include "vmm/fw_cfg.h"
+#include "vmm/pc_testdev.h"
 #include "vmm/guest_memory.h"
 #include "vmm/kvm_vm.h"
 #include "vmm/loader.h"
@@ -127,7 +128,11 @@ class Machine {
   std::unique_ptr<Uart16550> uart_;
   std::unique_ptr<DebugExit> debug_exit_;
   std::unique_ptr<FwCfg> fw_cfg_;
+  std::unique_ptr<TestdevIo> testdev_io_;
   uint64_t mmio_unclaimed_reads_ = 0, mmio_unclaimed_writes_ = 0;
+  // QEMU pc-testdev's iomem window (docs/guest-abi.md, "Devices").
+  static constexpr uint64_t kTestdevIomem = 0xFF000000;
+  std::vector<uint8_t> testdev_iomem_ = std::vector<uint8_t>(0x10000, 0);
   uint64_t exits_ = 0;
   std::vector<CodeRange> code_;
   uint32_t entry_ = 0;

@@ -1,0 +1,15 @@
+// pc_testdev.cc: QEMU pc-testdev's I/O register.
+#include "vmm/pc_testdev.h"
+
+namespace vbts::vmm {
+
+void TestdevIo::Read(uint16_t offset, absl::Span<uint8_t> data) {
+  for (size_t i = 0; i < data.size(); i++) data[i] = offset + i < kSize ? reg_[offset + i] : 0;
+}
+
+void TestdevIo::Write(uint16_t offset, absl::Span<const uint8_t> data) {
+  for (size_t i = 0; i < data.size(); i++)
+    if (offset + i < kSize) reg_[offset + i] = data[i];
+}
+
+}  // namespace vbts::vmm
