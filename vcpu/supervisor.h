@@ -85,7 +85,8 @@ struct SupervisorStats {
   uint64_t endbr_completed = 0;      // ENDBR64/ENDBR32 retired by vbts while stepping (host steps two)
   uint64_t step_traps = 0;           // single-step #DBs owed after a completed instruction (guest TF)
   uint64_t code_guard_stops = 0;     // #UDs of a code guard (UD2 patched over a site) taken back
-  uint64_t icebp_fixed = 0;          // ICEBP #DBs the host delivered fault-like, redelivered trap-like
+  uint64_t icebp_fixed = 0;
+  uint64_t movss_db_held = 0;        // single-step #DBs the host delivered inside a MOV SS shadow, taken back          // ICEBP #DBs the host delivered fault-like, redelivered trap-like
 };
 
 class Supervisor {

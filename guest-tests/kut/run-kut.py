@@ -17,7 +17,7 @@ A [NAME] section of kut.cfg says:
             124 = --timeout); with `because` saying why, for anything but 1 and 155
   summary   the exact SUMMARY line, when the test reaches it
   pass      minimum number of PASS lines
-  xfail     "TEXT | REASON": an assertion whose FAIL line starts with TEXT is
+  xfail     "TEXT | REASON": an assertion whose FAIL line is exactly "FAIL: TEXT" is
             expected to fail on this host for REASON (repeatable). A FAIL line
             not listed fails the test; a listed one that passes fails it too
             (the list must shrink when vbts gets better).
@@ -90,10 +90,10 @@ def main():
     skips = [x.split('|', 1)[0].strip() for x in cfg.get('skip', [])]
     fails = [l[len('FAIL: '):] for l in lines if l.startswith('FAIL: ')]
     for f in fails:
-        if not any(f.startswith(x) for x in xfail):
+        if f not in xfail:
             problems.append(f'unexpected FAIL: {f}')
     for x in xfail:
-        if not any(f.startswith(x) for f in fails):
+        if x not in fails:
             problems.append(f'expected failure did not fail (remove it from kut.cfg if vbts now gets it right): {x}')
     for s in (l[len('SKIP: '):] for l in lines if l.startswith('SKIP: ')):
         if not any(s.startswith(x) for x in skips):
