@@ -184,3 +184,29 @@ TEST(FindCpuidSitesTest, FindsEveryOpcodePair) {
 
 }  // namespace
 }  // namespace vbts::vcpu::testing
+
+namespace vbts::vcpu {
+namespace {
+
+using ::testing::ElementsAre;
+
+TEST(ConfirmInstructionStartsTest, OnlyDecodedInstructionStartsQualify) {
+  // 0x1000: mov eax, 0x0FA20FA2 (B8 A2 0F A2 0F: a 0F A2 pair inside the
+  //         immediate at 0x1002 - no instruction starts there)
+  // 0x1005: cpuid (0F A2)            <- a start in 32- and 64-bit decoding
+  // 0x1007: mov ecx, 7 (B9 07 00 00 00)
+  // 0x100C: cpuid                    <- a start
+  const uint8_t code[] = {0xB8, 0xA2, 0x0F, 0xA2, 0x0F, 0x0F, 0xA2, 0xB9, 0x07, 0x00,
+                          0x00, 0x00, 0x0F, 0xA2};
+  const std::vector<uint64_t> sites = FindCpuidSites(code, sizeof code, 0x1000);
+  EXPECT_THAT(sites, ElementsAre(0x1002u, 0x1005u, 0x100Cu));
+  EXPECT_THAT(ConfirmInstructionStarts(code, sizeof code, 0x1000, sites), ElementsAre(0x1005u, 0x100Cu));
+}
+
+TEST(ConfirmInstructionStartsTest, SitesOutsideTheCodeAreNotConfirmed) {
+  const uint8_t code[] = {0x0F, 0xA2};
+  EXPECT_THAT(ConfirmInstructionStarts(code, sizeof code, 0x1000, {0x1000, 0x0FFF, 0x1002}), ElementsAre(0x1000u));
+}
+
+}  // namespace
+}  // namespace vbts::vcpu
