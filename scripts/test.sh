@@ -1,9 +1,19 @@
 #!/usr/bin/env bash
 # test.sh: the whole test suite from a fresh machine: setup + build, then every
-# ctest label (unit, kvm, guest, qemu). Labels whose requirement is missing
-# (no /dev/kvm) report their tests as skipped, never as passed.
+# ctest label (unit, kvm, guest, qemu, kut); then, with no arguments, the same
+# unit, kvm and guest tests built with AddressSanitizer + UndefinedBehaviorSanitizer
+# (docs/security.md). Labels whose requirement is missing (no /dev/kvm, no shared
+# kvm-unit-tests binaries) report their tests as skipped, never as passed.
+# Arguments go to the first ctest run (e.g. -L unit) and skip the sanitizer run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-cd build
-ctest --output-on-failure -j2 --timeout 300 "$@"
+(cd build && ctest --output-on-failure -j2 --timeout 300 "$@")
+if [ $# -eq 0 ]; then
+  cmake -S . -B build-asan -DVBTS_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  cmake --build build-asan -j"$(nproc)"
+  # The QEMU differential tests and the record/report scripts add nothing the
+  # sanitizers can see that the guest images do not already exercise.
+  cd build-asan
+  ctest --output-on-failure -j2 --timeout 300 -L "unit|kvm|guest" -E "^(diff|record)"
+fi
