@@ -91,6 +91,13 @@ absl::Status Vm::SetMemoryRegion(uint32_t slot, uint64_t gpa, uint64_t size, voi
 
 absl::Status Vm::CreateIrqchip() { return Ioctl(fd(), KVM_CREATE_IRQCHIP, 0, "KVM_CREATE_IRQCHIP").status(); }
 
+absl::Status Vm::SetIrqLine(uint32_t gsi, bool level) {
+  kvm_irq_level l{};
+  l.irq = gsi;
+  l.level = level ? 1 : 0;
+  return Ioctl(fd(), KVM_IRQ_LINE, &l, "KVM_IRQ_LINE", absl::StrFormat("gsi=%u level=%d", gsi, level)).status();
+}
+
 absl::Status Vm::EnableCap(uint32_t cap, uint64_t arg0) {
   kvm_enable_cap c{};
   c.cap = cap;

@@ -59,6 +59,9 @@ class Vm {
   // Turns on user-space MSR exits for filtered MSRs and installs `deny` ranges
   // (default allow), so KVM stops answering those MSRs itself.
   absl::Status SetMsrFilter(absl::Span<const MsrRange> deny);
+  // KVM_IRQ_LINE: drives GSI `gsi` of the in-kernel irqchip (IOAPIC pin n,
+  // and the PIC for n < 16, under KVM's default routing).
+  absl::Status SetIrqLine(uint32_t gsi, bool level);
   // KVM_SIGNAL_MSI to the LAPIC with `apic_id`: fixed delivery of `vector`.
   absl::Status SignalMsi(uint32_t apic_id, uint8_t vector);
   absl::StatusOr<std::unique_ptr<vcpu::KvmVcpu>> CreateVcpu(int id, bool sync_regs);

@@ -180,6 +180,11 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
   VBTS_RETURN_IF_ERROR(pio_.Register(DebugExit::kPort, DebugExit::kSize, debug_exit_.get(), "isa-debug-exit"));
   testdev_io_ = std::make_unique<TestdevIo>();
   VBTS_RETURN_IF_ERROR(pio_.Register(TestdevIo::kPort, TestdevIo::kSize, testdev_io_.get(), "pc-testdev io"));
+  testdev_irq_ = std::make_unique<TestdevIrq>([this](uint32_t line, bool level) {
+    if (absl::Status st = vm_->SetIrqLine(line, level); !st.ok() && irq_errors_++ == 0)
+      std::fprintf(stderr, "vbts: warning: pc-testdev IRQ line %u: %s\n", line, std::string(st.message()).c_str());
+  });
+  VBTS_RETURN_IF_ERROR(pio_.Register(TestdevIrq::kPort, TestdevIrq::kSize, testdev_irq_.get(), "pc-testdev irq"));
   fw_cfg_ = std::make_unique<FwCfg>(ram_->size(), /*cpus=*/1);
   VBTS_RETURN_IF_ERROR(pio_.Register(FwCfg::kPort, FwCfg::kSize, fw_cfg_.get(), "fw_cfg"));
 

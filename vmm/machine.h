@@ -129,6 +129,8 @@ class Machine {
   std::unique_ptr<DebugExit> debug_exit_;
   std::unique_ptr<FwCfg> fw_cfg_;
   std::unique_ptr<TestdevIo> testdev_io_;
+  std::unique_ptr<TestdevIrq> testdev_irq_;
+  uint64_t irq_errors_ = 0;
   uint64_t mmio_unclaimed_reads_ = 0, mmio_unclaimed_writes_ = 0;
   // QEMU pc-testdev's iomem window (docs/guest-abi.md, "Devices").
   static constexpr uint64_t kTestdevIomem = 0xFF000000;

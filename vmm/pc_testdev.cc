@@ -12,4 +12,14 @@ void TestdevIo::Write(uint16_t offset, absl::Span<const uint8_t> data) {
     if (offset + i < kSize) reg_[offset + i] = data[i];
 }
 
+void TestdevIrq::Read(uint16_t offset, absl::Span<uint8_t> data) {
+  for (uint8_t& b : data) b = 0;
+}
+
+void TestdevIrq::Write(uint16_t offset, absl::Span<const uint8_t> data) {
+  bool level = false;
+  for (uint8_t b : data) level = level || b != 0;
+  if (offset < kSize) set_line_(offset, level);
+}
+
 }  // namespace vbts::vmm

@@ -6,6 +6,7 @@
 #define VBTS_VMM_PC_TESTDEV_H_
 
 #include <cstdint>
+#include <functional>
 
 #include "vmm/pio_bus.h"
 
@@ -23,6 +24,21 @@ class TestdevIo : public PioDevice {
 
  private:
   uint8_t reg_[4] = {0, 0, 0, 0};
+};
+
+// Ports 0x2000-0x2017 ("testdev irq"): a write to port 0x2000+n sets ISA
+// interrupt line n to (value != 0), i.e. drives IOAPIC pin n (kvm-unit-tests'
+// ioapic.c raises edge and level interrupts this way). Reads return 0.
+class TestdevIrq : public PioDevice {
+ public:
+  static constexpr uint16_t kPort = 0x2000;
+  static constexpr uint16_t kSize = 24;
+  explicit TestdevIrq(std::function<void(uint32_t line, bool level)> set_line) : set_line_(std::move(set_line)) {}
+  void Read(uint16_t offset, absl::Span<uint8_t> data) override;
+  void Write(uint16_t offset, absl::Span<const uint8_t> data) override;
+
+ private:
+  std::function<void(uint32_t, bool)> set_line_;
 };
 
 }  // namespace vbts::vmm
