@@ -464,6 +464,10 @@ absl::StatusOr<bool> Supervisor::DbGuard(CpuState& st, bool& dirty) {
     if (f.ok() && f->ok() && prev[0] == 0x8E && (prev[1] & 0xF8) == 0xD0) {
       st = *before;
       dirty = true;
+      // This #DB did not happen: its DR6.BS goes too (the one hardware
+      // reports comes with the trap after the next instruction).
+      d.dr6 &= ~kDr6Bs;
+      VBTS_RETURN_IF_ERROR(vcpu_.SetDebugRegs(d));
       stats_.movss_db_held++;
       return false;
     }
