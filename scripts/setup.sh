@@ -20,6 +20,7 @@ packages=(
   zlib1g-dev            # CRC-32 of trace file blocks
   python3               # differential and record/report tests (scripts/*.py)
   graphviz              # record.* tests: `dot` must accept vbts report --format=dot
+  clang libclang-rt-14-dev  # scripts/fuzz.sh: libFuzzer targets (fuzz/), with ASan/UBSan
 )
 missing=()
 for p in "${packages[@]}"; do
