@@ -72,12 +72,22 @@ fi
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# initrd = "FILE [ARGS],FILE..." with FILEs relative to the manifest's directory: Multiboot
+# modules for both monitors (vbts --initrd, qemu -initrd).
+initrd=$(cfg_one initrd "")
+initrd_abs=""
+if [[ -n $initrd ]]; then
+  IFS=',' read -r -a mods <<< "$initrd"
+  for m in "${mods[@]}"; do initrd_abs+="${initrd_abs:+,}$base/$m"; done
+fi
 if [[ $monitor == qemu ]]; then
   # timeout(1) exits 124 when it had to stop QEMU, the status vbts uses for --timeout.
   cmd=(timeout "$timeout_s" "$qemu" -kernel "$image" -device isa-debug-exit,iobase=0xf4,iosize=4
        -serial stdio -display none -accel tcg -no-reboot -m 128M)
+  [[ -n $initrd_abs ]] && cmd+=(-initrd "$initrd_abs")
 else
   read -r -a vargs <<< "$(cfg_one vbts_args "")"
+  [[ -n $initrd_abs ]] && vargs+=("--initrd=$initrd_abs")
   # vbts enforces its own --timeout (124); the outer KILL (status 137) only catches a hung vbts.
   cmd=(timeout -s KILL "$((${timeout_s%.*} + 5))" "$vbts" run "${vargs[@]}" "$image")
 fi
