@@ -310,10 +310,13 @@ bool Supervisor::NextRunSteps(const CpuState& st) {
 
 absl::StatusOr<Supervisor::Verdict> Supervisor::Arm(CpuState& st, bool& dirty, bool at_boundary,
                                                     bool exception_pending, bool may_step_over) {
+  std::array<uint64_t, 4> addrs{};
+  int n = -1;  // guard addresses, computed once per Arm
   if (!patches_.empty()) {
     // Code guards need the guest's #UD handler; without one the guest is
     // stepped (every CPUID completed at its stop) until it has one.
-    patches_wait_for_idt_ = !HandlerEntry(st, mem_, kVecUd).ok();
+    n = GuardAddresses(st, addrs);
+    patches_wait_for_idt_ = !ud_entry_.has_value();
     if (WantsStepping()) VBTS_RETURN_IF_ERROR(RemovePatches());
   }
   if (WantsStepping()) {
@@ -338,8 +341,7 @@ absl::StatusOr<Supervisor::Verdict> Supervisor::Arm(CpuState& st, bool& dirty, b
     return Verdict{};
   }
   mode_ = Mode::kGuarded;
-  std::array<uint64_t, 4> addrs{};
-  const int n = GuardAddresses(st, addrs);
+  if (n < 0) n = GuardAddresses(st, addrs);
   const std::optional<uint64_t> pc_gpa = patches_.empty() ? std::nullopt : PcGpa(st);
   bool on_guard = std::find(addrs.begin(), addrs.begin() + n, st.pc_linear()) != addrs.begin() + n;
   std::optional<uint64_t> skip;
