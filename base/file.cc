@@ -34,7 +34,8 @@ absl::Status ErrnoStatus(int err, const std::string& message) {
   }
 }
 
-absl::StatusOr<std::vector<uint8_t>> ReadWholeFile(const std::string& path, std::string_view what, uint64_t max_bytes) {
+absl::StatusOr<std::vector<uint8_t>> ReadWholeFile(const std::string& path, std::string_view what, uint64_t max_bytes,
+                                                   bool allow_empty) {
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     const int err = errno;
@@ -60,7 +61,7 @@ absl::StatusOr<std::vector<uint8_t>> ReadWholeFile(const std::string& path, std:
         absl::StrFormat("%s: is not a regular file (st_mode 0%o)", path, st.st_mode));
   }
   const auto size = static_cast<uint64_t>(st.st_size);
-  if (size == 0) {
+  if (size == 0 && !allow_empty) {
     return absl::InvalidArgumentError(absl::StrFormat("%s: %s is empty (0 bytes)", path, what));
   }
   if (size > max_bytes) {

@@ -21,10 +21,11 @@ absl::Status ErrnoStatus(int err, const std::string& message);
 
 // Reads the whole regular file `path`; `what` names it in messages ("kernel
 // image", "initrd module"). NotFound if missing, InvalidArgument if a
-// directory, not a regular file, empty or larger than `max_bytes`, other errno
-// failures as ErrnoStatus; every message starts with the path.
+// directory, not a regular file, empty (unless `allow_empty`) or larger than
+// `max_bytes`, other errno failures as ErrnoStatus; every message starts with
+// the path.
 absl::StatusOr<std::vector<uint8_t>> ReadWholeFile(const std::string& path, std::string_view what,
-                                                   uint64_t max_bytes);
+                                                   uint64_t max_bytes, bool allow_empty = false);
 
 }  // namespace vbts
 

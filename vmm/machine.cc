@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "base/file.h"
 #include "pmu/feature_msrs.h"
@@ -112,10 +111,10 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
   if (!config_.initrd.empty()) {
     VBTS_ASSIGN_OR_RETURN(std::vector<ModuleSpec> specs, ParseInitrd(config_.initrd));
     for (ModuleSpec& m : specs) {
-      absl::StatusOr<std::vector<uint8_t>> data = ReadWholeFile(m.path, "--initrd module", kMaxImageFileSize);
       // An empty module is valid (QEMU loads it as mod_start == mod_end).
-      if (!data.ok() && !absl::StrContains(data.status().message(), "is empty")) return data.status();
-      modules.push_back(LoadedModule{std::move(m.cmdline), data.ok() ? *std::move(data) : std::vector<uint8_t>{}});
+      VBTS_ASSIGN_OR_RETURN(std::vector<uint8_t> data,
+                            ReadWholeFile(m.path, "--initrd module", kMaxImageFileSize, /*allow_empty=*/true));
+      modules.push_back(LoadedModule{std::move(m.cmdline), std::move(data)});
     }
   }
   VBTS_ASSIGN_OR_RETURN(ram_, GuestMemory::Create(config_.mem_bytes));
