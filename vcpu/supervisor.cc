@@ -488,11 +488,7 @@ absl::StatusOr<bool> Supervisor::DbGuard(CpuState& st, bool& dirty) {
   st.rip += insn->length;
   dirty = true;
   stats_.icebp_fixed++;
-  VBTS_ASSIGN_OR_RETURN(Verdict v, Arm(st, dirty, /*at_boundary=*/true, /*exception_pending=*/true));
-  (void)v;
-  if (dirty) VBTS_RETURN_IF_ERROR(vcpu_.SetState(st));
-  dirty = false;
-  VBTS_RETURN_IF_ERROR(vcpu_.InjectException(kVecDb, std::nullopt));
+  VBTS_RETURN_IF_ERROR(DeliverDebugTrap(st, dirty, /*dr6_bits=*/0));
   return true;
 }
 
@@ -625,16 +621,33 @@ absl::StatusOr<bool> Supervisor::StepTrapAfterCompletion(const CpuState& before,
   // INT n/INT3/INTO/INT1 clear TF on the way into the handler and owe no trap
   // (SDM 6.12.1); SYSCALL's RFLAGS mask decides for itself.
   if (IsSoftwareInterrupt(insn) || insn.kind == InsnKind::kSyscall) return false;
+  VBTS_RETURN_IF_ERROR(DeliverDebugTrap(st, dirty, /*dr6_bits=*/1u << 14));  // BS
+  stats_.step_traps++;
+  return true;
+}
+
+absl::Status Supervisor::DeliverDebugTrap(CpuState& st, bool& dirty, uint64_t dr6_bits) {
+  // With an exception pending Arm only chooses the debug controls (plain
+  // single-step or guards); it never stops the run.
   VBTS_ASSIGN_OR_RETURN(Verdict v, Arm(st, dirty, /*at_boundary=*/true, /*exception_pending=*/true));
   (void)v;
   if (dirty) VBTS_RETURN_IF_ERROR(vcpu_.SetState(st));
   dirty = false;
-  VBTS_ASSIGN_OR_RETURN(kvm_debugregs d, vcpu_.GetDebugRegs());
-  d.dr6 |= 1u << 14;  // BS
-  VBTS_RETURN_IF_ERROR(vcpu_.SetDebugRegs(d));
-  VBTS_RETURN_IF_ERROR(vcpu_.InjectException(kVecDb, std::nullopt));
-  stats_.step_traps++;
-  return true;
+  if (dr6_bits) {
+    VBTS_ASSIGN_OR_RETURN(kvm_debugregs d, vcpu_.GetDebugRegs());
+    d.dr6 |= dr6_bits;
+    VBTS_RETURN_IF_ERROR(vcpu_.SetDebugRegs(d));
+  }
+  return vcpu_.InjectException(kVecDb, std::nullopt);
+}
+
+absl::Status Supervisor::ReportRetiredInPlace(const CpuState& before, CpuState& st, bool& dirty) {
+  if (!observer_) return absl::OkStatus();
+  ControlTransfer t;  // no transfer: the instruction fell through
+  t.from = before.pc_linear();
+  t.to = st.pc_linear();
+  t.old_cpl = t.new_cpl = before.cpl();
+  return observer_->Retired(before, t, st, dirty);
 }
 
 absl::Status Supervisor::InjectFault(CpuState& st, bool& dirty, const GuestFault& fault) {
@@ -678,13 +691,7 @@ absl::StatusOr<Supervisor::Verdict> Supervisor::Boundary(CpuState& st, bool dirt
       st.interrupt_shadow = false;
       dirty = true;
       stats_.halts++;
-      if (observer_) {
-        ControlTransfer t;
-        t.from = before.pc_linear();
-        t.to = st.pc_linear();
-        t.old_cpl = t.new_cpl = before.cpl();
-        VBTS_RETURN_IF_ERROR(observer_->Retired(before, t, st, dirty));
-      }
+      VBTS_RETURN_IF_ERROR(ReportRetiredInPlace(before, st, dirty));
       VBTS_ASSIGN_OR_RETURN(Verdict v, Arm(st, dirty, /*at_boundary=*/true, /*exception_pending=*/false));
       if (v.kind != Verdict::kResume) return v;
       if (dirty) VBTS_RETURN_IF_ERROR(vcpu_.SetState(st));
@@ -700,13 +707,7 @@ absl::StatusOr<Supervisor::Verdict> Supervisor::Boundary(CpuState& st, bool dirt
       st.rip += insn->length;
       dirty = true;
       stats_.endbr_completed++;
-      if (observer_) {
-        ControlTransfer t;
-        t.from = before.pc_linear();
-        t.to = st.pc_linear();
-        t.old_cpl = t.new_cpl = before.cpl();
-        VBTS_RETURN_IF_ERROR(observer_->Retired(before, t, st, dirty));
-      }
+      VBTS_RETURN_IF_ERROR(ReportRetiredInPlace(before, st, dirty));
       VBTS_ASSIGN_OR_RETURN(bool trapped, StepTrapAfterCompletion(before, *insn, st, dirty));
       if (trapped) return Verdict{};
       st_reported = false;

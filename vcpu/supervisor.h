@@ -161,6 +161,12 @@ class Supervisor {
   // #DB with DR6.BS (SDM 17.3.1.4). Returns whether one was injected.
   absl::StatusOr<bool> StepTrapAfterCompletion(const CpuState& before, const DecodedInsn& insn, CpuState& st,
                                                bool& dirty);
+  // Arms for an exception delivery, writes the state, ORs `dr6_bits` into
+  // the guest's DR6 and injects #DB (a trap: RIP is already past the cause).
+  absl::Status DeliverDebugTrap(CpuState& st, bool& dirty, uint64_t dr6_bits);
+  // Tells the observer that vbts retired the instruction at before.rip
+  // without a control transfer (HLT, ENDBR), leaving the guest at `st`.
+  absl::Status ReportRetiredInPlace(const CpuState& before, CpuState& st, bool& dirty);
   // Writes the state and injects the fault of a completed instruction.
   absl::Status InjectFault(CpuState& st, bool& dirty, const GuestFault& fault);
   // Chooses the mode and writes the guest debug controls for the next run.
