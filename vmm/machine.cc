@@ -41,16 +41,10 @@ double Now() {
 std::vector<MsrRange> PmuDenyList(const std::string& vpmu) {
   const pmu::VirtualPmu probe(pmu::CpuModels().front(),
                               pmu::VirtualPmuOptions{.lbr_in_kernel = vpmu == "passthrough"});
-  std::vector<pmu::MsrRange> ranges = probe.InterceptedMsrs();
-  for (const pmu::MsrRange& r : pmu::FeatureMsrs::Intercepted()) ranges.push_back(r);
-  std::sort(ranges.begin(), ranges.end(), [](const pmu::MsrRange& a, const pmu::MsrRange& b) { return a.first < b.first; });
+  // Vm::SetMsrFilter sorts the ranges and packs neighbours into KVM's 16.
   std::vector<MsrRange> deny;
-  for (const pmu::MsrRange& r : ranges) {
-    if (!deny.empty() && deny.back().base + deny.back().count == r.first)
-      deny.back().count += r.last - r.first + 1;
-    else
-      deny.push_back({r.first, r.last - r.first + 1});
-  }
+  for (const std::vector<pmu::MsrRange>& owner : {probe.InterceptedMsrs(), pmu::FeatureMsrs::Intercepted()})
+    for (const pmu::MsrRange& r : owner) deny.push_back({r.first, r.last - r.first + 1});
   return deny;
 }
 
