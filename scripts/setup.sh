@@ -14,6 +14,7 @@ packages=(
   googletest libgtest-dev libgmock-dev
   libbenchmark-dev      # micro-benchmarks
   libzydis-dev          # x86 instruction decoder
+  libunicorn-dev        # QEMU's TCG as a library: the TCG engine (vcpu/tcg_cpu.h)
   nasm binutils         # guest images (nasm + ld -m elf_i386)
   qemu-system-x86       # reference monitor for the guest-image suite (label qemu)
   libssl-dev            # SHA-256 of the image in vbts record's trace header (libcrypto)

@@ -1,0 +1,554 @@
+// tcg_cpu.cc: the TCG engine on libunicorn 2.0.1 (see tcg_cpu.h and
+// unicorn_abi.h for what it relies on beyond the public API).
+#include "vcpu/tcg_cpu.h"
+
+#include <dlfcn.h>
+#include <unicorn/unicorn.h>
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "base/status_macros.h"
+#include "pmu/paging.h"
+#include "pmu/phys_memory.h"
+#include "vcpu/unicorn_abi.h"
+
+namespace vbts::vcpu {
+namespace {
+
+// The engine running guest code on this thread (the helpers below are
+// called by QEMU with only its CPU state in hand).
+thread_local TcgCpu* t_running = nullptr;
+
+// Every live engine, for the callbacks QEMU makes with only its CPU in hand.
+std::mutex g_engines_mu;
+std::vector<TcgCpu*>& Engines() {
+  static auto* engines = new std::vector<TcgCpu*>;
+  return *engines;
+}
+
+template <typename T>
+T& At(void* base, size_t offset) {
+  return *reinterpret_cast<T*>(static_cast<char*>(base) + offset);
+}
+
+absl::Status UcError(uc_err e, const char* what) {
+  return absl::InternalError(absl::StrFormat("TCG engine: %s: %s", what, uc_strerror(e)));
+}
+
+uint32_t ToFlags(const Segment& s) {
+  return (uint32_t{s.type} << 8) | (uint32_t{s.s} << 12) | (uint32_t{s.dpl} << 13) |
+         (uint32_t{s.present} << 15) | (uint32_t{s.avl} << 20) | (uint32_t{s.l} << 21) |
+         (uint32_t{s.db} << 22) | (uint32_t{s.g} << 23);
+}
+
+uabi::SegCache ToCache(const Segment& s) {
+  return uabi::SegCache{s.selector, s.base, s.limit, ToFlags(s)};
+}
+
+Segment FromCache(const uabi::SegCache& c) {
+  Segment s;
+  s.selector = static_cast<uint16_t>(c.selector);
+  s.base = c.base;
+  s.limit = c.limit;
+  s.type = (c.flags >> 8) & 15;
+  s.s = (c.flags >> 12) & 1;
+  s.dpl = (c.flags >> 13) & 3;
+  s.present = (c.flags >> 15) & 1;
+  s.avl = (c.flags >> 20) & 1;
+  s.l = (c.flags >> 21) & 1;
+  s.db = (c.flags >> 22) & 1;
+  s.g = (c.flags >> 23) & 1;
+  // QEMU keeps no "unusable" bit: a null selector leaves P clear (as
+  // QEMU's own KVM code maps it).
+  s.unusable = !s.present;
+  return s;
+}
+
+// Unicorn's region check by linear address, pointed at guest RAM (which
+// starts at physical 0): the access itself then goes through QEMU's page
+// walk to its physical address (unicorn_abi.h).
+uint64_t RedirectToRam(uint64_t) { return 0; }
+
+// The MSRs Unicorn's QEMU keeps as CPU state (helper_rdmsr/helper_wrmsr).
+constexpr uint32_t kMsrTsc = 0x10, kMsrSysenterCs = 0x174, kMsrSysenterEsp = 0x175,
+                   kMsrSysenterEip = 0x176, kMsrPat = 0x277, kMsrEfer = 0xC0000080,
+                   kMsrStar = 0xC0000081, kMsrLstar = 0xC0000082, kMsrCstar = 0xC0000083,
+                   kMsrFmask = 0xC0000084, kMsrFsBase = 0xC0000100, kMsrGsBase = 0xC0000101,
+                   kMsrKernelGsBase = 0xC0000102, kMsrTscAux = 0xC0000103;
+
+// Guest RAM as the page walker (pmu/paging.h) reads it.
+class RamView : public PhysMemory {
+ public:
+  RamView(uint8_t* ram, uint64_t size) : ram_(ram), size_(size) {}
+  uint64_t size() const override { return size_; }
+  absl::Status Read(Gpa gpa, absl::Span<uint8_t> out) const override {
+    if (gpa.value > size_ || out.size() > size_ - gpa.value) return absl::OutOfRangeError("outside RAM");
+    std::memcpy(out.data(), ram_ + gpa.value, out.size());
+    return absl::OkStatus();
+  }
+  absl::Status Write(Gpa gpa, absl::Span<const uint8_t> data) override {
+    return absl::PermissionDeniedError("the TCG engine's walker only reads");
+  }
+
+ private:
+  uint8_t* ram_;
+  uint64_t size_;
+};
+
+// Where QEMU's walk ended when it passed a linear page to its TLB; Unicorn
+// 2.0.1 replaces it with the linear address ("identity map guest virtual
+// address"), so vbts walks again.  QEMU's walk already checked access rights
+// and set the A/D flags: this one only translates (supervisor read with SMEP
+// and SMAP off, no A/D updates).  An unassigned physical page when the tables
+// are not in RAM (QEMU then reads them from MMIO).
+constexpr uint64_t kUnassigned = 1ull << 51;
+
+using HelperFn = void (*)(void*);
+using HltFn = void (*)(void*, int);
+using ResetFn = void (*)(void*);
+
+template <typename Fn>
+Fn Original(const char* name) {
+  return reinterpret_cast<Fn>(dlsym(RTLD_NEXT, name));
+}
+
+}  // namespace
+
+// Unicorn's callbacks, with access to the engine's insides.
+struct TcgCallbacks {
+  static void Intr(uc_engine* uc, uint32_t intno, void* user) {
+    auto* self = static_cast<TcgCpu*>(user);
+    // Unicorn reports every exception and INT n here and delivers none;
+    // QEMU's own delivery (x86_cpu_do_interrupt) uses the exception number,
+    // error code and next EIP QEMU recorded when it raised it.
+    self->stats_.exceptions++;
+    if (self->event_hook_) {
+      bool soft = At<int32_t>(self->env_, ErrorCodeOffset(self) + 4) != 0;
+      self->event_hook_(static_cast<int>(intno), soft);
+    }
+    x86_cpu_do_interrupt_x86_64(self->cpu_);
+  }
+  static uint32_t In(uc_engine*, uint32_t port, int size, void* user) {
+    auto* self = static_cast<TcgCpu*>(user);
+    self->stats_.port_io++;
+    return self->config_.devices->PortIn(static_cast<uint16_t>(port), size);
+  }
+  static void Out(uc_engine*, uint32_t port, int size, uint32_t value, void* user) {
+    auto* self = static_cast<TcgCpu*>(user);
+    self->stats_.port_io++;
+    self->config_.devices->PortOut(static_cast<uint16_t>(port), size, value);
+  }
+  static int Cpuid(uc_engine*, void* user) {
+    auto* self = static_cast<TcgCpu*>(user);
+    self->stats_.cpuid++;
+    uint64_t* r = self->env_->regs;
+    CpuidResult c = self->config_.devices->Cpuid(static_cast<uint32_t>(r[kRax]), static_cast<uint32_t>(r[kRcx]));
+    r[kRax] = c.eax;
+    r[kRbx] = c.ebx;
+    r[kRcx] = c.ecx;
+    r[kRdx] = c.edx;
+    return 1;  // skip QEMU's CPUID
+  }
+  static uint64_t MmioRead(uc_engine*, uint64_t offset, unsigned size, void* user) {
+    auto* self = static_cast<TcgCpu*>(user);
+    self->stats_.mmio++;
+    return self->config_.devices->MmioRead(self->mmio_base() + offset, static_cast<int>(size));
+  }
+  static void MmioWrite(uc_engine*, uint64_t offset, unsigned size, uint64_t value, void* user) {
+    auto* self = static_cast<TcgCpu*>(user);
+    self->stats_.mmio++;
+    self->config_.devices->MmioWrite(self->mmio_base() + offset, static_cast<int>(size), value);
+  }
+  static void Code(uc_engine*, uint64_t address, uint32_t, void* user) {
+    auto* self = static_cast<TcgCpu*>(user);
+    if (self->insn_hook_) self->insn_hook_(address);
+  }
+  // env->error_code sits 16 bytes before env->dr[0] (QEMU 5.0 layout): found
+  // once by writing DR0..DR7 through the API and searching for them.
+  static size_t ErrorCodeOffset(TcgCpu* self) { return self->error_code_offset_; }
+  static TcgCpu* Running(void* env) {
+    TcgCpu* t = t_running;
+    return t != nullptr && static_cast<void*>(t->env_) == env ? t : nullptr;
+  }
+  static TcgDevices::Msr ReadMsr(TcgCpu* self, uint32_t index, uint64_t& value) {
+    self->stats_.msr++;
+    return self->config_.devices->ReadMsr(index, value);
+  }
+  static TcgDevices::Msr WriteMsr(TcgCpu* self, uint32_t index, uint64_t value) {
+    self->stats_.msr++;
+    return self->config_.devices->WriteMsr(index, value);
+  }
+  static void Halted(TcgCpu* self) {
+    self->stats_.halts++;
+    self->halted_ = true;
+  }
+  static void TripleFault(TcgCpu* self) { self->triple_fault_ = true; }
+  static uint64_t PhysicalPage(void* cpu, uint64_t vaddr) {
+    TcgCpu* self = t_running;
+    if (self == nullptr || self->cpu_ != cpu) self = Owner(cpu);
+    if (self == nullptr) return vaddr;
+    const uabi::EnvPrefix* env = self->env_;
+    if ((env->cr[0] & kCr0Pg) == 0) return vaddr;
+    pmu::PagingRegs regs{env->cr[0], env->cr[3], env->cr[4] & ~(kCr4Smep | kCr4Smap), env->efer,
+                         self->maxphyaddr_, false};
+    RamView ram(self->config_.ram, self->config_.ram_bytes);
+    auto t = pmu::Translate(regs, ram, Gva{vaddr}, pmu::Access{}, /*set_accessed_dirty=*/false);
+    if (!t.ok() || !t->fault.ok()) {
+      self->stats_.unassigned_walks++;
+      return kUnassigned;
+    }
+    return t->gpa.value & ~0xfffull;
+  }
+  // The engine that owns a QEMU CPU (TLB fills also happen outside Run(),
+  // e.g. when vbts reads guest memory through the library).
+  static TcgCpu* Owner(void* cpu);
+};
+
+TcgCpu* TcgCallbacks::Owner(void* cpu) {
+  std::lock_guard<std::mutex> lock(g_engines_mu);
+  for (TcgCpu* e : Engines()) {
+    if (e->cpu_ == cpu) return e;
+  }
+  return nullptr;
+}
+
+}  // namespace vbts::vcpu
+
+// QEMU's helpers for RDMSR, WRMSR and HLT, and its reset request (made only
+// on a triple fault), defined here so that the dynamic linker binds
+// libunicorn's calls to them (the executable exports them with
+// vcpu/unicorn_interpose.list).  Outside a run of a TcgCpu they are QEMU's.
+extern "C" {
+using vbts::vcpu::TcgCallbacks;
+using vbts::vcpu::TcgDevices;
+
+__attribute__((noinline)) void helper_rdmsr_x86_64(void* env) {
+  static const auto original = vbts::vcpu::Original<vbts::vcpu::HelperFn>("helper_rdmsr_x86_64");
+  static const auto rdtsc = vbts::vcpu::Original<vbts::vcpu::HelperFn>("helper_rdtsc_x86_64");
+  const uintptr_t ra = reinterpret_cast<uintptr_t>(__builtin_return_address(0));
+  vbts::vcpu::TcgCpu* self = TcgCallbacks::Running(env);
+  if (self == nullptr) return original(env);
+  uint64_t* regs = static_cast<vbts::vcpu::uabi::EnvPrefix*>(env)->regs;
+  const uint32_t index = static_cast<uint32_t>(regs[1]);
+  uint64_t value = 0;
+  switch (TcgCallbacks::ReadMsr(self, index, value)) {
+    case TcgDevices::Msr::kDone:
+      regs[0] = static_cast<uint32_t>(value);
+      regs[2] = value >> 32;
+      return;
+    case TcgDevices::Msr::kCpu:
+      if (vbts::vcpu::TcgCpu::OwnsMsr(index)) return index == vbts::vcpu::kMsrTsc ? rdtsc(env) : original(env);
+      break;
+    case TcgDevices::Msr::kGp:
+      break;
+  }
+  raise_exception_err_ra_x86_64(env, 13, 0, ra);
+}
+
+__attribute__((noinline)) void helper_wrmsr_x86_64(void* env) {
+  static const auto original = vbts::vcpu::Original<vbts::vcpu::HelperFn>("helper_wrmsr_x86_64");
+  const uintptr_t ra = reinterpret_cast<uintptr_t>(__builtin_return_address(0));
+  vbts::vcpu::TcgCpu* self = TcgCallbacks::Running(env);
+  if (self == nullptr) return original(env);
+  uint64_t* regs = static_cast<vbts::vcpu::uabi::EnvPrefix*>(env)->regs;
+  const uint32_t index = static_cast<uint32_t>(regs[1]);
+  const uint64_t value = (regs[2] << 32) | static_cast<uint32_t>(regs[0]);
+  switch (TcgCallbacks::WriteMsr(self, index, value)) {
+    case TcgDevices::Msr::kDone:
+      return;
+    case TcgDevices::Msr::kCpu:
+      if (index == vbts::vcpu::kMsrTsc) return;  // the TSC is the host's (docs/tcg-engine.md)
+      if (vbts::vcpu::TcgCpu::OwnsMsr(index)) return original(env);
+      break;
+    case TcgDevices::Msr::kGp:
+      break;
+  }
+  raise_exception_err_ra_x86_64(env, 13, 0, ra);
+}
+
+void helper_hlt_x86_64(void* env, int next_eip_addend) {
+  static const auto original = vbts::vcpu::Original<vbts::vcpu::HltFn>("helper_hlt_x86_64");
+  if (vbts::vcpu::TcgCpu* self = TcgCallbacks::Running(env)) TcgCallbacks::Halted(self);
+  original(env, next_eip_addend);
+}
+
+struct MemTxAttrs {
+  uint32_t bits;
+};
+void tlb_set_page_with_attrs_x86_64(void* cpu, uint64_t vaddr, uint64_t paddr, MemTxAttrs attrs, int prot,
+                                    int mmu_idx, uint64_t size) {
+  using Fn = void (*)(void*, uint64_t, uint64_t, MemTxAttrs, int, int, uint64_t);
+  static const auto original = vbts::vcpu::Original<Fn>("tlb_set_page_with_attrs_x86_64");
+  original(cpu, vaddr, TcgCallbacks::PhysicalPage(cpu, vaddr), attrs, prot, mmu_idx, size);
+}
+
+void qemu_system_reset_request(void* uc) {
+  static const auto original = vbts::vcpu::Original<vbts::vcpu::ResetFn>("qemu_system_reset_request");
+  if (vbts::vcpu::TcgCpu* self = vbts::vcpu::t_running) TcgCallbacks::TripleFault(self);
+  original(uc);
+}
+}  // extern "C"
+
+namespace vbts::vcpu {
+
+bool TcgCpu::OwnsMsr(uint32_t index) {
+  switch (index) {
+    case kMsrTsc: case kMsrSysenterCs: case kMsrSysenterEsp: case kMsrSysenterEip: case kMsrPat:
+    case kMsrEfer: case kMsrStar: case kMsrLstar: case kMsrCstar: case kMsrFmask:
+    case kMsrFsBase: case kMsrGsBase: case kMsrKernelGsBase: case kMsrTscAux:
+      return true;
+    default:
+      return false;
+  }
+}
+
+TcgCpu::TcgCpu(const Config& config) : config_(config) {}
+
+TcgCpu::~TcgCpu() {
+  {
+    std::lock_guard<std::mutex> lock(g_engines_mu);
+    std::erase(Engines(), this);
+  }
+  if (uc_ != nullptr) uc_close(uc_);
+}
+
+absl::StatusOr<std::unique_ptr<TcgCpu>> TcgCpu::Create(const Config& config) {
+  if (config.ram == nullptr || config.ram_bytes == 0 || config.ram_bytes % 4096 != 0 ||
+      config.devices == nullptr) {
+    return absl::InvalidArgumentError("TCG engine: RAM (page-aligned) and devices are required");
+  }
+  unsigned major = 0, minor = 0;
+  const unsigned v = uc_version(&major, &minor);
+  const unsigned patch = (v >> 8) & 0xff;  // major << 24 | minor << 16 | patch << 8 | extra
+  if (major != uabi::kMajor || minor != uabi::kMinor || patch != uabi::kPatch) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "TCG engine: libunicorn %u.%u.%u is not the 2.0.1 whose internals vbts was built against "
+        "(docs/tcg-engine.md)", major, minor, patch));
+  }
+  std::unique_ptr<TcgCpu> cpu(new TcgCpu(config));
+  VBTS_RETURN_IF_ERROR(cpu->Init());
+  return cpu;
+}
+
+uint64_t TcgCpu::mmio_base() const { return config_.ram_bytes; }
+
+absl::Status TcgCpu::Init() {
+  uc_err e = uc_open(UC_ARCH_X86, UC_MODE_64, &uc_);
+  if (e != UC_ERR_OK) return UcError(e, "uc_open");
+  e = uc_ctl_set_cpu_model(uc_, config_.uc_cpu_model);
+  if (e != UC_ERR_OK) return UcError(e, "CPU model");
+  e = uc_mem_map_ptr(uc_, 0, config_.ram_bytes, UC_PROT_ALL, config_.ram);
+  if (e != UC_ERR_OK) return UcError(e, "mapping guest RAM");
+  constexpr uint64_t k4G = 1ull << 32;
+  if (mmio_base() < k4G) {
+    e = uc_mmio_map(uc_, mmio_base(), k4G - mmio_base(), &TcgCallbacks::MmioRead, this,
+                    &TcgCallbacks::MmioWrite, this);
+    if (e != UC_ERR_OK) return UcError(e, "mapping the MMIO hole");
+  }
+  cpu_ = At<void*>(uc_, uabi::kUcCpu);
+  if (cpu_ == nullptr) return absl::InternalError("TCG engine: libunicorn's CPU is not where unicorn_abi.h says");
+  env_ = At<uabi::EnvPrefix*>(cpu_, uabi::kCpuEnvPtr);
+  VBTS_RETURN_IF_ERROR(SelfCheck());
+  {
+    std::lock_guard<std::mutex> lock(g_engines_mu);
+    Engines().push_back(this);
+  }
+  At<void*>(uc_, uabi::kUcStopInterrupt) = nullptr;
+  At<void*>(uc_, uabi::kUcMemRedirect) = reinterpret_cast<void*>(&RedirectToRam);
+
+  // No exit addresses: with uc_emu_start's "until" Unicorn invalidates the
+  // translation at until-1 after every run, a walk that would #PF under the
+  // guest's paging and overwrite CR2.  Runs end at stops only.
+  e = uc_ctl_exits_enable(uc_);
+  if (e != UC_ERR_OK) return UcError(e, "disabling exit addresses");
+  uc_hook h;
+  e = uc_hook_add(uc_, &h, UC_HOOK_INTR, reinterpret_cast<void*>(&TcgCallbacks::Intr), this, 1, 0);
+  if (e == UC_ERR_OK)
+    e = uc_hook_add(uc_, &h, UC_HOOK_INSN, reinterpret_cast<void*>(&TcgCallbacks::In), this, 1, 0, UC_X86_INS_IN);
+  if (e == UC_ERR_OK)
+    e = uc_hook_add(uc_, &h, UC_HOOK_INSN, reinterpret_cast<void*>(&TcgCallbacks::Out), this, 1, 0, UC_X86_INS_OUT);
+  if (e == UC_ERR_OK)
+    e = uc_hook_add(uc_, &h, UC_HOOK_INSN, reinterpret_cast<void*>(&TcgCallbacks::Cpuid), this, 1, 0,
+                    UC_X86_INS_CPUID);
+  if (e != UC_ERR_OK) return UcError(e, "installing hooks");
+  return absl::OkStatus();
+}
+
+absl::Status TcgCpu::SelfCheck() {
+  auto fail = [](const std::string& what) {
+    return absl::FailedPreconditionError("TCG engine: libunicorn is not laid out as vbts expects (" + what +
+                                         "; docs/tcg-engine.md)");
+  };
+  // The CPU state: values written through the API must appear in place.
+  const uint64_t magic = 0x5566778899aabbccull;
+  uc_reg_write(uc_, UC_X86_REG_RBX, &magic);
+  uc_x86_mmr gdtr{0, 0x123000, 0x1ff, 0};
+  uc_reg_write(uc_, UC_X86_REG_GDTR, &gdtr);
+  if (env_->regs[kRbx] != magic || env_->gdt.base != 0x123000 || env_->gdt.limit != 0x1ff) {
+    return fail("CPU state");
+  }
+  env_->regs[kRbx] = 0;
+  uint64_t dr[8];
+  for (int i = 0; i < 8; i++) {
+    dr[i] = magic + static_cast<uint64_t>(i);
+    uc_reg_write(uc_, UC_X86_REG_DR0 + i, &dr[i]);
+  }
+  const size_t limit = uc_context_size(uc_);
+  for (size_t off = sizeof(uabi::EnvPrefix); off + sizeof dr < limit; off += 8) {
+    if (std::memcmp(reinterpret_cast<char*>(env_) + off, dr, sizeof dr) == 0) {
+      error_code_offset_ = off - 16;
+      break;
+    }
+  }
+  if (error_code_offset_ == 0) return fail("debug registers");
+  const uint64_t zero = 0;
+  for (int i = 0; i < 8; i++) uc_reg_write(uc_, UC_X86_REG_DR0 + i, &zero);
+  // The two fields of Unicorn's own struct: x86's stop_interrupt is set
+  // (a function in libunicorn), mem_redirect is not (only MIPS sets it).
+  void* stop = At<void*>(uc_, uabi::kUcStopInterrupt);
+  Dl_info info{};
+  Dl_info lib{};
+  if (stop == nullptr || dladdr(stop, &info) == 0 ||
+      dladdr(reinterpret_cast<void*>(&uc_open), &lib) == 0 || info.dli_fbase != lib.dli_fbase) {
+    return fail("stop_interrupt");
+  }
+  if (At<void*>(uc_, uabi::kUcMemRedirect) != nullptr) return fail("mem_redirect");
+  // The helpers this file defines must be the ones QEMU calls.
+  for (const auto& [name, ours] : {std::pair<const char*, void*>{"helper_rdmsr_x86_64", reinterpret_cast<void*>(&helper_rdmsr_x86_64)},
+                                   {"helper_wrmsr_x86_64", reinterpret_cast<void*>(&helper_wrmsr_x86_64)},
+                                   {"helper_hlt_x86_64", reinterpret_cast<void*>(&helper_hlt_x86_64)},
+                                   {"qemu_system_reset_request", reinterpret_cast<void*>(&qemu_system_reset_request)},
+                                   {"tlb_set_page_with_attrs_x86_64", reinterpret_cast<void*>(&tlb_set_page_with_attrs_x86_64)}}) {
+    if (dlsym(RTLD_DEFAULT, name) != ours) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "TCG engine: %s is not exported by this executable (link with vcpu/unicorn_interpose.list)", name));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TcgCpu::SetState(const CpuState& st) {
+  for (int i = 0; i < 16; i++) env_->regs[i] = st.gpr[i];
+  env_->eip = st.rip;
+  const Segment* segs[6] = {&st.es, &st.cs, &st.ss, &st.ds, &st.fs, &st.gs};
+  for (int i = 0; i < 6; i++) env_->segs[i] = ToCache(*segs[i]);
+  env_->ldt = ToCache(st.ldtr);
+  // QEMU keeps TR's type as "available" (helper_ltr caches the descriptor
+  // before it sets the busy bit in memory, and its delivery code insists on
+  // it); KVM and the architecture say busy.
+  env_->tr = ToCache(st.tr);
+  if ((st.tr.type & 5) == 1) env_->tr.flags &= ~(2u << 8);
+  env_->gdt = uabi::SegCache{0, st.gdtr.base, st.gdtr.limit, 0};
+  env_->idt = uabi::SegCache{0, st.idtr.base, st.idtr.limit, 0};
+  env_->efer = st.efer;
+  env_->cr[0] = st.cr0;
+  env_->cr[2] = st.cr2;
+  env_->cr[3] = st.cr3;
+  cpu_x86_update_cr4_x86_64(env_, static_cast<uint32_t>(st.cr4));
+  if (env_->cr[4] != st.cr4) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "TCG engine: the CPU model does not accept CR4=%#x (it keeps %#x)", st.cr4, env_->cr[4]));
+  }
+  uint64_t rflags = st.rflags;
+  uc_reg_write(uc_, UC_X86_REG_RFLAGS, &rflags);
+  x86_update_hflags_x86_64(env_);
+  if (st.interrupt_shadow) env_->hflags |= uabi::kHfInhibitIrq; else env_->hflags &= ~uabi::kHfInhibitIrq;
+  if (st.nmi_masked) env_->hflags2 |= uabi::kHf2Nmi; else env_->hflags2 &= ~uabi::kHf2Nmi;
+  const std::pair<uint32_t, uint64_t> msrs[] = {
+      {kMsrStar, st.star}, {kMsrLstar, st.lstar}, {kMsrCstar, st.cstar}, {kMsrFmask, st.sfmask},
+      {kMsrKernelGsBase, st.kernel_gs_base}, {kMsrSysenterCs, st.sysenter_cs},
+      {kMsrSysenterEsp, st.sysenter_esp}, {kMsrSysenterEip, st.sysenter_eip}};
+  for (const auto& [index, value] : msrs) {
+    uc_x86_msr m{index, value};
+    uc_err e = uc_reg_write(uc_, UC_X86_REG_MSR, &m);
+    if (e != UC_ERR_OK) return UcError(e, "writing an MSR");
+  }
+  cr8_ = st.cr8;
+  maxphyaddr_ = st.maxphyaddr;
+  tlb_flush_x86_64(cpu_);
+  return absl::OkStatus();
+}
+
+CpuState TcgCpu::GetState() {
+  CpuState st;
+  for (int i = 0; i < 16; i++) st.gpr[i] = env_->regs[i];
+  st.rip = env_->eip;
+  uc_reg_read(uc_, UC_X86_REG_RFLAGS, &st.rflags);
+  Segment* segs[6] = {&st.es, &st.cs, &st.ss, &st.ds, &st.fs, &st.gs};
+  for (int i = 0; i < 6; i++) *segs[i] = FromCache(env_->segs[i]);
+  st.ldtr = FromCache(env_->ldt);
+  st.tr = FromCache(env_->tr);
+  if ((st.tr.type & 5) == 1) st.tr.type |= 2;  // available -> busy (see SetState)
+  st.gdtr = DescriptorTable{env_->gdt.base, static_cast<uint16_t>(env_->gdt.limit)};
+  st.idtr = DescriptorTable{env_->idt.base, static_cast<uint16_t>(env_->idt.limit)};
+  st.cr0 = env_->cr[0];
+  st.cr2 = env_->cr[2];
+  st.cr3 = env_->cr[3];
+  st.cr4 = env_->cr[4];
+  st.efer = env_->efer;
+  st.cr8 = cr8_;
+  st.interrupt_shadow = (env_->hflags & uabi::kHfInhibitIrq) != 0;
+  st.nmi_masked = (env_->hflags2 & uabi::kHf2Nmi) != 0;
+  const std::pair<uint32_t, uint64_t*> msrs[] = {
+      {kMsrStar, &st.star}, {kMsrLstar, &st.lstar}, {kMsrCstar, &st.cstar}, {kMsrFmask, &st.sfmask},
+      {kMsrKernelGsBase, &st.kernel_gs_base}, {kMsrSysenterCs, &st.sysenter_cs},
+      {kMsrSysenterEsp, &st.sysenter_esp}, {kMsrSysenterEip, &st.sysenter_eip}};
+  for (const auto& [index, value] : msrs) {
+    uc_x86_msr m{index, 0};
+    uc_reg_read(uc_, UC_X86_REG_MSR, &m);
+    *value = m.value;
+  }
+  st.maxphyaddr = maxphyaddr_;
+  return st;
+}
+
+uint64_t TcgCpu::cr4() const { return env_->cr[4]; }
+
+void TcgCpu::RequestStop() {
+  stop_requested_ = true;
+  uc_emu_stop(uc_);
+}
+
+void TcgCpu::FlushCode() { tb_flush_x86_64(cpu_); }
+
+void TcgCpu::SetInstructionHook(std::function<void(uint64_t)> hook) {
+  insn_hook_ = std::move(hook);
+  const bool want = static_cast<bool>(insn_hook_);
+  if (want && code_hook_ == 0) {
+    uc_hook h = 0;
+    if (uc_hook_add(uc_, &h, UC_HOOK_CODE, reinterpret_cast<void*>(&TcgCallbacks::Code), this, 1, 0) == UC_ERR_OK) {
+      code_hook_ = h;
+    }
+  } else if (!want && code_hook_ != 0) {
+    uc_hook_del(uc_, code_hook_);
+    code_hook_ = 0;
+  }
+  // Hooks are compiled into the translations: retranslate.
+  FlushCode();
+}
+
+absl::StatusOr<TcgStop> TcgCpu::Run(uint64_t timeout_us) {
+  stats_.runs++;
+  stop_requested_ = halted_ = triple_fault_ = false;
+  TcgCpu* outer = t_running;
+  t_running = this;
+  const uc_err e = uc_emu_start(uc_, env_->eip, ~0ull, timeout_us, 0);
+  t_running = outer;
+  if (e != UC_ERR_OK) {
+    CpuState st = GetState();
+    return absl::InternalError(absl::StrFormat("TCG engine stopped at %s: %s", st.Describe(), uc_strerror(e)));
+  }
+  if (triple_fault_) return TcgStop{TcgStop::kTripleFault};
+  if (halted_) return TcgStop{TcgStop::kHalted};
+  if (stop_requested_) return TcgStop{TcgStop::kRequested};
+  size_t timed_out = 0;
+  uc_query(uc_, UC_QUERY_TIMEOUT, &timed_out);
+  if (timed_out != 0) return TcgStop{TcgStop::kTimeout};
+  return TcgStop{TcgStop::kRequested};
+}
+
+}  // namespace vbts::vcpu

@@ -1,0 +1,134 @@
+// tcg_cpu.h: vbts's second execution engine, one x86 vCPU on QEMU's TCG
+// through libunicorn (docs/tcg-engine.md).
+//
+// The engine runs on the same guest RAM as the KVM vCPU (mapped, not copied)
+// and takes and gives its whole state as a CpuState, so the machine (vmm/)
+// can move a guest between the two.  Inside the engine the machine stays
+// whole: paging of every kind (including the 32-bit paging this host's KVM
+// cannot run), exceptions and INT n delivered through the guest's IDT with
+// their frames, error codes, CR2 and stack switches (QEMU's own delivery),
+// HLT, and triple faults.  What belongs to the machine comes back to it
+// through TcgDevices: port I/O, MMIO outside RAM, CPUID, and every MSR that
+// is not plain CPU state.  Pure of /dev/kvm.
+#ifndef VBTS_VCPU_TCG_CPU_H_
+#define VBTS_VCPU_TCG_CPU_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "vcpu/completer.h"
+#include "vcpu/cpu_state.h"
+
+struct uc_struct;
+
+namespace vbts::vcpu {
+
+namespace uabi {
+struct EnvPrefix;
+}
+
+// What the engine asks of the machine.  Called on the engine's thread while
+// Run() executes guest code; a callback may call TcgCpu::RequestStop().
+class TcgDevices {
+ public:
+  virtual ~TcgDevices() = default;
+  virtual uint32_t PortIn(uint16_t port, int size) = 0;
+  virtual void PortOut(uint16_t port, int size, uint32_t value) = 0;
+  // Guest-physical accesses outside RAM (below 4 GiB).
+  virtual uint64_t MmioRead(uint64_t gpa, int size) = 0;
+  virtual void MmioWrite(uint64_t gpa, int size, uint64_t value) = 0;
+  // kCpu: the engine's own CPU MSRs (TcgCpu::OwnsMsr) take the access, or #GP.
+  enum class Msr { kDone, kGp, kCpu };
+  virtual Msr ReadMsr(uint32_t index, uint64_t& value) = 0;
+  virtual Msr WriteMsr(uint32_t index, uint64_t value) = 0;
+  virtual CpuidResult Cpuid(uint32_t leaf, uint32_t subleaf) = 0;
+};
+
+// Why Run() returned.
+struct TcgStop {
+  enum Kind {
+    kRequested,    // RequestStop() (a device, a hook, another thread)
+    kHalted,       // HLT retired; RIP is after it
+    kTripleFault,  // a fault while delivering a double fault
+    kTimeout,      // the time limit passed
+  } kind = kRequested;
+};
+
+struct TcgStats {
+  uint64_t runs = 0;        // Run() calls
+  uint64_t exceptions = 0;  // exceptions and INT n delivered through the IDT
+  uint64_t port_io = 0, mmio = 0, msr = 0, cpuid = 0, halts = 0;
+  uint64_t unassigned_walks = 0;  // pages whose tables are not in RAM (mapped to nothing)
+};
+
+class TcgCpu {
+ public:
+  struct Config {
+    uint8_t* ram = nullptr;  // guest-physical 0 .. ram_bytes, page-aligned
+    uint64_t ram_bytes = 0;
+    // QEMU's CPU model (UC_CPU_X86_*): the instruction set TCG decodes and
+    // the CR4 bits it accepts.  CPUID answers come from TcgDevices::Cpuid.
+    int uc_cpu_model = 0;
+    TcgDevices* devices = nullptr;
+  };
+  // Fails with a clear message when the library is not the one
+  // unicorn_abi.h pins, or a self-check of what vbts relies on fails.
+  static absl::StatusOr<std::unique_ptr<TcgCpu>> Create(const Config& config);
+  ~TcgCpu();
+  TcgCpu(const TcgCpu&) = delete;
+  TcgCpu& operator=(const TcgCpu&) = delete;
+
+  absl::Status SetState(const CpuState& st);
+  CpuState GetState();
+
+  // Runs guest code from the current state until a stop; timeout_us 0: none.
+  absl::StatusOr<TcgStop> Run(uint64_t timeout_us = 0);
+  // Ends Run() at the next translation-block boundary.
+  void RequestStop();
+
+  // Called before every instruction (linear address of CS:RIP) while set;
+  // costs about a factor of two in speed.  Set between runs only.
+  void SetInstructionHook(std::function<void(uint64_t linear)> hook);
+  // Called when an exception or INT n is about to be delivered through the
+  // IDT (vector, whether it is a software interrupt).
+  void SetEventHook(std::function<void(int vector, bool soft)> hook) { event_hook_ = std::move(hook); }
+
+  // Guest memory changed behind the engine's back (the loader, the KVM
+  // engine): drops every translation.
+  void FlushCode();
+
+  // The CPU MSRs the engine itself implements (TcgDevices::Msr::kCpu).
+  static bool OwnsMsr(uint32_t index);
+  uint64_t cr4() const;
+  const TcgStats& stats() const { return stats_; }
+
+ private:
+  explicit TcgCpu(const Config& config);
+  absl::Status Init();
+  absl::Status SelfCheck();
+  uint64_t mmio_base() const;
+  friend struct TcgCallbacks;
+
+  Config config_;
+  uc_struct* uc_ = nullptr;
+  void* cpu_ = nullptr;               // QEMU's CPUState
+  uabi::EnvPrefix* env_ = nullptr;    // QEMU's CPUX86State
+  size_t code_hook_ = 0;
+  size_t error_code_offset_ = 0;  // of env->error_code (found by SelfCheck)
+  bool stop_requested_ = false;
+  bool halted_ = false;
+  bool triple_fault_ = false;
+  std::function<void(uint64_t)> insn_hook_;
+  std::function<void(int, bool)> event_hook_;
+  uint64_t dr_[8] = {};
+  uint64_t cr8_ = 0;
+  uint8_t maxphyaddr_ = 36;
+  TcgStats stats_;
+};
+
+}  // namespace vbts::vcpu
+
+#endif  // VBTS_VCPU_TCG_CPU_H_

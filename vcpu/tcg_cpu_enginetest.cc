@@ -1,0 +1,245 @@
+// The TCG engine (vcpu/tcg_cpu.h) on the completer tests' tiny machine: state
+// transfer, event delivery through the guest's IDT, 32-bit paging, and what
+// it hands to the machine (ports, MMIO, CPUID, MSRs).  Every expected value
+// is derived in the test from the SDM rule it checks.
+#include "vcpu/tcg_cpu.h"
+
+#include <unicorn/x86.h>
+
+#include <map>
+
+#include "vcpu/completer_test_util.h"
+
+namespace vbts::vcpu::testing {
+namespace {
+
+class FakeDevices : public TcgDevices {
+ public:
+  uint32_t PortIn(uint16_t port, int size) override { return in_value; }
+  void PortOut(uint16_t port, int size, uint32_t value) override {
+    outs.push_back({port, size, value});
+    if (port == 0xf4 && cpu != nullptr) cpu->RequestStop();
+  }
+  uint64_t MmioRead(uint64_t gpa, int size) override {
+    mmio.push_back({gpa, size, 0});
+    return 0xfeedf00d;
+  }
+  void MmioWrite(uint64_t gpa, int size, uint64_t value) override { mmio.push_back({gpa, size, value}); }
+  Msr ReadMsr(uint32_t index, uint64_t& value) override {
+    if (auto it = msrs.find(index); it != msrs.end()) {
+      value = it->second;
+      return Msr::kDone;
+    }
+    return TcgCpu::OwnsMsr(index) ? Msr::kCpu : Msr::kGp;
+  }
+  Msr WriteMsr(uint32_t index, uint64_t value) override {
+    if (msrs.contains(index)) {
+      msrs[index] = value;
+      return Msr::kDone;
+    }
+    return TcgCpu::OwnsMsr(index) ? Msr::kCpu : Msr::kGp;
+  }
+  CpuidResult Cpuid(uint32_t leaf, uint32_t subleaf) override { return {leaf + 1, subleaf + 2, 0x33, 0x44}; }
+
+  struct Access {
+    uint64_t where;
+    int size;
+    uint64_t value;
+    bool operator==(const Access&) const = default;
+  };
+  uint32_t in_value = 0;
+  std::vector<Access> outs, mmio;
+  std::map<uint32_t, uint64_t> msrs = {{0x1d9, 0x1234567890ull}};  // IA32_DEBUGCTL: a machine MSR
+  TcgCpu* cpu = nullptr;
+};
+
+class TcgCpuTest : public CompleterTest {
+ public:
+  void SetUp() override {
+    auto cpu = TcgCpu::Create({mem_.bytes().data(), mem_.bytes().size(), UC_CPU_X86_WESTMERE, &devices_});
+    VBTS_ASSERT_OK(cpu.status());
+    cpu_ = std::move(*cpu);
+    devices_.cpu = cpu_.get();
+  }
+  void Code(uint64_t at, std::vector<uint8_t> bytes) {
+    std::memcpy(mem_.bytes().data() + at, bytes.data(), bytes.size());
+  }
+  // Runs from `st` to the next stop; fails the test on an engine error.
+  CpuState RunFrom(const CpuState& st, TcgStop::Kind expect = TcgStop::kHalted) {
+    VBTS_EXPECT_OK(cpu_->SetState(st));
+    auto stop = cpu_->Run(5'000'000);
+    VBTS_EXPECT_OK(stop.status());
+    if (stop.ok()) {
+      EXPECT_EQ(stop->kind, expect);
+    }
+    return cpu_->GetState();
+  }
+
+  FakeDevices devices_;
+  std::unique_ptr<TcgCpu> cpu_;
+};
+
+TEST_F(TcgCpuTest, StateRoundTripsInEveryMode) {
+  for (CpuState st : {Pm32(0), Pm32(3), Lm64(0), Lm64(3), Compat32(3), Real()}) {
+    st.gpr[kRax] = 0x1111222233334444ull;
+    st.gpr[kR15] = 0xf0f0;
+    st.cr2 = 0xdead000;
+    st.rflags = 0x246 | (st.rflags & kRflagsIf);  // ZF, PF set: the lazily computed flags
+    st.interrupt_shadow = true;
+    st.nmi_masked = true;
+    st.star = 0x0023001000000000ull;
+    st.lstar = 0xffffffff81000000ull;
+    st.sysenter_cs = 0x8;
+    st.sysenter_eip = 0x4000;
+    st.kernel_gs_base = 0x5000;
+    st.maxphyaddr = 36;
+    st.cr8 = 5;
+    // QEMU keeps no "unusable" bit: a segment that is not present comes back
+    // unusable, as KVM reports a null selector.
+    for (Segment* s : {&st.es, &st.cs, &st.ss, &st.ds, &st.fs, &st.gs, &st.ldtr, &st.tr}) s->unusable = !s->present;
+    VBTS_ASSERT_OK(cpu_->SetState(st));
+    CpuState back = cpu_->GetState();
+    EXPECT_EQ(back, st) << st.Dump() << "\n--- back from TCG:\n" << back.Dump();
+  }
+}
+
+TEST_F(TcgCpuTest, RunsALoopToHlt) {
+  // mov ecx, 1000; L: dec ecx; jnz L; hlt
+  Code(kCodeRip, {0xb9, 0xe8, 0x03, 0x00, 0x00, 0x49, 0x75, 0xfd, 0xf4});
+  CpuState st = RunFrom(Pm32(0));
+  EXPECT_EQ(st.gpr[kRcx], 0u);
+  EXPECT_EQ(st.rip, kCodeRip + 9);  // after the HLT
+  EXPECT_EQ(cpu_->stats().halts, 1u);
+}
+
+TEST_F(TcgCpuTest, IntNFromCpl3SwitchesToTheTssStack) {
+  // SDM vol. 3A 6.12.1: an interrupt gate to CPL0 from CPL3 loads SS:ESP from
+  // the TSS and pushes SS, ESP, EFLAGS, CS, EIP of the next instruction.
+  Gate32(0x80, MakeGate(kIntGate32, kCode32K, 0x600, 3));
+  Code(0x600, {0xf4});              // handler: hlt
+  Code(kCodeRip, {0xcd, 0x80});     // int 0x80
+  CpuState st = RunFrom(Pm32(3));
+  EXPECT_EQ(st.rip, 0x601u);
+  EXPECT_EQ(st.cpl(), 0);
+  EXPECT_EQ(st.ss.selector, kData32K);
+  EXPECT_EQ(st.gpr[kRsp], kKernelStack - 20);
+  EXPECT_EQ(Read32(kKernelStack - 20), kCodeRip + 2);
+  EXPECT_EQ(Read32(kKernelStack - 16), kCode32U);
+  EXPECT_EQ(Read32(kKernelStack - 12), 0x202u);
+  EXPECT_EQ(Read32(kKernelStack - 8), kUserStack);
+  EXPECT_EQ(Read32(kKernelStack - 4), kData32U);
+  EXPECT_EQ(st.rflags & kRflagsIf, 0u);  // an interrupt gate clears IF
+}
+
+TEST_F(TcgCpuTest, Ud2IsDeliveredToTheGuest) {
+  // #UD is a fault: the pushed EIP is the UD2 itself (SDM vol. 3A 6.15).
+  Gate32(6, MakeGate(kIntGate32, kCode32K, 0x600, 0));
+  Code(0x600, {0xf4});
+  Code(kCodeRip, {0x0f, 0x0b});
+  CpuState st = RunFrom(Pm32(0));
+  EXPECT_EQ(st.rip, 0x601u);
+  EXPECT_EQ(Read32(kKernelStack - 12), kCodeRip);
+}
+
+TEST_F(TcgCpuTest, PageFaultUnder32BitPagingHasCr2AndErrorCode) {
+  // 32-bit paging (CR4.PSE): PDE 0 maps 0..4 MiB with a 4-MiB page; PDE 0x100
+  // (linear 0x40000000) points to a page table whose PTE 0 maps physical
+  // 0x100000.  The code there reads linear 0x80000000, whose PDE is not
+  // present: #PF with CR2 = 0x80000000 and error code 0 (P=0, read,
+  // supervisor; SDM vol. 3A 4.7), EIP = the MOV.
+  constexpr uint64_t kPd = 0x300000, kPt = 0x301000;
+  Write32(kPd + 0, 0x00000083);            // P, W, PS
+  Write32(kPd + 0x100 * 4, kPt | 0x3);     // P, W
+  Write32(kPt + 0, 0x00100003);
+  Code(0x100000, {0xa1, 0x00, 0x00, 0x00, 0x80});  // mov eax, [0x80000000]
+  Gate32(14, MakeGate(kIntGate32, kCode32K, 0x600, 0));
+  Code(0x600, {0xf4});
+  CpuState st = Pm32(0);
+  st.cr0 |= kCr0Pg;
+  st.cr4 = kCr4Pse;
+  st.cr3 = kPd;
+  st.rip = 0x40000000;
+  st = RunFrom(st);
+  EXPECT_EQ(st.rip, 0x601u);
+  EXPECT_EQ(st.cr2, 0x80000000u);
+  EXPECT_EQ(Read32(kKernelStack - 16), 0u);           // error code
+  EXPECT_EQ(Read32(kKernelStack - 12), 0x40000000u);  // EIP of the MOV
+  EXPECT_EQ(Read32(0x301000) & 0x20, 0x20u);          // the PTE's accessed bit (fetch)
+}
+
+TEST_F(TcgCpuTest, LongModeInt3PushesA64BitFrameOnTheIstStack) {
+  // SDM vol. 3A 6.14.2/6.14.5: a 64-bit gate with IST=1 loads RSP from IST1,
+  // aligns it to 16 and pushes SS, RSP, RFLAGS, CS, RIP (8 bytes each).
+  Gate64(3, MakeGate(kIntGate32, kCode64K, 0x600, 3, true, /*ist=*/1));
+  Code(0x600, {0xf4});
+  Code(kCodeRip, {0xcc});
+  CpuState st = RunFrom(Lm64(3));
+  EXPECT_EQ(st.rip, 0x601u);
+  EXPECT_EQ(st.gpr[kRsp], kIstStack - 40);
+  EXPECT_EQ(Read64(kIstStack - 40), kCodeRip + 1);
+  EXPECT_EQ(Read64(kIstStack - 32), kCode64U);
+  EXPECT_EQ(Read64(kIstStack - 16), kUserStack);
+  EXPECT_EQ(Read64(kIstStack - 8), kData32U);
+}
+
+TEST_F(TcgCpuTest, PortsCpuidAndMmioGoToTheMachine) {
+  devices_.in_value = 0xab;
+  Code(kCodeRip, {
+      0xb8, 0x07, 0x00, 0x00, 0x00,        // mov eax, 7
+      0xb9, 0x01, 0x00, 0x00, 0x00,        // mov ecx, 1
+      0x0f, 0xa2,                          // cpuid
+      0x89, 0xc6,                          // mov esi, eax
+      0xe4, 0x60,                          // in al, 0x60
+      0x89, 0xc7,                          // mov edi, eax
+      0x8b, 0x2d, 0x30, 0x00, 0xe0, 0xfe,  // mov ebp, [0xfee00030]
+      0xe6, 0xf4,                          // out 0xf4, al  (stops the run)
+  });
+  CpuState st = RunFrom(Pm32(0), TcgStop::kRequested);
+  EXPECT_EQ(st.gpr[kRsi], 8u);        // leaf + 1
+  EXPECT_EQ(st.gpr[kRbx], 3u);        // subleaf + 2
+  EXPECT_EQ(st.gpr[kRdi], 0xabu);     // AL from the port over CPUID's EAX = 8
+  EXPECT_EQ(st.gpr[kRbp], 0xfeedf00du);
+  EXPECT_THAT(devices_.mmio, ::testing::ElementsAre(FakeDevices::Access{0xfee00030, 4, 0}));
+  EXPECT_THAT(devices_.outs, ::testing::ElementsAre(FakeDevices::Access{0xf4, 1, 0xab}));
+}
+
+TEST_F(TcgCpuTest, MsrsGoToTheMachineOrTheCpuOrRaiseGp) {
+  // A machine MSR reads the machine's value; EFER is the CPU's own; an MSR
+  // nobody implements raises #GP(0) at the RDMSR (SDM vol. 2 RDMSR).
+  Gate32(13, MakeGate(kIntGate32, kCode32K, 0x600, 0));
+  Code(0x600, {0xf4});
+  Code(kCodeRip, {
+      0xb9, 0xd9, 0x01, 0x00, 0x00,  // mov ecx, 0x1d9
+      0x0f, 0x32,                    // rdmsr
+      0x89, 0xc6,                    // mov esi, eax
+      0x89, 0xd7,                    // mov edi, edx
+      0xb8, 0x01, 0x00, 0x00, 0x00,  // mov eax, 1
+      0x31, 0xd2,                    // xor edx, edx
+      0x0f, 0x30,                    // wrmsr  (DEBUGCTL := 1)
+      0xb9, 0x80, 0x00, 0x00, 0xc0,  // mov ecx, 0xc0000080
+      0x0f, 0x32,                    // rdmsr  (EFER)
+      0x89, 0xc5,                    // mov ebp, eax
+      0xb9, 0x45, 0x23, 0x01, 0x00,  // mov ecx, 0x12345
+      0x0f, 0x32,                    // rdmsr  -> #GP
+  });
+  CpuState st = RunFrom(Pm32(0));
+  EXPECT_EQ(st.gpr[kRsi], 0x34567890u);
+  EXPECT_EQ(st.gpr[kRdi], 0x12u);
+  EXPECT_EQ(devices_.msrs[0x1d9], 1u);
+  EXPECT_EQ(st.gpr[kRbp], 0u);  // EFER of this pm32 state
+  EXPECT_EQ(st.rip, 0x601u);
+  EXPECT_EQ(Read32(kKernelStack - 16), 0u);              // error code 0
+  EXPECT_EQ(Read32(kKernelStack - 12), kCodeRip + 34);  // EIP of the faulting RDMSR
+}
+
+TEST_F(TcgCpuTest, AFaultWithNoUsableIdtEndsInATripleFault) {
+  // IDT limit 0: the #UD's gate is beyond the limit -> #GP, whose gate is
+  // too -> #DF, whose gate is too -> shutdown (SDM vol. 3A 6.15, "Interrupt 8").
+  Code(kCodeRip, {0x0f, 0x0b});
+  CpuState st = Pm32(0);
+  st.idtr.limit = 0;
+  RunFrom(st, TcgStop::kTripleFault);
+}
+
+}  // namespace
+}  // namespace vbts::vcpu::testing

@@ -1,0 +1,96 @@
+// unicorn_abi.h: the parts of Debian 12's libunicorn (2.0.1.post1) that the
+// TCG engine (vcpu/tcg_cpu.h) uses beyond Unicorn's public API.
+//
+// Unicorn 2.0.1 is QEMU 5.0's TCG; its public API cannot express a whole
+// x86 vCPU (no hidden segment parts, no CPL, no IDT delivery, no MSR hooks)
+// and it checks every guest access against its mapped regions by *linear*
+// address, so paging with linear != physical fails (fixed upstream in 2.1,
+// which Debian 12 does not have).  libunicorn.so.2 exports QEMU's internals;
+// vbts uses a few of them, and two fields of Unicorn's own struct, all at
+// places this header pins and TcgCpu::Create checks at run time
+// (docs/tcg-engine.md, "What vbts relies on"):
+//  - uc_struct.stop_interrupt (set to null: #UD is delivered like every
+//    other exception instead of ending the run);
+//  - uc_struct.mem_redirect (the region lookup by linear address is pointed
+//    at guest RAM, so the access itself goes through QEMU's page walk to the
+//    physical address, as in Unicorn 2.1);
+//  - uc_struct.cpu, CPUState.env_ptr and the prefix of CPUX86State below;
+//  - exported QEMU functions (suffix _x86_64), and helpers vbts defines
+//    itself so that the dynamic linker binds QEMU's calls to them (RDMSR,
+//    WRMSR, HLT, the triple-fault reset): see vcpu/tcg_cpu.cc.
+#ifndef VBTS_VCPU_UNICORN_ABI_H_
+#define VBTS_VCPU_UNICORN_ABI_H_
+
+#include <cstddef>
+#include <cstdint>
+
+namespace vbts::vcpu::uabi {
+
+// The library version these offsets were read from (uc_version()).
+inline constexpr unsigned kMajor = 2, kMinor = 0, kPatch = 1;
+
+// struct uc_struct (include/uc_priv.h of 2.0.1): read off the library's own
+// code (uc_mem_read calls *(uc + 0x118) to redirect, cpu_exec calls
+// *(uc + 0xc8) for stop_interrupt) and checked at run time.
+inline constexpr size_t kUcStopInterrupt = 0xc8;
+inline constexpr size_t kUcMemRedirect = 0x118;
+inline constexpr size_t kUcCpu = 0x180;
+// struct CPUState: env_ptr; exception_index (cpu_exec reads it at 0x81a0).
+inline constexpr size_t kCpuEnvPtr = 0x128;
+
+// QEMU's SegmentCache (target_ulong is 64-bit in the x86_64 target).
+struct SegCache {
+  uint32_t selector;
+  uint64_t base;
+  uint32_t limit;  // byte-granular
+  uint32_t flags;  // the descriptor's high dword: type<<8, S<<12, DPL<<13, P<<15, AVL<<20, L<<21, DB<<22, G<<23
+};
+static_assert(sizeof(SegCache) == 24);
+
+// The prefix of QEMU 5.0's CPUX86State.
+struct EnvPrefix {
+  uint64_t regs[16];
+  uint64_t eip;
+  uint64_t eflags;  // without the lazily computed arithmetic flags
+  uint64_t cc_dst, cc_src, cc_src2;
+  uint32_t cc_op;
+  int32_t df;
+  uint32_t hflags, hflags2;
+  SegCache segs[6];  // ES CS SS DS FS GS
+  SegCache ldt, tr, gdt, idt;
+  uint64_t cr[5];
+  int32_t a20_mask;
+  uint64_t bnd_regs[8];
+  uint64_t bndcs[2];
+  uint64_t msr_bndcfgs;
+  uint64_t efer;
+};
+static_assert(offsetof(EnvPrefix, hflags) == 0xb0);
+static_assert(offsetof(EnvPrefix, segs) == 0xb8);
+static_assert(offsetof(EnvPrefix, cr) == 0x1a8);
+static_assert(offsetof(EnvPrefix, efer) == 0x230);
+
+enum { kEs = 0, kCs, kSs, kDs, kFs, kGs };
+
+// QEMU's hflags/hflags2 bits (target/i386/cpu.h).
+inline constexpr uint32_t kHfCplMask = 3;
+inline constexpr uint32_t kHfInhibitIrq = 1u << 3;
+inline constexpr uint32_t kHf2Nmi = 1u << 2;
+inline constexpr uint32_t kDescP = 1u << 15;
+
+// QEMU's exception numbers beyond the architectural vectors.
+inline constexpr int kExcpHlt = 0x10001;
+
+}  // namespace vbts::vcpu::uabi
+
+// QEMU internals exported by libunicorn.so.2.
+extern "C" {
+void x86_update_hflags_x86_64(void* env);
+void cpu_x86_update_cr4_x86_64(void* env, uint32_t cr4);
+void tlb_flush_x86_64(void* cpu);
+void tb_flush_x86_64(void* cpu);
+void x86_cpu_do_interrupt_x86_64(void* cpu);
+[[noreturn]] void raise_exception_err_ra_x86_64(void* env, int exception_index, int error_code, uintptr_t retaddr);
+}
+
+#endif  // VBTS_VCPU_UNICORN_ABI_H_
