@@ -3,7 +3,7 @@
 # output against the manifest. See guest-tests/README.md.
 #
 #   run-image.sh [--manifest FILE] [--image-dir DIR] [--vbts PATH] [--qemu PATH] [--image PATH]
-#                MONITOR NAME
+#                [--vbts-arg ARG]... MONITOR NAME
 #
 # MONITOR: vbts  -> $VBTS run [vbts_args] IMAGE
 #          qemu  -> timeout T qemu-system-x86_64 -kernel IMAGE -device isa-debug-exit,iobase=0xf4,iosize=4
@@ -17,6 +17,7 @@ image_dir=${GUEST_IMAGE_DIR:-$PWD/guest-tests}
 vbts=${VBTS:-vbts}
 qemu=${QEMU:-qemu-system-x86_64}
 image=
+extra_args=()
 
 usage() { echo "usage: $0 [--manifest F] [--image-dir D] [--vbts P] [--qemu P] [--image P] vbts|qemu NAME" >&2; exit 2; }
 while [[ $# -gt 0 ]]; do
@@ -26,6 +27,7 @@ while [[ $# -gt 0 ]]; do
     --vbts) vbts=$2; shift 2 ;;
     --qemu) qemu=$2; shift 2 ;;
     --image) image=$2; shift 2 ;;
+    --vbts-arg) extra_args+=("$2"); shift 2 ;;
     -h|--help) usage ;;
     -*) echo "run-image.sh: unknown option $1" >&2; usage ;;
     *) break ;;
@@ -89,7 +91,7 @@ else
   read -r -a vargs <<< "$(cfg_one vbts_args "")"
   [[ -n $initrd_abs ]] && vargs+=("--initrd=$initrd_abs")
   # vbts enforces its own --timeout (124); the outer KILL (status 137) only catches a hung vbts.
-  cmd=(timeout -s KILL "$((${timeout_s%.*} + 5))" "$vbts" run "${vargs[@]}" "$image")
+  cmd=(timeout -s KILL "$((${timeout_s%.*} + 5))" "$vbts" run "${vargs[@]}" "${extra_args[@]}" "$image")
 fi
 start=$(date +%s.%N)
 "${cmd[@]}" </dev/null >"$tmp/stdout.raw" 2>"$tmp/stderr"

@@ -214,4 +214,13 @@ CpuidResult CpuModel::Cpuid(uint32_t leaf, uint32_t subleaf, uint32_t apic_id) c
   return r;
 }
 
+CpuidResult CpuModel::CpuidInState(uint32_t leaf, uint32_t subleaf, uint64_t apic_base, uint64_t cr4) const {
+  CpuidResult r = Cpuid(leaf, subleaf, 0);
+  if (leaf == 1) {
+    if (!(apic_base & (1u << 11))) r.edx &= ~(1u << 9);
+    if (r.ecx & (1u << 26)) r.ecx = (r.ecx & ~(1u << 27)) | ((cr4 & (1u << 18)) ? (1u << 27) : 0);
+  }
+  return r;
+}
+
 }  // namespace vbts::pmu

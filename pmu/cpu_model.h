@@ -82,6 +82,11 @@ struct CpuModel {
   // leaves within range but not listed read as zeros. `apic_id` fills
   // CPUID.1:EBX[31:24].
   CpuidResult Cpuid(uint32_t leaf, uint32_t subleaf, uint32_t apic_id = 0) const;
+  // Cpuid() plus the bits hardware computes from the current state (SDM
+  // vol. 2A, CPUID, tables 3-10/3-11): leaf 1 EDX.APIC (9) reads 0 while
+  // IA32_APIC_BASE has the xAPIC globally disabled (bit 11 clear);
+  // ECX.OSXSAVE (27) mirrors CR4.OSXSAVE on a CPU with XSAVE (ECX bit 26).
+  CpuidResult CpuidInState(uint32_t leaf, uint32_t subleaf, uint64_t apic_base, uint64_t cr4) const;
 };
 
 // The models vbts knows; the first is the default.

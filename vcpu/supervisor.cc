@@ -578,17 +578,10 @@ absl::StatusOr<Supervisor::Outcome> Supervisor::Perform(CpuState& st, bool& dirt
   if (NeedsMsrs(insn)) VBTS_RETURN_IF_ERROR(vcpu_.ReadSystemMsrs(&st));
   const uint64_t cr4 = st.cr4;
   CpuidFn cpuid = [this, cr4](uint32_t leaf, uint32_t subleaf) {
-    pmu::CpuidResult r = model_.Cpuid(leaf, subleaf, 0);
-    if (leaf == 1) {
-      // The bits hardware computes from the current state (SDM vol. 2A,
-      // CPUID, table 3-10/3-11): EDX.APIC (9) reads 0 while IA32_APIC_BASE
-      // has the xAPIC globally disabled (bit 11 clear); ECX.OSXSAVE (27)
-      // mirrors CR4.OSXSAVE on a CPU with XSAVE (ECX bit 26).
-      constexpr uint32_t kMsrApicBase = 0x1B;
-      absl::StatusOr<uint64_t> base = vcpu_.GetMsr(kMsrApicBase);
-      if (base.ok() && !(*base & (1u << 11))) r.edx &= ~(1u << 9);
-      if (r.ecx & (1u << 26)) r.ecx = (r.ecx & ~(1u << 27)) | ((cr4 & (1u << 18)) ? (1u << 27) : 0);
-    }
+    constexpr uint32_t kMsrApicBase = 0x1B;
+    absl::StatusOr<uint64_t> base = leaf == 1 ? vcpu_.GetMsr(kMsrApicBase) : absl::StatusOr<uint64_t>(0);
+    // (If KVM cannot tell, the APIC counts as enabled, as at reset.)
+    pmu::CpuidResult r = model_.CpuidInState(leaf, subleaf, base.ok() ? *base : (1u << 11), cr4);
     return CpuidResult{r.eax, r.ebx, r.ecx, r.edx};
   };
   const CpuState before = st;

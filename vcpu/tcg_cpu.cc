@@ -124,13 +124,42 @@ struct TcgCallbacks {
     auto* self = static_cast<TcgCpu*>(user);
     // Unicorn reports every exception and INT n here and delivers none;
     // QEMU's own delivery (x86_cpu_do_interrupt) uses the exception number,
-    // error code and next EIP QEMU recorded when it raised it.
+    // error code and next EIP QEMU recorded when it raised it.  A fault
+    // while that delivery runs comes back here (QEMU longjmps out of it).
     self->stats_.exceptions++;
-    if (self->event_hook_) {
-      bool soft = At<int32_t>(self->env_, ErrorCodeOffset(self) + 4) != 0;
-      self->event_hook_(static_cast<int>(intno), soft);
+    uabi::EnvPrefix* env = self->env_;
+    const bool soft = At<int32_t>(env, self->error_code_offset_ + 4) != 0;
+    if (self->delivering_ >= 0) {
+      // A fault while delivering `delivering_`.  For an INT n, Unicorn has
+      // already moved EIP past the instruction, but the fault belongs to the
+      // INT itself (SDM vol. 3A 6.12.1: "the processor ... generates a #GP
+      // ... with the saved EIP pointing to the INT n").
+      if (self->delivering_soft_) env->eip = self->soft_start_;
+      // QEMU's IA-32e delivery reports an IDT entry as vector*16+2 (16-byte
+      // gates); the architectural error code is the vector in the selector
+      // index field, vector*8 + IDT(2) + EXT(1) (SDM vol. 3A 6.13).
+      int32_t& ec = At<int32_t>(env, self->error_code_offset_);
+      if ((env->efer & kEferLma) && (ec & ~1) == self->delivering_ * 16 + 2) ec = self->delivering_ * 8 + (ec & 3);
     }
-    x86_cpu_do_interrupt_x86_64(self->cpu_);
+    // ICEBP (INT1, F1): QEMU 5.0 decodes it as invalid (#UD); it delivers
+    // #DB as a trap, with no gate DPL check (SDM vol. 2 "INT n/INTO/INT3/
+    // INT1": INT1 is not a software interrupt).
+    bool icebp = false;
+    if (intno == 6 && !soft) {
+      uint8_t byte = 0;
+      icebp = self->ReadCode(env->segs[uabi::kCs].base + env->eip, byte) && byte == 0xF1;
+    }
+    if (self->event_hook_) self->event_hook_(icebp ? 1 : static_cast<int>(intno), soft);
+    self->delivering_ = icebp ? 1 : static_cast<int>(intno);
+    self->delivering_soft_ = soft;
+    if (icebp) {
+      self->stats_.icebp++;
+      env->eip += 1;
+      do_interrupt_x86_hardirq_x86_64(env, 1, /*is_hw=*/0);
+    } else {
+      x86_cpu_do_interrupt_x86_64(self->cpu_);
+    }
+    self->delivering_ = -1;
   }
   static uint32_t In(uc_engine*, uint32_t port, int size, void* user) {
     auto* self = static_cast<TcgCpu*>(user);
@@ -186,7 +215,11 @@ struct TcgCallbacks {
     self->stats_.halts++;
     self->halted_ = true;
   }
-  static void TripleFault(TcgCpu* self) { self->triple_fault_ = true; }
+  static void TripleFault(TcgCpu* self) {
+    self->triple_fault_ = true;
+    self->delivering_ = -1;
+  }
+  static void SoftInterrupt(TcgCpu* self) { self->soft_start_ = self->env_->eip; }
   static uint64_t PhysicalPage(void* cpu, uint64_t vaddr) {
     TcgCpu* self = t_running;
     if (self == nullptr || self->cpu_ != cpu) self = Owner(cpu);
@@ -270,6 +303,22 @@ __attribute__((noinline)) void helper_wrmsr_x86_64(void* env) {
   raise_exception_err_ra_x86_64(env, 13, 0, ra);
 }
 
+// INT n/INT3 and INTO: where the instruction starts (QEMU's delivery of a
+// fault it raises reports the INT itself; see TcgCallbacks::Intr).
+void helper_raise_interrupt_x86_64(void* env, int intno, int next_eip_addend) {
+  using Fn = void (*)(void*, int, int);
+  static const auto original = vbts::vcpu::Original<Fn>("helper_raise_interrupt_x86_64");
+  if (vbts::vcpu::TcgCpu* self = TcgCallbacks::Running(env)) TcgCallbacks::SoftInterrupt(self);
+  original(env, intno, next_eip_addend);
+}
+
+void helper_into_x86_64(void* env, int next_eip_addend) {
+  using Fn = void (*)(void*, int);
+  static const auto original = vbts::vcpu::Original<Fn>("helper_into_x86_64");
+  if (vbts::vcpu::TcgCpu* self = TcgCallbacks::Running(env)) TcgCallbacks::SoftInterrupt(self);
+  original(env, next_eip_addend);
+}
+
 void helper_hlt_x86_64(void* env, int next_eip_addend) {
   static const auto original = vbts::vcpu::Original<vbts::vcpu::HltFn>("helper_hlt_x86_64");
   if (vbts::vcpu::TcgCpu* self = TcgCallbacks::Running(env)) TcgCallbacks::Halted(self);
@@ -294,6 +343,15 @@ void qemu_system_reset_request(void* uc) {
 }  // extern "C"
 
 namespace vbts::vcpu {
+
+int TcgCpu::UnicornModelFor(const std::string& vbts_model) {
+  // Nehalem/Westmere, Yonah (QEMU's "coreduo": 32-bit only, as the real
+  // Core Duo), Skylake client; anything else gets QEMU's generic 64-bit CPU.
+  if (vbts_model == "westmere") return UC_CPU_X86_WESTMERE;
+  if (vbts_model == "core-duo") return UC_CPU_X86_COREDUO;
+  if (vbts_model == "skylake") return UC_CPU_X86_SKYLAKE_CLIENT;
+  return UC_CPU_X86_QEMU64;
+}
 
 bool TcgCpu::OwnsMsr(uint32_t index) {
   switch (index) {
@@ -422,7 +480,9 @@ absl::Status TcgCpu::SelfCheck() {
                                    {"helper_wrmsr_x86_64", reinterpret_cast<void*>(&helper_wrmsr_x86_64)},
                                    {"helper_hlt_x86_64", reinterpret_cast<void*>(&helper_hlt_x86_64)},
                                    {"qemu_system_reset_request", reinterpret_cast<void*>(&qemu_system_reset_request)},
-                                   {"tlb_set_page_with_attrs_x86_64", reinterpret_cast<void*>(&tlb_set_page_with_attrs_x86_64)}}) {
+                                   {"tlb_set_page_with_attrs_x86_64", reinterpret_cast<void*>(&tlb_set_page_with_attrs_x86_64)},
+                                   {"helper_raise_interrupt_x86_64", reinterpret_cast<void*>(&helper_raise_interrupt_x86_64)},
+                                   {"helper_into_x86_64", reinterpret_cast<void*>(&helper_into_x86_64)}}) {
     if (dlsym(RTLD_DEFAULT, name) != ours) {
       return absl::FailedPreconditionError(absl::StrFormat(
           "TCG engine: %s is not exported by this executable (link with vcpu/unicorn_interpose.list)", name));
@@ -508,6 +568,16 @@ CpuState TcgCpu::GetState() {
 
 uint64_t TcgCpu::cr4() const { return env_->cr[4]; }
 
+bool TcgCpu::ReadCode(uint64_t linear, uint8_t& byte) {
+  if (!(env_->hflags & (1u << 14))) linear &= 0xFFFFFFFFu;  // outside IA-32e mode (HF_LMA)
+  RamView ram(config_.ram, config_.ram_bytes);
+  pmu::PagingRegs regs{env_->cr[0], env_->cr[3], env_->cr[4] & ~(kCr4Smep | kCr4Smap), env_->efer, maxphyaddr_,
+                       false};
+  pmu::LinearMemory mem(ram, regs);
+  absl::StatusOr<pmu::AccessFault> f = mem.Read(Gva{linear}, absl::MakeSpan(&byte, 1), pmu::Access{});
+  return f.ok() && f->ok();
+}
+
 void TcgCpu::RequestStop() {
   stop_requested_ = true;
   uc_emu_stop(uc_);
@@ -534,6 +604,7 @@ void TcgCpu::SetInstructionHook(std::function<void(uint64_t)> hook) {
 absl::StatusOr<TcgStop> TcgCpu::Run(uint64_t timeout_us) {
   stats_.runs++;
   stop_requested_ = halted_ = triple_fault_ = false;
+  delivering_ = -1;
   TcgCpu* outer = t_running;
   t_running = this;
   const uc_err e = uc_emu_start(uc_, env_->eip, ~0ull, timeout_us, 0);

@@ -61,7 +61,8 @@ struct TcgStats {
   uint64_t runs = 0;        // Run() calls
   uint64_t exceptions = 0;  // exceptions and INT n delivered through the IDT
   uint64_t port_io = 0, mmio = 0, msr = 0, cpuid = 0, halts = 0;
-  uint64_t unassigned_walks = 0;  // pages whose tables are not in RAM (mapped to nothing)
+  uint64_t unassigned_walks = 0;
+  uint64_t icebp = 0;  // ICEBPs delivered as #DB (QEMU 5.0 raises #UD)  // pages whose tables are not in RAM (mapped to nothing)
 };
 
 class TcgCpu {
@@ -100,6 +101,8 @@ class TcgCpu {
   // engine): drops every translation.
   void FlushCode();
 
+  // QEMU's CPU model (UC_CPU_X86_*) closest to a vbts CPU model (pmu/cpu_model.h).
+  static int UnicornModelFor(const std::string& vbts_model);
   // The CPU MSRs the engine itself implements (TcgDevices::Msr::kCpu).
   static bool OwnsMsr(uint32_t index);
   uint64_t cr4() const;
@@ -110,6 +113,8 @@ class TcgCpu {
   absl::Status Init();
   absl::Status SelfCheck();
   uint64_t mmio_base() const;
+  // One byte of guest code at a linear address (false if it cannot be read).
+  bool ReadCode(uint64_t linear, uint8_t& byte);
   friend struct TcgCallbacks;
 
   Config config_;
@@ -121,6 +126,9 @@ class TcgCpu {
   bool stop_requested_ = false;
   bool halted_ = false;
   bool triple_fault_ = false;
+  int delivering_ = -1;         // the vector QEMU is delivering (-1: none)
+  bool delivering_soft_ = false;  // ... raised by INT n/INT3/INTO
+  uint64_t soft_start_ = 0;     // EIP of the last INT n/INT3/INTO
   std::function<void(uint64_t)> insn_hook_;
   std::function<void(int, bool)> event_hook_;
   uint64_t dr_[8] = {};

@@ -232,6 +232,46 @@ TEST_F(TcgCpuTest, MsrsGoToTheMachineOrTheCpuOrRaiseGp) {
   EXPECT_EQ(Read32(kKernelStack - 12), kCodeRip + 34);  // EIP of the faulting RDMSR
 }
 
+TEST_F(TcgCpuTest, IntNToAGateAboveCplFaultsAtTheInt) {
+  // SDM vol. 3A 6.12.1.1: INT n with gate DPL < CPL raises #GP with the IDT
+  // entry as error code (vector*8 + IDT flag 2) and EIP = the INT n.
+  // (Unicorn moves EIP past an INT before delivering it; vbts moves it back.)
+  Gate32(0x42, MakeGate(kIntGate32, kCode32K, 0x600, 0));
+  Gate32(13, MakeGate(kIntGate32, kCode32K, 0x700, 0));
+  Code(0x700, {0xf4});
+  Code(kCodeRip, {0x90, 0xcd, 0x42});  // nop; int 0x42
+  CpuState st = RunFrom(Pm32(3));
+  EXPECT_EQ(st.rip, 0x701u);
+  EXPECT_EQ(Read32(kKernelStack - 24), 0x42u * 8 + 2);  // error code
+  EXPECT_EQ(Read32(kKernelStack - 20), kCodeRip + 1);   // EIP of the INT
+}
+
+TEST_F(TcgCpuTest, IntNToAGateAboveCplInLongModeHasTheArchitecturalErrorCode) {
+  // The same in IA-32e mode: the error code is still vector*8 + 2 (the
+  // selector-index format of SDM vol. 3A 6.13), not QEMU's vector*16 + 2.
+  Gate64(0x42, MakeGate(kIntGate32, kCode64K, 0x600, 0));
+  Gate64(13, MakeGate(kIntGate32, kCode64K, 0x700, 0));
+  Code(0x700, {0xf4});
+  Code(kCodeRip, {0xcd, 0x42});
+  CpuState st = RunFrom(Lm64(3));
+  EXPECT_EQ(st.rip, 0x701u);
+  EXPECT_EQ(Read64(kKernelStack - 48), 0x42u * 8 + 2);
+  EXPECT_EQ(Read64(kKernelStack - 40), kCodeRip);
+}
+
+TEST_F(TcgCpuTest, IcebpDeliversATrapLikeDebugException) {
+  // INT1 (F1) delivers #DB as a trap: the pushed EIP is the next
+  // instruction, and no gate DPL check applies, so a DPL0 gate serves CPL3
+  // (SDM vol. 2 "INT n/INTO/INT3/INT1": INT1 is not a software interrupt).
+  Gate32(1, MakeGate(kIntGate32, kCode32K, 0x600, 0));
+  Code(0x600, {0xf4});
+  Code(kCodeRip, {0xf1});
+  CpuState st = RunFrom(Pm32(3));
+  EXPECT_EQ(st.rip, 0x601u);
+  EXPECT_EQ(Read32(kKernelStack - 20), kCodeRip + 1);
+  EXPECT_EQ(Read32(kKernelStack - 16), kCode32U);
+}
+
 TEST_F(TcgCpuTest, AFaultWithNoUsableIdtEndsInATripleFault) {
   // IDT limit 0: the #UD's gate is beyond the limit -> #GP, whose gate is
   // too -> #DF, whose gate is too -> shutdown (SDM vol. 3A 6.15, "Interrupt 8").

@@ -90,6 +90,7 @@ void cpu_x86_update_cr4_x86_64(void* env, uint32_t cr4);
 void tlb_flush_x86_64(void* cpu);
 void tb_flush_x86_64(void* cpu);
 void x86_cpu_do_interrupt_x86_64(void* cpu);
+void do_interrupt_x86_hardirq_x86_64(void* env, int intno, int is_hw);
 [[noreturn]] void raise_exception_err_ra_x86_64(void* env, int exception_index, int error_code, uintptr_t retaddr);
 }
 

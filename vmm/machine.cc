@@ -240,6 +240,14 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
       });
     }
   }
+  if (config_.engine == "tcg") {
+    if (config_.vpmu == "passthrough")
+      return absl::InvalidArgumentError("--vpmu=passthrough needs the host KVM's LBRs: it cannot run with --engine=tcg");
+    VBTS_ASSIGN_OR_RETURN(tcg_, vcpu::TcgCpu::Create({ram_->host_base(), ram_->size(),
+                                                      vcpu::TcgCpu::UnicornModelFor(config_.cpu_model), this}));
+  } else if (config_.engine != "kvm") {
+    return absl::InvalidArgumentError(absl::StrFormat("--engine=%s: expected kvm or tcg", config_.engine));
+  }
   return SetBootState(img.entry, mbi.info_gpa);
 }
 
@@ -312,14 +320,14 @@ RunResult Machine::Finish(RunEnd end, int status, std::string message) {
   r.exit_status = status;
   r.message = std::move(message);
   if (end != RunEnd::kGuestExit && vcpu_) {
-    absl::StatusOr<vcpu::CpuState> st = vcpu_->GetState();
+    absl::StatusOr<vcpu::CpuState> st = CurrentState();
     if (st.ok()) {
       r.message += absl::StrFormat(" [%s", st->Describe());
       if (supervisor_ && supervisor_->last_exception())
         r.message += absl::StrCat(", last exception ", supervisor_->last_exception()->Describe());
       r.message += "]";
       r.details = st->Dump();
-      if (absl::StatusOr<kvm_debugregs> d = vcpu_->GetDebugRegs(); d.ok())
+      if (absl::StatusOr<kvm_debugregs> d = vcpu_->GetDebugRegs(); d.ok() && !in_tcg_)
         absl::StrAppendFormat(&r.details, "dr0=%016x dr1=%016x dr2=%016x dr3=%016x dr6=%016x dr7=%016x\n", d->db[0],
                               d->db[1], d->db[2], d->db[3], d->dr6, d->dr7);
     }
@@ -332,7 +340,14 @@ RunResult Machine::Finish(RunEnd end, int status, std::string message) {
   if (mmio_unclaimed_reads_ || mmio_unclaimed_writes_)
     absl::StrAppendFormat(&r.details, "unclaimed MMIO: %u reads, %u writes\n", mmio_unclaimed_reads_,
                           mmio_unclaimed_writes_);
-  if (supervisor_) r.details += supervisor_->Statistics();
+  if (supervisor_ && !tcg_) r.details += supervisor_->Statistics();
+  if (tcg_) {
+    const vcpu::TcgStats& t = tcg_->stats();
+    absl::StrAppendFormat(&r.details,
+                          "tcg: %u runs, %u exceptions/INT n delivered, %u port I/O, %u MMIO, %u MSR, %u CPUID, "
+                          "%u HLT\n",
+                          t.runs, t.exceptions, t.port_io, t.mmio, t.msr, t.cpuid, t.halts);
+  }
   if (tracer_) {
     const vcpu::TracerStats& t = tracer_->stats();
     const pmu::PmuStats& p = vpmu_->stats();
@@ -361,7 +376,13 @@ std::optional<RunResult> Machine::FromVerdict(const vcpu::Supervisor::Verdict& v
   return std::nullopt;
 }
 
+absl::StatusOr<vcpu::CpuState> Machine::CurrentState() {
+  if (in_tcg_) return tcg_->GetState();
+  return vcpu_->GetState();
+}
+
 RunResult Machine::Run() {
+  if (tcg_) return RunTcg();
   const double deadline = config_.timeout_seconds > 0 ? Now() + config_.timeout_seconds : 0;
   if (absl::Status s = KickTimer::Start(vcpu_->run(), kKickPeriodMs); !s.ok())
     return Finish(RunEnd::kError, kExitVbtsError, s.ToString());
@@ -402,6 +423,142 @@ RunResult Machine::Run() {
   }
 }
 
+void Machine::Mmio(uint64_t gpa, bool write, uint8_t* data, uint32_t len) {
+  if (gpa >= kTestdevIomem && len <= 8 && gpa + len <= kTestdevIomem + testdev_iomem_.size()) {
+    // QEMU pc-testdev's "iomem": 64 KiB at 0xFF000000 that read back what
+    // was written, at any size, but through MMIO exits (kvm-unit-tests'
+    // emulator.c runs its instructions on it).
+    uint8_t* at = testdev_iomem_.data() + (gpa - kTestdevIomem);
+    if (write)
+      std::memcpy(at, data, len);
+    else
+      std::memcpy(data, at, len);
+    return;
+  }
+  // Nothing but RAM, the LAPIC and the IOAPIC is mapped: reads of anything
+  // else return all ones, writes are dropped (as on an empty PC bus).
+  if (write) {
+    mmio_unclaimed_writes_++;
+  } else {
+    std::memset(data, 0xFF, len);
+    mmio_unclaimed_reads_++;
+  }
+}
+
+RunResult Machine::RunTcg() {
+  const double deadline = config_.timeout_seconds > 0 ? Now() + config_.timeout_seconds : 0;
+  absl::StatusOr<vcpu::CpuState> boot = vcpu_->GetState(/*with_msrs=*/true);
+  if (!boot.ok()) return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + boot.status().ToString());
+  if (absl::Status s = tcg_->SetState(*boot); !s.ok()) return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + s.ToString());
+  in_tcg_ = true;
+  // Runs are cut into slices so that --timeout is noticed.
+  constexpr double kSliceSeconds = 0.05;
+  for (;;) {
+    const double now = Now();
+    if (deadline && now >= deadline)
+      return Finish(RunEnd::kTimeout, kExitTimeout,
+                    absl::StrFormat("vbts: guest timed out after %g s", config_.timeout_seconds));
+    const double slice = deadline ? std::min(kSliceSeconds, deadline - now) : 0;
+    absl::StatusOr<vcpu::TcgStop> stop = tcg_->Run(static_cast<uint64_t>(slice * 1e6) + (deadline ? 1 : 0));
+    PrintWarnings();
+    if (!stop.ok()) return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + stop.status().ToString());
+    if (std::optional<int> status = debug_exit_->exit_status()) return Finish(RunEnd::kGuestExit, *status, "");
+    switch (stop->kind) {
+      case vcpu::TcgStop::kTripleFault:
+        return Finish(RunEnd::kTripleFault, kExitTripleFault, "vbts: guest shut down (triple fault)");
+      case vcpu::TcgStop::kHalted: {
+        const vcpu::CpuState st = tcg_->GetState();
+        if (!(st.rflags & vcpu::kRflagsIf))
+          return Finish(RunEnd::kHaltedIfClear, kExitHaltedIfClear,
+                        "vbts: guest halted with interrupts disabled (HLT with IF=0)");
+        // Nothing interrupts a halted vCPU in the TCG engine yet (no LAPIC
+        // timer or device interrupts there): it waits for --timeout.
+        if (!deadline)
+          return Finish(RunEnd::kUnsupported, kExitUnsupported,
+                        "vbts: the guest halted waiting for an interrupt, which the TCG engine cannot deliver yet "
+                        "(docs/tcg-engine.md)");
+        ::usleep(static_cast<useconds_t>(std::max(0.0, deadline - Now()) * 1e6));
+        break;
+      }
+      case vcpu::TcgStop::kRequested:
+      case vcpu::TcgStop::kTimeout:
+        break;
+    }
+  }
+}
+
+uint32_t Machine::PortIn(uint16_t port, int size) {
+  uint8_t data[4] = {};
+  absl::Status s = pio_.Dispatch(port, static_cast<uint8_t>(size), /*write=*/false, absl::MakeSpan(data, size));
+  if (!s.ok()) std::fprintf(stderr, "vbts: warning: %s\n", std::string(s.message()).c_str());
+  uint32_t v = 0;
+  std::memcpy(&v, data, size);
+  return v;
+}
+
+void Machine::PortOut(uint16_t port, int size, uint32_t value) {
+  uint8_t data[4];
+  std::memcpy(data, &value, 4);
+  absl::Status s = pio_.Dispatch(port, static_cast<uint8_t>(size), /*write=*/true, absl::MakeSpan(data, size));
+  if (!s.ok()) std::fprintf(stderr, "vbts: warning: %s\n", std::string(s.message()).c_str());
+  if (debug_exit_->exit_status()) tcg_->RequestStop();
+}
+
+uint64_t Machine::MmioRead(uint64_t gpa, int size) {
+  uint8_t data[8] = {};
+  Mmio(gpa, /*write=*/false, data, static_cast<uint32_t>(size));
+  uint64_t v = 0;
+  std::memcpy(&v, data, size);
+  return v;
+}
+
+void Machine::MmioWrite(uint64_t gpa, int size, uint64_t value) {
+  uint8_t data[8];
+  std::memcpy(data, &value, 8);
+  Mmio(gpa, /*write=*/true, data, static_cast<uint32_t>(size));
+}
+
+vcpu::TcgDevices::Msr Machine::ReadMsr(uint32_t index, uint64_t& value) {
+  msr_exits_++;
+  constexpr uint32_t kMsrApicBase = 0x1B;
+  if (index == kMsrApicBase) {
+    value = apic_base_;
+    return Msr::kDone;
+  }
+  if (feature_msrs_ && pmu::FeatureMsrs::Owns(index)) {
+    const pmu::MsrResult r = feature_msrs_->Read(index);
+    value = r.value;
+    return r.gp ? Msr::kGp : Msr::kDone;
+  }
+  if (vpmu_ && vpmu_->Owns(index)) {
+    const pmu::MsrResult r = vpmu_->ReadMsr(index);
+    value = r.value;
+    return r.gp ? Msr::kGp : Msr::kDone;
+  }
+  return vcpu::TcgCpu::OwnsMsr(index) ? Msr::kCpu : Msr::kGp;
+}
+
+vcpu::TcgDevices::Msr Machine::WriteMsr(uint32_t index, uint64_t value) {
+  msr_exits_++;
+  constexpr uint32_t kMsrApicBase = 0x1B;
+  if (index == kMsrApicBase) {
+    // BSP (8), x2APIC enable (10, not modelled), global enable (11), base
+    // (12..MAXPHYADDR-1); the rest is reserved (SDM vol. 3A 10.4.4).
+    constexpr uint64_t kWritable = (1ull << 11) | 0xFFFFFF000ull;
+    if (value & ~(kWritable | (1ull << 8))) return Msr::kGp;
+    apic_base_ = (apic_base_ & (1ull << 8)) | (value & kWritable);
+    return Msr::kDone;
+  }
+  if (feature_msrs_ && pmu::FeatureMsrs::Owns(index)) return feature_msrs_->Write(index, value).gp ? Msr::kGp : Msr::kDone;
+  if (vpmu_ && vpmu_->Owns(index)) return vpmu_->WriteMsr(index, value).gp ? Msr::kGp : Msr::kDone;
+  return vcpu::TcgCpu::OwnsMsr(index) ? Msr::kCpu : Msr::kGp;
+}
+
+vcpu::CpuidResult Machine::Cpuid(uint32_t leaf, uint32_t subleaf) {
+  const pmu::CpuidResult r = model_->CpuidInState(leaf, subleaf, apic_base_, tcg_->cr4());
+  return vcpu::CpuidResult{r.eax, r.ebx, r.ecx, r.edx};
+}
+
 absl::StatusOr<bool> Machine::HandleExit(RunResult* result) {
   kvm_run* run = vcpu_->run();
   switch (run->exit_reason) {
@@ -419,26 +576,7 @@ absl::StatusOr<bool> Machine::HandleExit(RunResult* result) {
       return true;
     }
     case KVM_EXIT_MMIO:
-      if (run->mmio.phys_addr >= kTestdevIomem && run->mmio.len <= 8 &&
-          run->mmio.phys_addr + run->mmio.len <= kTestdevIomem + testdev_iomem_.size()) {
-        // QEMU pc-testdev's "iomem": 64 KiB at 0xFF000000 that read back
-        // what was written, at any size, but through MMIO exits
-        // (kvm-unit-tests' emulator.c runs its instructions on it).
-        uint8_t* at = testdev_iomem_.data() + (run->mmio.phys_addr - kTestdevIomem);
-        if (run->mmio.is_write)
-          std::memcpy(at, run->mmio.data, run->mmio.len);
-        else
-          std::memcpy(run->mmio.data, at, run->mmio.len);
-        return true;
-      }
-      // Nothing but RAM, the LAPIC and the IOAPIC is mapped: reads of anything
-      // else return all ones, writes are dropped (as on an empty PC bus).
-      if (run->mmio.is_write) {
-        mmio_unclaimed_writes_++;
-      } else {
-        std::memset(run->mmio.data, 0xFF, sizeof run->mmio.data);
-        mmio_unclaimed_reads_++;
-      }
+      Mmio(run->mmio.phys_addr, run->mmio.is_write, run->mmio.data, run->mmio.len);
       return true;
     case KVM_EXIT_HLT:
       // Only without an in-kernel LAPIC; vbts always has one, but be exact.

@@ -18,6 +18,7 @@
 #include "vcpu/host_facts.h"
 #include "vcpu/kvm_vcpu.h"
 #include "vcpu/supervisor.h"
+#include "vcpu/tcg_cpu.h"
 #include "vcpu/tracer.h"
 #include "vmm/debug_exit.h"
 #include "vmm/fw_cfg.h"
@@ -50,6 +51,9 @@ struct MachineConfig {
   // step the whole guest.
   std::string branches_path;
   std::string insns_path;
+  // --engine: "kvm" (the host's KVM) or "tcg" (vcpu/tcg_cpu.h: QEMU's TCG
+  // in-process, for the whole run; docs/tcg-engine.md).
+  std::string engine = "kvm";
   // Single-step the whole guest on hosts that rewrite CPUID, so that every
   // CPUID answers from the CPU model (docs/completion.md, "CPUID").
   bool exact_cpuid = false;
@@ -79,7 +83,7 @@ struct PreparedVm {
 };
 absl::StatusOr<PreparedVm> PrepareVm(const Kvm& kvm, const std::string& vpmu);
 
-class Machine {
+class Machine : private vcpu::TcgDevices {
  public:
   // Builds the machine and loads the image; errors name the file/field at fault.
   // `prepared` (optional) is a VM from PrepareVm for config.vpmu.
@@ -106,6 +110,21 @@ class Machine {
   absl::Status HandleMsr(bool write);
   void PrintWarnings();
   RunResult Finish(RunEnd end, int status, std::string message);
+  // The run loop of --engine=tcg.
+  RunResult RunTcg();
+  // The vCPU state from the engine that holds it.
+  absl::StatusOr<vcpu::CpuState> CurrentState();
+  // vcpu::TcgDevices: what the TCG engine hands to the machine.
+  uint32_t PortIn(uint16_t port, int size) override;
+  void PortOut(uint16_t port, int size, uint32_t value) override;
+  uint64_t MmioRead(uint64_t gpa, int size) override;
+  void MmioWrite(uint64_t gpa, int size, uint64_t value) override;
+  Msr ReadMsr(uint32_t index, uint64_t& value) override;
+  Msr WriteMsr(uint32_t index, uint64_t value) override;
+  vcpu::CpuidResult Cpuid(uint32_t leaf, uint32_t subleaf) override;
+  // An MMIO access outside RAM (both engines): the pc-testdev window, or
+  // nothing (reads all ones, writes dropped).
+  void Mmio(uint64_t gpa, bool write, uint8_t* data, uint32_t len);
   // The end of the run a supervisor verdict means, if any.
   std::optional<RunResult> FromVerdict(const vcpu::Supervisor::Verdict& v);
 
@@ -121,6 +140,9 @@ class Machine {
   std::unique_ptr<pmu::VirtualPmu> vpmu_;
   std::unique_ptr<pmu::FeatureMsrs> feature_msrs_;  // SPEC_CTRL, PRED_CMD, FLUSH_CMD
   std::unique_ptr<vcpu::Tracer> tracer_;
+  std::unique_ptr<vcpu::TcgCpu> tcg_;  // --engine=tcg
+  bool in_tcg_ = false;                // the TCG engine holds the vCPU state
+  uint64_t apic_base_ = 0xFEE00900;    // IA32_APIC_BASE while in TCG (BSP, enabled)
   uint64_t msr_exits_ = 0;
   std::FILE* branches_file_ = nullptr;
   std::FILE* insns_file_ = nullptr;
