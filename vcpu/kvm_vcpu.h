@@ -16,15 +16,11 @@
 #include "absl/types/span.h"
 #include "vcpu/cpu_state.h"
 #include "vcpu/kvm_fd.h"
+#include "vcpu/vcpu_control.h"
 
 namespace vbts::vcpu {
 
-struct MsrValue {
-  uint32_t index;
-  uint64_t value;
-};
-
-class KvmVcpu {
+class KvmVcpu : public VcpuControl {
  public:
   // Creates vCPU `id` on `vm_fd`; `run_size` is KVM_GET_VCPU_MMAP_SIZE.
   // `sync_regs` makes KVM publish regs/sregs/events in kvm_run at every exit
@@ -48,7 +44,7 @@ class KvmVcpu {
 
   // Architectural state. GetState reads regs, sregs and events (from the sync
   // area when it is valid), plus the SYSCALL/SYSENTER MSRs when `with_msrs`.
-  absl::StatusOr<CpuState> GetState(bool with_msrs = false);
+  absl::StatusOr<CpuState> GetState(bool with_msrs = false) override;
   // Fills the SYSCALL/SYSENTER/SWAPGS MSR fields of `st` (KVM_GET_MSRS).
   absl::Status ReadSystemMsrs(CpuState* st);
   // Writes regs, sregs, and the interrupt-shadow/NMI-masked events; MSRs when
@@ -63,24 +59,24 @@ class KvmVcpu {
   absl::Status SetEvents(const kvm_vcpu_events& e);
   // Queues exception `vector` (with `error_code` if it has one) for delivery
   // at the next entry, as if the current instruction raised it.
-  absl::Status InjectException(uint8_t vector, std::optional<uint32_t> error_code);
+  absl::Status InjectException(uint8_t vector, std::optional<uint32_t> error_code) override;
 
   absl::Status SetCpuid(absl::Span<const kvm_cpuid_entry2> entries);
   absl::StatusOr<std::vector<kvm_cpuid_entry2>> GetCpuid();
-  absl::Status SetMsrs(absl::Span<const MsrValue> msrs);
-  absl::StatusOr<uint64_t> GetMsr(uint32_t index);
+  absl::Status SetMsrs(absl::Span<const MsrValue> msrs) override;
+  absl::StatusOr<uint64_t> GetMsr(uint32_t index) override;
 
   // KVM_SET_GUEST_DEBUG. `control` 0 turns guest debugging off.
   absl::Status SetGuestDebug(uint32_t control, const std::array<uint64_t, 8>& debugreg = {});
-  absl::StatusOr<kvm_debugregs> GetDebugRegs();
-  absl::Status SetDebugRegs(const kvm_debugregs& d);
+  absl::StatusOr<kvm_debugregs> GetDebugRegs() override;
+  absl::Status SetDebugRegs(const kvm_debugregs& d) override;
 
-  absl::StatusOr<kvm_lapic_state> GetLapic();
-  absl::Status SetLapic(const kvm_lapic_state& l);
+  absl::StatusOr<kvm_lapic_state> GetLapic() override;
+  absl::Status SetLapic(const kvm_lapic_state& l) override;
   absl::StatusOr<uint32_t> GetMpState();
   absl::Status SetMpState(uint32_t state);
   // KVM_NMI: an NMI to this vCPU's LAPIC (taken at the next boundary).
-  absl::Status Nmi();
+  absl::Status Nmi() override;
 
  private:
   KvmVcpu(ScopedFd fd, kvm_run* run, size_t run_size, bool sync_regs);

@@ -194,7 +194,52 @@ struct TcgCallbacks {
   }
   static void Code(uc_engine*, uint64_t address, uint32_t, void* user) {
     auto* self = static_cast<TcgCpu*>(user);
-    if (self->insn_hook_) self->insn_hook_(address);
+    if (!self->insn_hook_) return;
+    self->in_code_hook_ = true;
+    self->insn_hook_(address);
+    self->in_code_hook_ = false;
+    if (self->deliver_now_) {
+      // An event for the boundary before this instruction: leave the
+      // translation block here; QEMU's loop then takes it before the
+      // instruction runs.  Unicorn synced EIP as the linear address.
+      self->deliver_now_ = false;
+      self->env_->eip = address - self->env_->segs[uabi::kCs].base;
+      cpu_loop_exit_x86_64(self->cpu_);
+    }
+  }
+  // QEMU's check for pending interrupts at a block boundary, for vbts's
+  // events: a queued exception first, then NMI, then the LAPIC's interrupt.
+  static bool ExecInterrupt(TcgCpu* self, int request) {
+    uabi::EnvPrefix* env = self->env_;
+    uint32_t& ir = At<uint32_t>(self->cpu_, uabi::kCpuInterruptRequest);
+    if (self->pending_exception_) {
+      const auto [vector, ec] = *self->pending_exception_;
+      self->pending_exception_.reset();
+      ir &= ~uabi::kInterruptHard;
+      if (self->config_.devices->InterruptPending()) ir |= uabi::kInterruptHard;
+      self->stats_.injected++;
+      raise_exception_err_ra_x86_64(env, vector, ec.value_or(0), 0);
+    }
+    const int pending = x86_cpu_pending_interrupt_x86_64(self->cpu_, request);
+    if (pending == static_cast<int>(uabi::kInterruptNmi)) {
+      ir &= ~uabi::kInterruptNmi;
+      env->hflags2 |= uabi::kHf2Nmi;
+      self->stats_.nmis++;
+      if (self->event_hook_) self->event_hook_(2, false);
+      do_interrupt_x86_hardirq_x86_64(env, 2, 1);
+      return true;
+    }
+    if (pending == static_cast<int>(uabi::kInterruptHard)) {
+      ir &= ~uabi::kInterruptHard;
+      std::optional<uint8_t> vector = self->config_.devices->AcknowledgeInterrupt();
+      if (self->config_.devices->InterruptPending()) ir |= uabi::kInterruptHard;
+      if (!vector) return false;
+      self->stats_.interrupts++;
+      if (self->event_hook_) self->event_hook_(*vector, false);
+      do_interrupt_x86_hardirq_x86_64(env, *vector, 1);
+      return true;
+    }
+    return false;
   }
   // env->error_code sits 16 bytes before env->dr[0] (QEMU 5.0 layout): found
   // once by writing DR0..DR7 through the API and searching for them.
@@ -220,6 +265,7 @@ struct TcgCallbacks {
     self->delivering_ = -1;
   }
   static void SoftInterrupt(TcgCpu* self) { self->soft_start_ = self->env_->eip; }
+  static bool Owns(TcgCpu* self, void* cpu) { return self->cpu_ == cpu; }
   static uint64_t PhysicalPage(void* cpu, uint64_t vaddr) {
     TcgCpu* self = t_running;
     if (self == nullptr || self->cpu_ != cpu) self = Owner(cpu);
@@ -323,6 +369,14 @@ void helper_hlt_x86_64(void* env, int next_eip_addend) {
   static const auto original = vbts::vcpu::Original<vbts::vcpu::HltFn>("helper_hlt_x86_64");
   if (vbts::vcpu::TcgCpu* self = TcgCallbacks::Running(env)) TcgCallbacks::Halted(self);
   original(env, next_eip_addend);
+}
+
+bool x86_cpu_exec_interrupt_x86_64(void* cpu, int interrupt_request) {
+  using Fn = bool (*)(void*, int);
+  static const auto original = vbts::vcpu::Original<Fn>("x86_cpu_exec_interrupt_x86_64");
+  vbts::vcpu::TcgCpu* self = vbts::vcpu::t_running;
+  if (self == nullptr || !TcgCallbacks::Owns(self, cpu)) return original(cpu, interrupt_request);
+  return TcgCallbacks::ExecInterrupt(self, interrupt_request);
 }
 
 struct MemTxAttrs {
@@ -482,7 +536,8 @@ absl::Status TcgCpu::SelfCheck() {
                                    {"qemu_system_reset_request", reinterpret_cast<void*>(&qemu_system_reset_request)},
                                    {"tlb_set_page_with_attrs_x86_64", reinterpret_cast<void*>(&tlb_set_page_with_attrs_x86_64)},
                                    {"helper_raise_interrupt_x86_64", reinterpret_cast<void*>(&helper_raise_interrupt_x86_64)},
-                                   {"helper_into_x86_64", reinterpret_cast<void*>(&helper_into_x86_64)}}) {
+                                   {"helper_into_x86_64", reinterpret_cast<void*>(&helper_into_x86_64)},
+                                   {"x86_cpu_exec_interrupt_x86_64", reinterpret_cast<void*>(&x86_cpu_exec_interrupt_x86_64)}}) {
     if (dlsym(RTLD_DEFAULT, name) != ours) {
       return absl::FailedPreconditionError(absl::StrFormat(
           "TCG engine: %s is not exported by this executable (link with vcpu/unicorn_interpose.list)", name));
@@ -584,6 +639,42 @@ void TcgCpu::RequestStop() {
 }
 
 void TcgCpu::FlushCode() { tb_flush_x86_64(cpu_); }
+
+void TcgCpu::InterruptPending() {
+  At<uint32_t>(cpu_, uabi::kCpuInterruptRequest) |= uabi::kInterruptHard;
+  Kick();
+}
+
+void TcgCpu::QueueNmi() {
+  At<uint32_t>(cpu_, uabi::kCpuInterruptRequest) |= uabi::kInterruptNmi;
+  Kick();
+}
+
+void TcgCpu::QueueException(uint8_t vector, std::optional<uint32_t> error_code) {
+  pending_exception_ = {vector, error_code};
+  At<uint32_t>(cpu_, uabi::kCpuInterruptRequest) |= uabi::kInterruptHard;
+  Kick();
+}
+
+void TcgCpu::Kick() {
+  // From the instruction hook: before this instruction; from another
+  // callback during a run: at the next block boundary; between runs: at the
+  // start of the next (QEMU checks interrupt_request first).
+  if (in_code_hook_) deliver_now_ = true;
+  if (t_running == this) cpu_exit(cpu_);
+}
+
+void TcgCpu::GetDebugRegs(uint64_t db[4], uint64_t& dr6, uint64_t& dr7) {
+  for (int i = 0; i < 4; i++) uc_reg_read(uc_, UC_X86_REG_DR0 + i, &db[i]);
+  uc_reg_read(uc_, UC_X86_REG_DR6, &dr6);
+  uc_reg_read(uc_, UC_X86_REG_DR7, &dr7);
+}
+
+void TcgCpu::SetDebugRegs(const uint64_t db[4], uint64_t dr6, uint64_t dr7) {
+  for (int i = 0; i < 4; i++) uc_reg_write(uc_, UC_X86_REG_DR0 + i, &db[i]);
+  uc_reg_write(uc_, UC_X86_REG_DR6, &dr6);
+  uc_reg_write(uc_, UC_X86_REG_DR7, &dr7);
+}
 
 void TcgCpu::SetInstructionHook(std::function<void(uint64_t)> hook) {
   insn_hook_ = std::move(hook);

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -45,6 +46,11 @@ class TcgDevices {
   virtual Msr ReadMsr(uint32_t index, uint64_t& value) = 0;
   virtual Msr WriteMsr(uint32_t index, uint64_t value) = 0;
   virtual CpuidResult Cpuid(uint32_t leaf, uint32_t subleaf) = 0;
+  // The interrupt controller (the machine's LAPIC): the vector the CPU takes
+  // now that it accepts an external interrupt (moving it to in-service),
+  // nothing if none is deliverable any more; and whether one is pending.
+  virtual std::optional<uint8_t> AcknowledgeInterrupt() { return std::nullopt; }
+  virtual bool InterruptPending() { return false; }
 };
 
 // Why Run() returned.
@@ -62,7 +68,8 @@ struct TcgStats {
   uint64_t exceptions = 0;  // exceptions and INT n delivered through the IDT
   uint64_t port_io = 0, mmio = 0, msr = 0, cpuid = 0, halts = 0;
   uint64_t unassigned_walks = 0;
-  uint64_t icebp = 0;  // ICEBPs delivered as #DB (QEMU 5.0 raises #UD)  // pages whose tables are not in RAM (mapped to nothing)
+  uint64_t icebp = 0;  // ICEBPs delivered as #DB (QEMU 5.0 raises #UD)
+  uint64_t interrupts = 0, nmis = 0, injected = 0;  // external interrupts, NMIs, queued exceptions delivered  // pages whose tables are not in RAM (mapped to nothing)
 };
 
 class TcgCpu {
@@ -90,6 +97,23 @@ class TcgCpu {
   // Ends Run() at the next translation-block boundary.
   void RequestStop();
 
+  // Events, delivered through the guest's IDT at the next instruction
+  // boundary where the architecture allows them (QEMU's checks: RFLAGS.IF
+  // and the STI/MOV SS shadow for interrupts, NMI blocking until IRET).
+  // Called between runs or from a callback during one; from the instruction
+  // hook they come before the instruction it reports.
+  // TcgDevices::InterruptPending() turned true (the LAPIC has one).
+  void InterruptPending();
+  void QueueNmi();
+  // An exception as if the next instruction raised it (a #DB vbts emulates).
+  void QueueException(uint8_t vector, std::optional<uint32_t> error_code);
+
+  // The guest's debug registers DR0-DR3, DR6, DR7 (kvm_debugregs order:
+  // db[4], dr6, dr7).  QEMU keeps them; vbts's tracer raises data
+  // breakpoints (docs/tcg-engine.md).
+  void GetDebugRegs(uint64_t db[4], uint64_t& dr6, uint64_t& dr7);
+  void SetDebugRegs(const uint64_t db[4], uint64_t dr6, uint64_t dr7);
+
   // Called before every instruction (linear address of CS:RIP) while set;
   // costs about a factor of two in speed.  Set between runs only.
   void SetInstructionHook(std::function<void(uint64_t linear)> hook);
@@ -115,6 +139,7 @@ class TcgCpu {
   uint64_t mmio_base() const;
   // One byte of guest code at a linear address (false if it cannot be read).
   bool ReadCode(uint64_t linear, uint8_t& byte);
+  void Kick();
   friend struct TcgCallbacks;
 
   Config config_;
@@ -129,6 +154,9 @@ class TcgCpu {
   int delivering_ = -1;         // the vector QEMU is delivering (-1: none)
   bool delivering_soft_ = false;  // ... raised by INT n/INT3/INTO
   uint64_t soft_start_ = 0;     // EIP of the last INT n/INT3/INTO
+  std::optional<std::pair<uint8_t, std::optional<uint32_t>>> pending_exception_;
+  bool in_code_hook_ = false;   // insn_hook_ is running
+  bool deliver_now_ = false;    // an event was queued from the instruction hook
   std::function<void(uint64_t)> insn_hook_;
   std::function<void(int, bool)> event_hook_;
   uint64_t dr_[8] = {};

@@ -40,6 +40,14 @@ class FakeDevices : public TcgDevices {
     return TcgCpu::OwnsMsr(index) ? Msr::kCpu : Msr::kGp;
   }
   CpuidResult Cpuid(uint32_t leaf, uint32_t subleaf) override { return {leaf + 1, subleaf + 2, 0x33, 0x44}; }
+  std::optional<uint8_t> AcknowledgeInterrupt() override {
+    if (irqs.empty()) return std::nullopt;
+    uint8_t v = irqs.front();
+    irqs.erase(irqs.begin());
+    return v;
+  }
+  bool InterruptPending() override { return !irqs.empty(); }
+  std::vector<uint8_t> irqs;  // pending external interrupt vectors, in acceptance order
 
   struct Access {
     uint64_t where;
@@ -270,6 +278,70 @@ TEST_F(TcgCpuTest, IcebpDeliversATrapLikeDebugException) {
   EXPECT_EQ(st.rip, 0x601u);
   EXPECT_EQ(Read32(kKernelStack - 20), kCodeRip + 1);
   EXPECT_EQ(Read32(kKernelStack - 16), kCode32U);
+}
+
+TEST_F(TcgCpuTest, AnInterruptWaitsForTheStiShadow) {
+  // SDM vol. 3A 6.8.3: after STI sets IF, interrupts stay inhibited until the
+  // end of the next instruction.  Pending from the start with IF=0, the
+  // interrupt arrives after `mov eax, 2`: frame EIP = the `mov eax, 3`.
+  devices_.irqs = {0x40};
+  Gate32(0x40, MakeGate(kIntGate32, kCode32K, 0x600, 0));
+  Code(0x600, {0xf4});
+  Code(kCodeRip, {
+      0xb8, 0x01, 0x00, 0x00, 0x00,  // mov eax, 1
+      0xfb,                          // sti
+      0xb8, 0x02, 0x00, 0x00, 0x00,  // mov eax, 2
+      0xb8, 0x03, 0x00, 0x00, 0x00,  // mov eax, 3
+      0xf4,
+  });
+  CpuState st = Pm32(0);
+  st.rflags = 0x2;
+  cpu_->InterruptPending();
+  st = RunFrom(st);
+  EXPECT_EQ(st.rip, 0x601u);
+  EXPECT_EQ(st.gpr[kRax], 2u);
+  EXPECT_EQ(Read32(kKernelStack - 12), kCodeRip + 11);
+  EXPECT_EQ(Read32(kKernelStack - 4), 0x202u);  // EFLAGS with IF
+  EXPECT_EQ(cpu_->stats().interrupts, 1u);
+  EXPECT_TRUE(devices_.irqs.empty());
+}
+
+TEST_F(TcgCpuTest, NmiIgnoresIfAndIsBlockedUntilIret) {
+  // SDM vol. 3A 6.7.1: an NMI is taken with IF=0; further NMIs are blocked
+  // until the next IRET.  The handler counts in ECX and IRETs; two NMIs
+  // queued together are one pending NMI (the request is a latch), so one
+  // handler run, then the code halts.
+  Gate32(2, MakeGate(kIntGate32, kCode32K, 0x600, 0));
+  Code(0x600, {0x41, 0xcf});  // inc ecx; iret
+  Code(kCodeRip, {0x90, 0xf4});
+  CpuState st = Pm32(0);
+  st.rflags = 0x2;
+  cpu_->QueueNmi();
+  cpu_->QueueNmi();
+  st = RunFrom(st);
+  EXPECT_EQ(st.gpr[kRcx], 1u);
+  EXPECT_EQ(st.rip, kCodeRip + 2);
+  EXPECT_EQ(cpu_->stats().nmis, 1u);
+}
+
+TEST_F(TcgCpuTest, AnExceptionQueuedFromTheInstructionHookComesBeforeThatInstruction) {
+  // What the tracer does for an emulated #DB: queued at the boundary before
+  // `mov eax, 2`, delivered there (frame EIP = that MOV, EAX still 1).
+  Gate32(1, MakeGate(kIntGate32, kCode32K, 0x600, 0));
+  Code(0x600, {0xf4});
+  Code(kCodeRip, {
+      0xb8, 0x01, 0x00, 0x00, 0x00,  // mov eax, 1
+      0xb8, 0x02, 0x00, 0x00, 0x00,  // mov eax, 2
+      0xf4,
+  });
+  cpu_->SetInstructionHook([this](uint64_t la) {
+    if (la == kCodeRip + 5) cpu_->QueueException(1, std::nullopt);
+  });
+  CpuState st = RunFrom(Pm32(0));
+  EXPECT_EQ(st.rip, 0x601u);
+  EXPECT_EQ(st.gpr[kRax], 1u);
+  EXPECT_EQ(Read32(kKernelStack - 12), kCodeRip + 5);
+  EXPECT_EQ(cpu_->stats().injected, 1u);
 }
 
 TEST_F(TcgCpuTest, AFaultWithNoUsableIdtEndsInATripleFault) {

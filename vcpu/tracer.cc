@@ -87,7 +87,7 @@ pmu::ExecMode ExecModeOf(const CpuState& st) {
   return pmu::ExecMode::kProt32;
 }
 
-Tracer::Tracer(KvmVcpu& vcpu, PhysMemory& mem, pmu::VirtualPmu& pmu, std::function<absl::Status(uint8_t)> send_msi)
+Tracer::Tracer(VcpuControl& vcpu, PhysMemory& mem, pmu::VirtualPmu& pmu, std::function<absl::Status(uint8_t)> send_msi)
     : vcpu_(vcpu), mem_(mem), pmu_(pmu), send_msi_(std::move(send_msi)) {}
 
 bool Tracer::WantsEveryInstruction() const {

@@ -20,7 +20,7 @@
 #include "pmu/branch.h"
 #include "pmu/vpmu.h"
 #include "vcpu/decoder.h"
-#include "vcpu/kvm_vcpu.h"
+#include "vcpu/vcpu_control.h"
 #include "vcpu/data_breakpoints.h"
 #include "vcpu/step_observer.h"
 
@@ -42,7 +42,7 @@ pmu::ExecMode ExecModeOf(const CpuState& st);
 class Tracer : public StepObserver {
  public:
   // `send_msi(vector)`: fixed-delivery interrupt to the vCPU's LAPIC.
-  Tracer(KvmVcpu& vcpu, PhysMemory& mem, pmu::VirtualPmu& pmu, std::function<absl::Status(uint8_t)> send_msi);
+  Tracer(VcpuControl& vcpu, PhysMemory& mem, pmu::VirtualPmu& pmu, std::function<absl::Status(uint8_t)> send_msi);
 
   bool WantsEveryInstruction() const override;
   // While the supervisor steps every instruction anyway (--exact-cpuid, too
@@ -127,7 +127,7 @@ class Tracer : public StepObserver {
   absl::Status PatchFrameTf(const CpuState& st, uint64_t eflags_la, bool tf);
   void Warn(std::string w);
 
-  KvmVcpu& vcpu_;
+  VcpuControl& vcpu_;
   PhysMemory& mem_;
   pmu::VirtualPmu& pmu_;
   std::function<absl::Status(uint8_t)> send_msi_;

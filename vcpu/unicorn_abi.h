@@ -35,8 +35,13 @@ inline constexpr unsigned kMajor = 2, kMinor = 0, kPatch = 1;
 inline constexpr size_t kUcStopInterrupt = 0xc8;
 inline constexpr size_t kUcMemRedirect = 0x118;
 inline constexpr size_t kUcCpu = 0x180;
-// struct CPUState: env_ptr; exception_index (cpu_exec reads it at 0x81a0).
+// struct CPUState: interrupt_request (x86_cpu_exec_interrupt clears its bits
+// at 0x1c), env_ptr.
+inline constexpr size_t kCpuInterruptRequest = 0x1c;
 inline constexpr size_t kCpuEnvPtr = 0x128;
+// CPU_INTERRUPT_* bits of interrupt_request (include/hw/core/cpu.h, target/i386/cpu.h).
+inline constexpr uint32_t kInterruptHard = 0x2;
+inline constexpr uint32_t kInterruptNmi = 0x200;
 
 // QEMU's SegmentCache (target_ulong is 64-bit in the x86_64 target).
 struct SegCache {
@@ -91,6 +96,9 @@ void tlb_flush_x86_64(void* cpu);
 void tb_flush_x86_64(void* cpu);
 void x86_cpu_do_interrupt_x86_64(void* cpu);
 void do_interrupt_x86_hardirq_x86_64(void* env, int intno, int is_hw);
+int x86_cpu_pending_interrupt_x86_64(void* cpu, int interrupt_request);
+void cpu_exit(void* cpu);
+[[noreturn]] void cpu_loop_exit_x86_64(void* cpu);
 [[noreturn]] void raise_exception_err_ra_x86_64(void* env, int exception_index, int error_code, uintptr_t retaddr);
 }
 
