@@ -1,0 +1,247 @@
+// lapic.h: a model of one local xAPIC (SDM vol. 3A chapter 10), for the
+// stretches the guest runs in the TCG engine (vcpu/tcg_cpu.h), when KVM's
+// in-kernel LAPIC is not running.  The machine forwards the guest's MMIO
+// accesses to the APIC page to Read/Write, asks Pending/Acknowledge at
+// instruction boundaries, and moves the state to and from KVM with
+// GetState/SetState in the layout of `struct kvm_lapic_state` (KVM_GET_LAPIC /
+// KVM_SET_LAPIC).  Pure logic: no /dev/kvm, no clock (every call that depends
+// on time takes the current time), no aborts on any guest input.
+//
+// Scope and deliberate simplifications:
+//  - xAPIC mode only.  x2APIC (IA32_APIC_BASE.EXTD, the MSRs 800H-8FFH,
+//    SDM 10.12) is out of scope; none of pmu/cpu_model.cc's CPUID models sets
+//    CPUID.1:ECX.x2APIC[bit 21].  IA32_APIC_BASE itself (base address, global
+//    enable, SDM 10.4.4) belongs to the caller.
+//  - One CPU.  An IPI is delivered to this APIC when its destination includes
+//    it (SDM 10.6.2); nothing else exists, so "all excluding self" delivers
+//    nothing.  Fixed and lowest-priority IPIs become Raise(vector); NMI IPIs
+//    are latched for TakeNmi(); SMI, INIT, SIPI and the reserved delivery modes
+//    are ignored.  Like KVM, an NMI sent with the "self" shorthand is delivered
+//    although SDM table 10-3 lists only fixed delivery as valid with it.
+//  - All accepted interrupts are edge-triggered: Raise clears the vector's TMR
+//    bit (SDM 10.8.4).  A TMR imported by SetState is kept and exported as is,
+//    but an EOI for a level-triggered vector is not broadcast to any I/O APIC
+//    (there is none in the model).  LVT LINT0/LINT1 have no input pins here;
+//    their Remote IRR bit is only carried through SetState/GetState.
+//  - The LVT timer supports one-shot and periodic mode.  TSC-deadline mode is
+//    not supported: timer-mode bit 18 is reserved and reads 0 (SDM 10.5.4.1),
+//    as on a CPU with CPUID.1:ECX.TSC_Deadline[bit 24] = 0, which is what every
+//    model in pmu/cpu_model.cc reports.
+//  - ESR bit 7 (illegal register address) is never set: accesses to reserved
+//    offsets read 0 and ignore writes, as KVM does.
+//  - Delivery status (bit 12 of the ICR and of every LVT entry) always reads 0
+//    (idle): delivery is instantaneous.
+//  - Only the timer and error LVT entries raise interrupts by themselves.  The
+//    performance-counter entry (340H) is a plain register: the virtual PMU's
+//    caller reads it, sets its mask bit when it delivers a PMI (SDM figure
+//    10-8 note) and calls Raise(vector) for fixed delivery, or injects the NMI
+//    itself, as vcpu/tracer.cc does against KVM's page.  Thermal, CMCI and
+//    LINT0/LINT1 have no sources in the model.
+//  - A write to the divide configuration during a countdown keeps the
+//    remaining count (as KVM does) and restarts it at the write, dropping the
+//    part of a tick already elapsed; the SDM does not define this case.
+#ifndef VBTS_VCPU_LAPIC_H_
+#define VBTS_VCPU_LAPIC_H_
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+
+#include "absl/numeric/int128.h"
+#include "absl/status/statusor.h"
+
+namespace vbts::vcpu {
+
+// Default physical base of the APIC page (IA32_APIC_BASE reset value, SDM
+// 10.4.4) and the page's size.
+inline constexpr uint64_t kLapicDefaultBase = 0xFEE00000;
+inline constexpr uint32_t kLapicPageSize = 0x1000;
+// sizeof(kvm_lapic_state::regs): the xAPIC register page up to 0x3FF.
+inline constexpr size_t kLapicStateSize = 1024;
+
+// Register offsets within the APIC page (SDM table 10-1).
+inline constexpr uint32_t kApicRegId = 0x20;
+inline constexpr uint32_t kApicRegVersion = 0x30;
+inline constexpr uint32_t kApicRegTpr = 0x80;
+inline constexpr uint32_t kApicRegApr = 0x90;
+inline constexpr uint32_t kApicRegPpr = 0xA0;
+inline constexpr uint32_t kApicRegEoi = 0xB0;
+inline constexpr uint32_t kApicRegRrd = 0xC0;
+inline constexpr uint32_t kApicRegLdr = 0xD0;
+inline constexpr uint32_t kApicRegDfr = 0xE0;
+inline constexpr uint32_t kApicRegSvr = 0xF0;
+inline constexpr uint32_t kApicRegIsr = 0x100;  // 8 registers, 0x100..0x170
+inline constexpr uint32_t kApicRegTmr = 0x180;  // 8 registers, 0x180..0x1F0
+inline constexpr uint32_t kApicRegIrr = 0x200;  // 8 registers, 0x200..0x270
+inline constexpr uint32_t kApicRegEsr = 0x280;
+inline constexpr uint32_t kApicRegLvtCmci = 0x2F0;
+inline constexpr uint32_t kApicRegIcrLow = 0x300;
+inline constexpr uint32_t kApicRegIcrHigh = 0x310;
+inline constexpr uint32_t kApicRegLvtTimer = 0x320;
+inline constexpr uint32_t kApicRegLvtThermal = 0x330;
+inline constexpr uint32_t kApicRegLvtPerf = 0x340;
+inline constexpr uint32_t kApicRegLvtLint0 = 0x350;
+inline constexpr uint32_t kApicRegLvtLint1 = 0x360;
+inline constexpr uint32_t kApicRegLvtError = 0x370;
+inline constexpr uint32_t kApicRegTimerInitialCount = 0x380;
+inline constexpr uint32_t kApicRegTimerCurrentCount = 0x390;
+inline constexpr uint32_t kApicRegTimerDivide = 0x3E0;
+
+// Register bits.
+inline constexpr uint32_t kApicSvrEnable = 1u << 8;           // SDM 10.9, figure 10-23
+inline constexpr uint32_t kApicLvtMasked = 1u << 16;          // SDM 10.5.1, figure 10-8
+inline constexpr uint32_t kApicLvtTimerPeriodic = 1u << 17;   // SDM 10.5.4.1
+inline constexpr uint32_t kApicLvtRemoteIrr = 1u << 14;       // LINT0/LINT1 only
+inline constexpr uint32_t kApicEsrSendIllegalVector = 1u << 5;     // SDM 10.5.3
+inline constexpr uint32_t kApicEsrReceiveIllegalVector = 1u << 6;  // SDM 10.5.3
+
+struct LapicConfig {
+  // Initial APIC ID (ID register bits 31:24 after reset, SDM 10.4.6).
+  uint8_t apic_id = 0;
+  // Version register (SDM 10.4.8, figure 10-7): version 14H, max LVT entry 5
+  // (6 entries: timer, thermal, performance, LINT0, LINT1, error; no CMCI),
+  // which is what KVM reports for a guest without MCG_CAP.MCG_CMCI_P.  A max
+  // LVT entry of 6 adds LVT CMCI (02F0H); bit 24 makes SVR bit 12 (EOI
+  // broadcast suppression) writable.
+  uint32_t version = 0x00050014;
+  // Bus clock feeding the timer before the divide configuration (SDM 10.5.4).
+  // The default 1 GHz makes one count one nanosecond at divide-by-1, the
+  // figure docs/guest-abi.md promises guests (KVM's APIC bus is 1 GHz too).
+  uint64_t bus_hz = 1'000'000'000;
+};
+
+class Lapic {
+ public:
+  // Rejects a version with reserved bits (anything outside 7:0, 23:16, 24), a
+  // version byte outside 10H..1FH (integrated APIC), a max LVT entry other than
+  // 5 or 6, and a bus clock of 0 or above 1 THz.
+  static absl::StatusOr<Lapic> Create(const LapicConfig& config);
+  // The default configuration, LapicConfig{}.
+  Lapic();
+
+  // Power-up/RESET state (SDM 10.4.7.1): IRR, ISR, TMR, ICR, LDR, TPR, the
+  // timer counts and the divide configuration 0; DFR all ones; every LVT entry
+  // masked (00010000H); SVR 000000FFH (software disabled); ID = apic_id << 24.
+  // Also drops a pending NMI and latched errors.
+  void Reset();
+
+  // A 4-byte access at `offset` within the APIC page, at time `now_ns`.  The
+  // caller passes aligned 4-byte accesses only (splitting or rejecting other
+  // sizes is the MMIO layer's job).  Registers sit at multiples of 10H up to
+  // 3F0H; any other offset, including offsets at or beyond the page size,
+  // reads 0 and ignores writes.  Reserved bits read 0 and ignore writes;
+  // read-only registers ignore writes; EOI reads 0.  Every call first runs
+  // Advance(now_ns), so its effects are those of the register at `now_ns`.
+  uint32_t Read(uint32_t offset, uint64_t now_ns);
+  void Write(uint32_t offset, uint32_t value, uint64_t now_ns);
+
+  // A fixed-delivery interrupt arriving at this APIC (from an IPI, an LVT
+  // entry or the caller, e.g. an MSI): sets the vector's IRR bit (SDM 10.8.4).
+  // Vectors 0-15 are illegal: ESR "received illegal vector" is latched and the
+  // interrupt dropped (SDM 10.5.3).  While the APIC is software disabled the
+  // interrupt is dropped, as KVM does.
+  void Raise(uint8_t vector);
+
+  // The vector the APIC would present to the processor now: the highest IRR
+  // vector whose priority class (vector[7:4]) is above the processor-priority
+  // class PPR[7:4] (SDM 10.8.3.1, 10.8.4), if the APIC is software enabled.
+  // The processor's own gating (RFLAGS.IF, interrupt shadow) is the caller's.
+  std::optional<uint8_t> Pending() const;
+
+  // The processor takes the interrupt: moves the Pending() vector from IRR to
+  // ISR and returns it (SDM 10.8.4).  With nothing pending it returns the
+  // spurious vector SVR[7:0] and changes nothing (SDM 10.9).
+  uint8_t Acknowledge();
+
+  // True if an ICR write delivered an NMI to this APIC since the last call
+  // (NMIs bypass IRR/ISR, SDM 10.8.4 note; several before a call count as
+  // one).  The caller injects it.
+  bool TakeNmi();
+
+  // Processes timer expirations up to `now_ns` (SDM 10.5.4): a one-shot timer
+  // raises the LVT timer vector once and stops at count 0; a periodic timer
+  // re-arms from the initial count.  Any number of elapsed periods is handled
+  // in constant time and raises the vector once (IRR holds one bit per
+  // vector).  Nothing is raised while the LVT timer entry is masked.  Time
+  // never runs backwards: an earlier `now_ns` than already seen is treated as
+  // the latest one seen.
+  void Advance(uint64_t now_ns);
+
+  // When the next timer expiration that raises an interrupt is due, or
+  // nullopt when none is (timer stopped, one-shot expired, or LVT timer
+  // masked).  The caller's run loop calls Advance at (or after) that time.
+  // Saturates at UINT64_MAX.
+  std::optional<uint64_t> NextDeadline() const;
+
+  // Import/export in the layout of kvm_lapic_state.regs: register R at
+  // regs[R], 32-bit little-endian.  SetState takes every writable register
+  // (reserved bits dropped), IRR/ISR/TMR, ESR, the LINT Remote IRR bits and
+  // the timer: with a non-zero initial count the countdown restarts at
+  // `now_ns` from the current count at 390H (what KVM_GET_LAPIC stores there);
+  // a current count of 0 means a full period in periodic mode and an expired
+  // timer in one-shot mode.  It ignores the version (fixed at construction),
+  // APR, PPR and RRD (computed), keeps SVR-disable semantics (LVT masks forced
+  // while software disabled, SDM 10.4.7.2) and clears errors not yet latched
+  // into ESR.  A pending NMI is not part of the page and is kept.
+  // GetState writes the state as of `now_ns` (expirations up to then
+  // included, without changing this object): every register at its offset,
+  // the current count at 390H, PPR at 0A0H, zeros elsewhere.  For a page that
+  // obeys these rules, GetState(SetState(page, t), t) == page byte for byte.
+  // Caveat in the KVM direction: KVM_SET_LAPIC restarts a one-shot timer
+  // whose current count is 0 and initial count is not (Linux
+  // set_target_expiration(): at once on current kernels, one period later on
+  // older ones), so an expired one-shot timer moved to KVM fires once more.
+  void SetState(const uint8_t regs[kLapicStateSize], uint64_t now_ns);
+  void GetState(uint8_t regs[kLapicStateSize], uint64_t now_ns) const;
+
+  bool software_enabled() const { return (svr_ & kApicSvrEnable) != 0; }
+  const LapicConfig& config() const { return config_; }
+
+ private:
+  // LVT entries, in the order of their offsets (CMCI at 2F0H, then 320H..370H).
+  enum LvtIndex : int { kLvtCmci, kLvtTimer, kLvtThermal, kLvtPerf, kLvtLint0, kLvtLint1, kLvtError, kLvtCount };
+
+  explicit Lapic(const LapicConfig& config);
+
+  bool has_cmci() const { return ((config_.version >> 16) & 0xFF) >= 6; }
+  uint32_t svr_mask() const;
+  // Register value at `offset` with no side effects (the timer as of `now_ns`).
+  uint32_t Peek(uint32_t offset, uint64_t now_ns) const;
+  void WriteLvt(int index, uint32_t value);
+  uint8_t Ppr() const;
+  void AcceptFixed(uint8_t vector);
+  void LogError(uint32_t bits);
+  void Eoi();
+  void SendIpi();
+  bool MatchesDestination(uint8_t dest, bool logical) const;
+
+  // Timer arithmetic (SDM 10.5.4).
+  uint32_t divide() const;
+  absl::uint128 TicksAt(uint64_t now_ns) const;  // timer ticks since arm_ns_
+  absl::uint128 NsForTicks(absl::uint128 ticks) const;
+  uint32_t CurrentCount(uint64_t now_ns) const;
+  void Rebase(uint64_t now_ns, bool keep_phase);
+
+  LapicConfig config_;
+  uint32_t id_ = 0, tpr_ = 0, ldr_ = 0, dfr_ = 0, svr_ = 0;
+  uint32_t esr_ = 0;          // the ESR the guest reads
+  uint32_t esr_pending_ = 0;  // errors detected since the last ESR write
+  uint32_t icr_low_ = 0, icr_high_ = 0;
+  std::array<uint32_t, kLvtCount> lvt_{};
+  uint32_t initial_count_ = 0, dcr_ = 0;
+  std::array<uint32_t, 8> isr_{}, tmr_{}, irr_{};
+  bool nmi_pending_ = false;
+
+  // The countdown: `first_count_` counts from `arm_ns_`, then (periodic)
+  // reloads of `initial_count_`; `expirations_` of them have been processed.
+  bool counting_ = false;
+  uint64_t arm_ns_ = 0;
+  uint32_t first_count_ = 0;
+  absl::uint128 expirations_ = 0;
+  uint64_t last_now_ns_ = 0;
+};
+
+}  // namespace vbts::vcpu
+
+#endif  // VBTS_VCPU_LAPIC_H_
