@@ -195,15 +195,35 @@ struct TcgCallbacks {
   static void Code(uc_engine*, uint64_t address, uint32_t, void* user) {
     auto* self = static_cast<TcgCpu*>(user);
     if (!self->insn_hook_) return;
+    // Unicorn synced EIP as the linear address; the architectural EIP is
+    // the offset in CS.
+    self->env_->eip = address - self->env_->segs[uabi::kCs].base;
+    if (self->first_hook_of_run_) {
+      self->first_hook_of_run_ = false;
+      // A run that ended right after this boundary was reported (a stop
+      // checked between the hook and the instruction) resumes here: the
+      // instruction has not run, and is not reported twice.
+      if (self->observed_valid_ && address == self->last_observed_) return;
+    }
+    // Before this instruction: a stop or an event a callback asked for
+    // during the previous one (no cpu_exit while the hook is on, so that a
+    // block never ends between a report and its instruction).
+    if (self->stop_requested_) cpu_loop_exit_x86_64(self->cpu_);
+    if (self->deliver_now_ && self->Deliverable()) {
+      self->deliver_now_ = false;
+      cpu_loop_exit_x86_64(self->cpu_);
+    }
     self->in_code_hook_ = true;
     self->insn_hook_(address);
     self->in_code_hook_ = false;
-    if (self->deliver_now_) {
-      // An event for the boundary before this instruction: leave the
-      // translation block here; QEMU's loop then takes it before the
-      // instruction runs.  Unicorn synced EIP as the linear address.
+    self->last_observed_ = address;
+    self->observed_valid_ = true;
+    // An event the observer raised for this boundary (a PMI, an emulated
+    // #DB): leave the block here; QEMU's loop takes it before the
+    // instruction runs.  If it cannot be taken yet (IF=0, a shadow), every
+    // later boundary checks again.
+    if (self->deliver_now_ && self->Deliverable()) {
       self->deliver_now_ = false;
-      self->env_->eip = address - self->env_->segs[uabi::kCs].base;
       cpu_loop_exit_x86_64(self->cpu_);
     }
   }
@@ -266,6 +286,28 @@ struct TcgCallbacks {
   }
   static void SoftInterrupt(TcgCpu* self) { self->soft_start_ = self->env_->eip; }
   static bool Owns(TcgCpu* self, void* cpu) { return self->cpu_ == cpu; }
+  static bool StopRequested(TcgCpu* self) { return self->stop_requested_; }
+  static bool TrapsOwned(TcgCpu* self) { return self->own_single_step_; }
+  [[noreturn]] static void LeaveAfterWrmsr(TcgCpu* self) {
+    // EIP is at the WRMSR (QEMU synced it before the helper): skip its
+    // prefixes (legacy, and REX in 64-bit code) and 0F 30.
+    uabi::EnvPrefix* env = self->env_;
+    const uint64_t base = env->segs[uabi::kCs].base;
+    const bool code64 = (env->hflags & (1u << 15)) != 0;  // HF_CS64
+    uint64_t eip = env->eip;
+    for (int i = 0; i < 15; i++) {
+      uint8_t b = 0;
+      if (!self->ReadCode(base + eip, b)) break;
+      const bool prefix = b == 0x66 || b == 0x67 || b == 0xF2 || b == 0xF3 || b == 0x2E || b == 0x36 ||
+                          b == 0x3E || b == 0x26 || b == 0x64 || b == 0x65 || b == 0xF0 ||
+                          (code64 && (b & 0xF0) == 0x40);
+      if (!prefix) break;
+      eip++;
+    }
+    env->eip = eip + 2;
+    if (!code64) env->eip &= 0xFFFFFFFFu;
+    cpu_loop_exit_x86_64(self->cpu_);
+  }
   static uint64_t PhysicalPage(void* cpu, uint64_t vaddr) {
     TcgCpu* self = t_running;
     if (self == nullptr || self->cpu_ != cpu) self = Owner(cpu);
@@ -338,6 +380,10 @@ __attribute__((noinline)) void helper_wrmsr_x86_64(void* env) {
   const uint64_t value = (regs[2] << 32) | static_cast<uint32_t>(regs[0]);
   switch (TcgCallbacks::WriteMsr(self, index, value)) {
     case TcgDevices::Msr::kDone:
+      // The machine wants the run to end here (tracing turned on or off):
+      // QEMU would finish the translation block first, so the WRMSR retires
+      // now and the block is left at the next instruction.
+      if (TcgCallbacks::StopRequested(self)) TcgCallbacks::LeaveAfterWrmsr(self);
       return;
     case TcgDevices::Msr::kCpu:
       if (index == vbts::vcpu::kMsrTsc) return;  // the TSC is the host's (docs/tcg-engine.md)
@@ -363,6 +409,23 @@ void helper_into_x86_64(void* env, int next_eip_addend) {
   static const auto original = vbts::vcpu::Original<Fn>("helper_into_x86_64");
   if (vbts::vcpu::TcgCpu* self = TcgCallbacks::Running(env)) TcgCallbacks::SoftInterrupt(self);
   original(env, next_eip_addend);
+}
+
+// The single-step trap after an instruction that began with TF=1: QEMU's,
+// unless vbts's tracer owns the guest's TF (it then raises the trap itself,
+// after a taken branch only under DEBUGCTL.BTF, which QEMU does not model).
+void helper_single_step_x86_64(void* env) {
+  static const auto original = vbts::vcpu::Original<vbts::vcpu::HelperFn>("helper_single_step_x86_64");
+  vbts::vcpu::TcgCpu* self = TcgCallbacks::Running(env);
+  if (self != nullptr && TcgCallbacks::TrapsOwned(self)) return;
+  original(env);
+}
+
+void helper_rechecking_single_step_x86_64(void* env) {
+  static const auto original = vbts::vcpu::Original<vbts::vcpu::HelperFn>("helper_rechecking_single_step_x86_64");
+  vbts::vcpu::TcgCpu* self = TcgCallbacks::Running(env);
+  if (self != nullptr && TcgCallbacks::TrapsOwned(self)) return;
+  original(env);
 }
 
 void helper_hlt_x86_64(void* env, int next_eip_addend) {
@@ -537,7 +600,9 @@ absl::Status TcgCpu::SelfCheck() {
                                    {"tlb_set_page_with_attrs_x86_64", reinterpret_cast<void*>(&tlb_set_page_with_attrs_x86_64)},
                                    {"helper_raise_interrupt_x86_64", reinterpret_cast<void*>(&helper_raise_interrupt_x86_64)},
                                    {"helper_into_x86_64", reinterpret_cast<void*>(&helper_into_x86_64)},
-                                   {"x86_cpu_exec_interrupt_x86_64", reinterpret_cast<void*>(&x86_cpu_exec_interrupt_x86_64)}}) {
+                                   {"x86_cpu_exec_interrupt_x86_64", reinterpret_cast<void*>(&x86_cpu_exec_interrupt_x86_64)},
+                                   {"helper_single_step_x86_64", reinterpret_cast<void*>(&helper_single_step_x86_64)},
+                                   {"helper_rechecking_single_step_x86_64", reinterpret_cast<void*>(&helper_rechecking_single_step_x86_64)}}) {
     if (dlsym(RTLD_DEFAULT, name) != ours) {
       return absl::FailedPreconditionError(absl::StrFormat(
           "TCG engine: %s is not exported by this executable (link with vcpu/unicorn_interpose.list)", name));
@@ -588,7 +653,7 @@ absl::Status TcgCpu::SetState(const CpuState& st) {
   return absl::OkStatus();
 }
 
-CpuState TcgCpu::GetState() {
+CpuState TcgCpu::GetState(bool with_msrs) {
   CpuState st;
   for (int i = 0; i < 16; i++) st.gpr[i] = env_->regs[i];
   st.rip = env_->eip;
@@ -612,10 +677,15 @@ CpuState TcgCpu::GetState() {
       {kMsrStar, &st.star}, {kMsrLstar, &st.lstar}, {kMsrCstar, &st.cstar}, {kMsrFmask, &st.sfmask},
       {kMsrKernelGsBase, &st.kernel_gs_base}, {kMsrSysenterCs, &st.sysenter_cs},
       {kMsrSysenterEsp, &st.sysenter_esp}, {kMsrSysenterEip, &st.sysenter_eip}};
-  for (const auto& [index, value] : msrs) {
-    uc_x86_msr m{index, 0};
-    uc_reg_read(uc_, UC_X86_REG_MSR, &m);
-    *value = m.value;
+  if (with_msrs) {
+    TcgCpu* running = t_running;
+    t_running = nullptr;  // QEMU's own RDMSR, not the machine's
+    for (const auto& [index, value] : msrs) {
+      uc_x86_msr m{index, 0};
+      uc_reg_read(uc_, UC_X86_REG_MSR, &m);
+      *value = m.value;
+    }
+    t_running = running;
   }
   st.maxphyaddr = maxphyaddr_;
   return st;
@@ -650,6 +720,10 @@ void TcgCpu::QueueNmi() {
   Kick();
 }
 
+bool TcgCpu::NmiPending() const {
+  return (At<uint32_t>(cpu_, uabi::kCpuInterruptRequest) & uabi::kInterruptNmi) != 0;
+}
+
 void TcgCpu::QueueException(uint8_t vector, std::optional<uint32_t> error_code) {
   pending_exception_ = {vector, error_code};
   At<uint32_t>(cpu_, uabi::kCpuInterruptRequest) |= uabi::kInterruptHard;
@@ -657,11 +731,24 @@ void TcgCpu::QueueException(uint8_t vector, std::optional<uint32_t> error_code) 
 }
 
 void TcgCpu::Kick() {
-  // From the instruction hook: before this instruction; from another
-  // callback during a run: at the next block boundary; between runs: at the
-  // start of the next (QEMU checks interrupt_request first).
-  if (in_code_hook_) deliver_now_ = true;
+  // While the instruction hook is on: at the first boundary the hook
+  // reports where it can be taken (from the hook itself: before this
+  // instruction).  Otherwise, from a callback during a run: at the next
+  // block boundary; between runs: at the start of the next (QEMU checks
+  // interrupt_request first).
+  if (code_hook_ != 0) {
+    deliver_now_ = true;
+    return;
+  }
   if (t_running == this) cpu_exit(cpu_);
+}
+
+bool TcgCpu::Deliverable() const {
+  if (pending_exception_) return true;
+  const uint32_t ir = At<uint32_t>(cpu_, uabi::kCpuInterruptRequest);
+  if ((ir & uabi::kInterruptNmi) && !(env_->hflags2 & uabi::kHf2Nmi)) return true;
+  return (ir & uabi::kInterruptHard) && (env_->eflags & kRflagsIf) && !(env_->hflags & uabi::kHfInhibitIrq) &&
+         config_.devices->InterruptPending();
 }
 
 void TcgCpu::GetDebugRegs(uint64_t db[4], uint64_t& dr6, uint64_t& dr7) {
@@ -688,6 +775,8 @@ void TcgCpu::SetInstructionHook(std::function<void(uint64_t)> hook) {
     uc_hook_del(uc_, code_hook_);
     code_hook_ = 0;
   }
+  observed_valid_ = false;
+  deliver_now_ = code_hook_ != 0 && (At<uint32_t>(cpu_, uabi::kCpuInterruptRequest) != 0 || pending_exception_);
   // Hooks are compiled into the translations: retranslate.
   FlushCode();
 }
@@ -696,6 +785,7 @@ absl::StatusOr<TcgStop> TcgCpu::Run(uint64_t timeout_us) {
   stats_.runs++;
   stop_requested_ = halted_ = triple_fault_ = false;
   delivering_ = -1;
+  first_hook_of_run_ = true;
   TcgCpu* outer = t_running;
   t_running = this;
   const uc_err e = uc_emu_start(uc_, env_->eip, ~0ull, timeout_us, 0);

@@ -90,7 +90,9 @@ class TcgCpu {
   TcgCpu& operator=(const TcgCpu&) = delete;
 
   absl::Status SetState(const CpuState& st);
-  CpuState GetState();
+  // With `with_msrs` also the SYSCALL/SYSENTER/SWAPGS MSRs (slower: read
+  // through QEMU's RDMSR); usable from the instruction hook.
+  CpuState GetState(bool with_msrs = true);
 
   // Runs guest code from the current state until a stop; timeout_us 0: none.
   absl::StatusOr<TcgStop> Run(uint64_t timeout_us = 0);
@@ -105,6 +107,7 @@ class TcgCpu {
   // TcgDevices::InterruptPending() turned true (the LAPIC has one).
   void InterruptPending();
   void QueueNmi();
+  bool NmiPending() const;
   // An exception as if the next instruction raised it (a #DB vbts emulates).
   void QueueException(uint8_t vector, std::optional<uint32_t> error_code);
 
@@ -117,6 +120,9 @@ class TcgCpu {
   // Called before every instruction (linear address of CS:RIP) while set;
   // costs about a factor of two in speed.  Set between runs only.
   void SetInstructionHook(std::function<void(uint64_t linear)> hook);
+  // True: the guest's single-step traps (RFLAGS.TF) are raised by vbts
+  // (its tracer emulates them, with DEBUGCTL.BTF), not by QEMU.
+  void SetOwnSingleStep(bool own) { own_single_step_ = own; }
   // Called when an exception or INT n is about to be delivered through the
   // IDT (vector, whether it is a software interrupt).
   void SetEventHook(std::function<void(int vector, bool soft)> hook) { event_hook_ = std::move(hook); }
@@ -140,6 +146,8 @@ class TcgCpu {
   // One byte of guest code at a linear address (false if it cannot be read).
   bool ReadCode(uint64_t linear, uint8_t& byte);
   void Kick();
+  // A queued event could be taken at the current boundary.
+  bool Deliverable() const;
   friend struct TcgCallbacks;
 
   Config config_;
@@ -156,7 +164,11 @@ class TcgCpu {
   uint64_t soft_start_ = 0;     // EIP of the last INT n/INT3/INTO
   std::optional<std::pair<uint8_t, std::optional<uint32_t>>> pending_exception_;
   bool in_code_hook_ = false;   // insn_hook_ is running
-  bool deliver_now_ = false;    // an event was queued from the instruction hook
+  bool deliver_now_ = false;    // an event waits for the next boundary the instruction hook reports
+  bool first_hook_of_run_ = false;
+  bool observed_valid_ = false;
+  uint64_t last_observed_ = 0;  // the last address the instruction hook reported
+  bool own_single_step_ = false;
   std::function<void(uint64_t)> insn_hook_;
   std::function<void(int, bool)> event_hook_;
   uint64_t dr_[8] = {};

@@ -2,7 +2,7 @@
 // execution engine that holds the vCPU: its state, the guest's debug
 // registers, exception and NMI injection, the LAPIC register page and MSRs.
 // The KVM vCPU (vcpu/kvm_vcpu.h) implements it with ioctls; the TCG engine's
-// machine side (vmm/tcg_control.h) with its own LAPIC model and QEMU's CPU
+// adapter (vcpu/tcg_control.h) with vbts's own LAPIC model and QEMU's CPU
 // state.  The KVM structs are the data format (they are plain data).
 #ifndef VBTS_VCPU_VCPU_CONTROL_H_
 #define VBTS_VCPU_VCPU_CONTROL_H_

@@ -37,6 +37,13 @@ double Now() {
   return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+// The clock the TCG engine's LAPIC timer runs on.
+uint64_t NowNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
+}
+
 // The MSRs KVM must send to vbts for --vpmu=`vpmu`, as KVM filter ranges.
 std::vector<MsrRange> PmuDenyList(const std::string& vpmu) {
   const pmu::VirtualPmu probe(pmu::CpuModels().front(),
@@ -211,6 +218,17 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
       }
     }
   }
+  if (config_.engine == "tcg") {
+    if (config_.vpmu == "passthrough")
+      return absl::InvalidArgumentError("--vpmu=passthrough needs the host KVM's LBRs: it cannot run with --engine=tcg");
+    VBTS_ASSIGN_OR_RETURN(tcg_, vcpu::TcgCpu::Create({ram_->host_base(), ram_->size(),
+                                                      vcpu::TcgCpu::UnicornModelFor(config_.cpu_model), this}));
+    VBTS_ASSIGN_OR_RETURN(vcpu::Lapic lapic, vcpu::Lapic::Create(vcpu::LapicConfig{}));
+    lapic_ = std::make_unique<vcpu::Lapic>(std::move(lapic));
+    tcg_control_ = std::make_unique<vcpu::TcgControl>(*tcg_, *lapic_, [] { return NowNs(); });
+  } else if (config_.engine != "kvm") {
+    return absl::InvalidArgumentError(absl::StrFormat("--engine=%s: expected kvm or tcg", config_.engine));
+  }
   supervisor_ = std::make_unique<vcpu::Supervisor>(*vcpu_, *ram_, *model_, facts_, std::move(options));
   {  // The virtual PMU, its MSR filter and the tracer, in every --vpmu mode.
     feature_msrs_ = std::make_unique<pmu::FeatureMsrs>(*model_);
@@ -219,9 +237,14 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
     // KVM must exit on every MSR the virtual PMU owns (kvm-host-facts.md:
     // unfiltered, KVM answers DEBUGCTL, MISC_ENABLE and some counters itself).
     if (!filtered) VBTS_RETURN_IF_ERROR(vm_->SetMsrFilter(PmuDenyList(config_.vpmu)));
-    tracer_ = std::make_unique<vcpu::Tracer>(*vcpu_, *ram_, *vpmu_,
-                                             [vm = vm_.get()](uint8_t vector) { return vm->SignalMsi(0, vector); });
-    tracer_->SetEmulateDataBreakpoints(facts_.emulate_data_breakpoints);
+    if (tcg_) {
+      tracer_ = std::make_unique<vcpu::Tracer>(*tcg_control_, *ram_, *vpmu_,
+                                               [this](uint8_t vector) { return tcg_control_->SendInterrupt(vector); });
+    } else {
+      tracer_ = std::make_unique<vcpu::Tracer>(*vcpu_, *ram_, *vpmu_,
+                                               [vm = vm_.get()](uint8_t vector) { return vm->SignalMsi(0, vector); });
+      tracer_->SetEmulateDataBreakpoints(facts_.emulate_data_breakpoints);
+    }
     supervisor_->SetObserver(tracer_.get());
     for (auto [path, file] : {std::pair{&config_.branches_path, &branches_file_}, {&config_.insns_path, &insns_file_}}) {
       if (path->empty()) continue;
@@ -239,14 +262,6 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
         return branches_file_ || insns_file_ || (config_.transfer_sink && sink_wanted_);
       });
     }
-  }
-  if (config_.engine == "tcg") {
-    if (config_.vpmu == "passthrough")
-      return absl::InvalidArgumentError("--vpmu=passthrough needs the host KVM's LBRs: it cannot run with --engine=tcg");
-    VBTS_ASSIGN_OR_RETURN(tcg_, vcpu::TcgCpu::Create({ram_->host_base(), ram_->size(),
-                                                      vcpu::TcgCpu::UnicornModelFor(config_.cpu_model), this}));
-  } else if (config_.engine != "kvm") {
-    return absl::InvalidArgumentError(absl::StrFormat("--engine=%s: expected kvm or tcg", config_.engine));
   }
   return SetBootState(img.entry, mbi.info_gpa);
 }
@@ -447,37 +462,52 @@ void Machine::Mmio(uint64_t gpa, bool write, uint8_t* data, uint32_t len) {
 
 RunResult Machine::RunTcg() {
   const double deadline = config_.timeout_seconds > 0 ? Now() + config_.timeout_seconds : 0;
+  // The boot state and the reset LAPIC come from KVM's vCPU.
   absl::StatusOr<vcpu::CpuState> boot = vcpu_->GetState(/*with_msrs=*/true);
   if (!boot.ok()) return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + boot.status().ToString());
   if (absl::Status s = tcg_->SetState(*boot); !s.ok()) return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + s.ToString());
+  absl::StatusOr<kvm_lapic_state> lapic = vcpu_->GetLapic();
+  if (!lapic.ok()) return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + lapic.status().ToString());
+  if (absl::Status s = tcg_control_->SetLapic(*lapic); !s.ok())
+    return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + s.ToString());
   in_tcg_ = true;
-  // Runs are cut into slices so that --timeout is noticed.
-  constexpr double kSliceSeconds = 0.05;
+  // Runs are cut into slices so that --timeout and the LAPIC timer are noticed.
+  constexpr uint64_t kSliceNs = 50'000'000;
   for (;;) {
-    const double now = Now();
-    if (deadline && now >= deadline)
+    if (deadline && Now() >= deadline)
       return Finish(RunEnd::kTimeout, kExitTimeout,
                     absl::StrFormat("vbts: guest timed out after %g s", config_.timeout_seconds));
-    const double slice = deadline ? std::min(kSliceSeconds, deadline - now) : 0;
-    absl::StatusOr<vcpu::TcgStop> stop = tcg_->Run(static_cast<uint64_t>(slice * 1e6) + (deadline ? 1 : 0));
+    UpdateTcgObservation();
+    uint64_t now = NowNs();
+    lapic_->Advance(now);
+    tcg_control_->Notify();
+    uint64_t until = now + kSliceNs;
+    if (std::optional<uint64_t> t = lapic_->NextDeadline()) until = std::min(until, std::max(*t, now + 1000));
+    if (deadline) until = std::min<uint64_t>(until, now + static_cast<uint64_t>(std::max(0.0, deadline - Now()) * 1e9) + 1000);
+    absl::StatusOr<vcpu::TcgStop> stop = tcg_->Run((until - now + 999) / 1000);
     PrintWarnings();
     if (!stop.ok()) return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + stop.status().ToString());
+    if (!tcg_error_.ok()) return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + tcg_error_.ToString());
     if (std::optional<int> status = debug_exit_->exit_status()) return Finish(RunEnd::kGuestExit, *status, "");
     switch (stop->kind) {
       case vcpu::TcgStop::kTripleFault:
         return Finish(RunEnd::kTripleFault, kExitTripleFault, "vbts: guest shut down (triple fault)");
       case vcpu::TcgStop::kHalted: {
-        const vcpu::CpuState st = tcg_->GetState();
-        if (!(st.rflags & vcpu::kRflagsIf))
+        const vcpu::CpuState st = tcg_->GetState(/*with_msrs=*/false);
+        if (!(st.rflags & vcpu::kRflagsIf) && !tcg_->NmiPending())
           return Finish(RunEnd::kHaltedIfClear, kExitHaltedIfClear,
                         "vbts: guest halted with interrupts disabled (HLT with IF=0)");
-        // Nothing interrupts a halted vCPU in the TCG engine yet (no LAPIC
-        // timer or device interrupts there): it waits for --timeout.
-        if (!deadline)
-          return Finish(RunEnd::kUnsupported, kExitUnsupported,
-                        "vbts: the guest halted waiting for an interrupt, which the TCG engine cannot deliver yet "
-                        "(docs/tcg-engine.md)");
-        ::usleep(static_cast<useconds_t>(std::max(0.0, deadline - Now()) * 1e6));
+        // Halted until an interrupt: the LAPIC timer's next expiry, or
+        // --timeout (nothing else interrupts a halted vCPU here).
+        for (;;) {
+          lapic_->Advance(NowNs());
+          if (lapic_->Pending() || tcg_->NmiPending()) break;
+          if (deadline && Now() >= deadline) break;
+          uint64_t wake = NowNs() + kSliceNs;
+          if (std::optional<uint64_t> t = lapic_->NextDeadline()) wake = std::min(wake, *t);
+          const uint64_t n = NowNs();
+          if (wake > n) ::usleep(static_cast<useconds_t>(std::min<uint64_t>((wake - n) / 1000 + 1, 50'000)));
+        }
         break;
       }
       case vcpu::TcgStop::kRequested:
@@ -485,6 +515,32 @@ RunResult Machine::RunTcg() {
         break;
     }
   }
+}
+
+void Machine::UpdateTcgObservation() {
+  const bool want = tracer_ && tracer_->WantsEveryInstruction();
+  if (want == tcg_observing_) return;
+  tcg_observing_ = want;
+  tcg_first_boundary_ = true;
+  // While the tracer sees every instruction it raises the guest's
+  // single-step traps (with BTF), as it does under KVM.
+  tcg_->SetOwnSingleStep(want);
+  if (!want) {
+    tcg_->SetInstructionHook(nullptr);
+    return;
+  }
+  tcg_->SetInstructionHook([this](uint64_t) {
+    vcpu::CpuState st = tcg_->GetState(/*with_msrs=*/false);
+    // Every instruction is observed while the hook is on: consecutive
+    // boundaries, except the first after it was turned on.
+    tracer_->SetConsecutive(!tcg_first_boundary_);
+    tcg_first_boundary_ = false;
+    bool dirty = false;
+    absl::Status s = tracer_->AtBoundary(st, dirty);
+    if (!s.ok() && tcg_error_.ok()) tcg_error_ = s;
+    // Stop observing between runs (this instruction runs unobserved then).
+    if (!s.ok() || !tracer_->WantsEveryInstruction()) tcg_->RequestStop();
+  });
 }
 
 uint32_t Machine::PortIn(uint16_t port, int size) {
@@ -504,7 +560,18 @@ void Machine::PortOut(uint16_t port, int size, uint32_t value) {
   if (debug_exit_->exit_status()) tcg_->RequestStop();
 }
 
+bool Machine::IsLapicPage(uint64_t gpa) const {
+  // The xAPIC page while IA32_APIC_BASE has it enabled (SDM vol. 3A 10.4.4).
+  return (apic_base_ & (1u << 11)) && (gpa & ~0xFFFull) == (apic_base_ & 0xFFFFFF000ull);
+}
+
 uint64_t Machine::MmioRead(uint64_t gpa, int size) {
+  if (IsLapicPage(gpa)) {
+    // 32-bit registers at 16-byte strides; narrower reads see their bytes.
+    const uint32_t offset = static_cast<uint32_t>(gpa & 0xFFF);
+    const uint64_t v = lapic_->Read(offset & ~3u, NowNs());
+    return (v >> (8 * (offset & 3))) & (size >= 4 ? 0xFFFFFFFFull : ((1ull << (8 * size)) - 1));
+  }
   uint8_t data[8] = {};
   Mmio(gpa, /*write=*/false, data, static_cast<uint32_t>(size));
   uint64_t v = 0;
@@ -513,6 +580,17 @@ uint64_t Machine::MmioRead(uint64_t gpa, int size) {
 }
 
 void Machine::MmioWrite(uint64_t gpa, int size, uint64_t value) {
+  if (IsLapicPage(gpa)) {
+    // Only aligned 32-bit writes reach a register (SDM vol. 3A 10.4.1: other
+    // accesses are undefined; vbts drops them).
+    if (size == 4 && (gpa & 3) == 0) {
+      lapic_->Write(static_cast<uint32_t>(gpa & 0xFFF), static_cast<uint32_t>(value), NowNs());
+      tcg_control_->Notify();
+    } else {
+      mmio_unclaimed_writes_++;
+    }
+    return;
+  }
   uint8_t data[8];
   std::memcpy(data, &value, 8);
   Mmio(gpa, /*write=*/true, data, static_cast<uint32_t>(size));
@@ -550,9 +628,27 @@ vcpu::TcgDevices::Msr Machine::WriteMsr(uint32_t index, uint64_t value) {
     return Msr::kDone;
   }
   if (feature_msrs_ && pmu::FeatureMsrs::Owns(index)) return feature_msrs_->Write(index, value).gp ? Msr::kGp : Msr::kDone;
-  if (vpmu_ && vpmu_->Owns(index)) return vpmu_->WriteMsr(index, value).gp ? Msr::kGp : Msr::kDone;
+  if (vpmu_ && vpmu_->Owns(index)) {
+    if (vpmu_->WriteMsr(index, value).gp) return Msr::kGp;
+    // As in HandleMsr: the WRMSR retires under the configuration it leaves.
+    if (tracer_) {
+      absl::Status s = tracer_->AfterMsrWrite();
+      if (!s.ok() && tcg_error_.ok()) tcg_error_ = s;
+      // Tracing turned on or off: observe from the next instruction on
+      // (a WRMSR ends QEMU's translation block, so the run stops right after it).
+      if (!s.ok() || tracer_->WantsEveryInstruction() != tcg_observing_) tcg_->RequestStop();
+    }
+    return Msr::kDone;
+  }
   return vcpu::TcgCpu::OwnsMsr(index) ? Msr::kCpu : Msr::kGp;
 }
+
+std::optional<uint8_t> Machine::AcknowledgeInterrupt() {
+  if (!lapic_->Pending()) return std::nullopt;
+  return lapic_->Acknowledge();
+}
+
+bool Machine::InterruptPending() { return lapic_->Pending().has_value(); }
 
 vcpu::CpuidResult Machine::Cpuid(uint32_t leaf, uint32_t subleaf) {
   const pmu::CpuidResult r = model_->CpuidInState(leaf, subleaf, apic_base_, tcg_->cr4());

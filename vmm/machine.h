@@ -18,6 +18,8 @@
 #include "vcpu/host_facts.h"
 #include "vcpu/kvm_vcpu.h"
 #include "vcpu/supervisor.h"
+#include "vcpu/lapic.h"
+#include "vcpu/tcg_control.h"
 #include "vcpu/tcg_cpu.h"
 #include "vcpu/tracer.h"
 #include "vmm/debug_exit.h"
@@ -122,6 +124,12 @@ class Machine : private vcpu::TcgDevices {
   Msr ReadMsr(uint32_t index, uint64_t& value) override;
   Msr WriteMsr(uint32_t index, uint64_t value) override;
   vcpu::CpuidResult Cpuid(uint32_t leaf, uint32_t subleaf) override;
+  std::optional<uint8_t> AcknowledgeInterrupt() override;
+  bool InterruptPending() override;
+  bool IsLapicPage(uint64_t gpa) const;
+  // Installs or removes the TCG engine's instruction hook as the tracer
+  // wants every instruction or not.
+  void UpdateTcgObservation();
   // An MMIO access outside RAM (both engines): the pc-testdev window, or
   // nothing (reads all ones, writes dropped).
   void Mmio(uint64_t gpa, bool write, uint8_t* data, uint32_t len);
@@ -141,7 +149,12 @@ class Machine : private vcpu::TcgDevices {
   std::unique_ptr<pmu::FeatureMsrs> feature_msrs_;  // SPEC_CTRL, PRED_CMD, FLUSH_CMD
   std::unique_ptr<vcpu::Tracer> tracer_;
   std::unique_ptr<vcpu::TcgCpu> tcg_;  // --engine=tcg
+  std::unique_ptr<vcpu::Lapic> lapic_;  // the LAPIC while in TCG (KVM's in-kernel one otherwise)
+  std::unique_ptr<vcpu::TcgControl> tcg_control_;
   bool in_tcg_ = false;                // the TCG engine holds the vCPU state
+  bool tcg_observing_ = false;         // the instruction hook feeds the tracer
+  bool tcg_first_boundary_ = false;
+  absl::Status tcg_error_;             // a failure inside a TCG callback, reported after the run
   uint64_t apic_base_ = 0xFEE00900;    // IA32_APIC_BASE while in TCG (BSP, enabled)
   uint64_t msr_exits_ = 0;
   std::FILE* branches_file_ = nullptr;
