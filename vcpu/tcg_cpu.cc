@@ -6,6 +6,7 @@
 #include <unicorn/unicorn.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <mutex>
 #include <vector>
@@ -206,9 +207,8 @@ struct TcgCallbacks {
       if (self->observed_valid_ && address == self->last_observed_) return;
     }
     // Before this instruction: a stop or an event a callback asked for
-    // during the previous one (no cpu_exit while the hook is on, so that a
-    // block never ends between a report and its instruction).
-    if (self->stop_requested_) cpu_loop_exit_x86_64(self->cpu_);
+    // during the previous one.
+    if (self->stop_requested_ || self->time_up_) self->Boundary(address);
     if (self->deliver_now_ && self->Deliverable()) {
       self->deliver_now_ = false;
       cpu_loop_exit_x86_64(self->cpu_);
@@ -227,11 +227,24 @@ struct TcgCallbacks {
       cpu_loop_exit_x86_64(self->cpu_);
     }
   }
+  // Every block start (a hook that costs a few ns per block): where runs
+  // end and queued events are noticed.  Unicorn 2.0.1 cannot be stopped
+  // asynchronously (cpu_exit/uc_emu_stop from another thread or a callback
+  // in the middle of a block): the block then left has its registers
+  // updated but EIP at its start (seen with the public API alone).  Here,
+  // at a block's start, the state is whole: set EIP, and leave through
+  // QEMU's loop, which ends the run or takes the event.
+  static void Block(uc_engine*, uint64_t address, uint32_t, void* user) {
+    auto* self = static_cast<TcgCpu*>(user);
+    if (!self->kick_.load(std::memory_order_relaxed) && !self->time_up_.load(std::memory_order_relaxed)) return;
+    self->Boundary(address);
+  }
   // QEMU's check for pending interrupts at a block boundary, for vbts's
   // events: a queued exception first, then NMI, then the LAPIC's interrupt.
   static bool ExecInterrupt(TcgCpu* self, int request) {
     uabi::EnvPrefix* env = self->env_;
     uint32_t& ir = At<uint32_t>(self->cpu_, uabi::kCpuInterruptRequest);
+
     if (self->pending_exception_) {
       const auto [vector, ec] = *self->pending_exception_;
       self->pending_exception_.reset();
@@ -288,6 +301,37 @@ struct TcgCallbacks {
   static bool Owns(TcgCpu* self, void* cpu) { return self->cpu_ == cpu; }
   static bool StopRequested(TcgCpu* self) { return self->stop_requested_; }
   static bool TrapsOwned(TcgCpu* self) { return self->own_single_step_; }
+  // QEMU 5.0 keeps EFER.SCE/NXE only where its own CPU model lists SYSCALL/NX
+  // (and hides SYSCALL from Intel models outside 64-bit mode); the CPUID
+  // the guest sees is vbts's, so the bits are taken as written.
+  static void FixEfer(TcgCpu* self, uint64_t value) {
+    uabi::EnvPrefix* env = self->env_;
+    const uint64_t keep = kEferSce | kEferNxe;
+    const uint64_t efer = (env->efer & ~keep) | (value & keep);
+    if ((efer ^ env->efer) & kEferNxe) tlb_flush_x86_64(self->cpu_);
+    env->efer = efer;
+  }
+  static void SetDr(TcgCpu* self, int reg, uint64_t value, uintptr_t ra) {
+    uabi::EnvPrefix* env = self->env_;
+    uint64_t* dr = &At<uint64_t>(env, self->error_code_offset_ + 16);
+    const bool de = (env->cr[4] & (1u << 3)) != 0;  // CR4.DE: DR4/DR5 are reserved (#UD)
+    switch (reg) {
+      case 0: case 1: case 2: case 3:
+        dr[reg] = value;
+        break;
+      case 4: case 6:
+        if (reg == 4 && de) raise_exception_err_ra_x86_64(env, 6, 0, ra);
+        dr[6] = value | 0xFFFF0FF0u;  // the bits that read as 1 (SDM vol. 3B 17.2.3)
+        break;
+      case 5: case 7:
+        if (reg == 5 && de) raise_exception_err_ra_x86_64(env, 6, 0, ra);
+        dr[7] = (value & 0xFFFFFFFFu) | 0x400;  // bit 10 reads as 1
+        break;
+      default:
+        raise_exception_err_ra_x86_64(env, 6, 0, ra);
+    }
+    self->config_.devices->DebugRegistersWritten();
+  }
   [[noreturn]] static void LeaveAfterWrmsr(TcgCpu* self) {
     // EIP is at the WRMSR (QEMU synced it before the helper): skip its
     // prefixes (legacy, and REX in 64-bit code) and 0F 30.
@@ -387,7 +431,11 @@ __attribute__((noinline)) void helper_wrmsr_x86_64(void* env) {
       return;
     case TcgDevices::Msr::kCpu:
       if (index == vbts::vcpu::kMsrTsc) return;  // the TSC is the host's (docs/tcg-engine.md)
-      if (vbts::vcpu::TcgCpu::OwnsMsr(index)) return original(env);
+      if (vbts::vcpu::TcgCpu::OwnsMsr(index) && !vbts::vcpu::TcgCpu::CpuMsrWriteFaults(index, value)) {
+        original(env);
+        if (index == vbts::vcpu::kMsrEfer) TcgCallbacks::FixEfer(self, value);
+        return;
+      }
       break;
     case TcgDevices::Msr::kGp:
       break;
@@ -409,6 +457,18 @@ void helper_into_x86_64(void* env, int next_eip_addend) {
   static const auto original = vbts::vcpu::Original<Fn>("helper_into_x86_64");
   if (vbts::vcpu::TcgCpu* self = TcgCallbacks::Running(env)) TcgCallbacks::SoftInterrupt(self);
   original(env, next_eip_addend);
+}
+
+// MOV to DRn: QEMU 5.0 turns DR7 into its own breakpoints and watchpoints,
+// which Unicorn 2.0.1 cannot run (the translation is flushed under the
+// running block); vbts keeps the registers and raises the guest's
+// breakpoints itself (docs/tcg-engine.md).
+void helper_set_dr_x86_64(void* env, int reg, uint64_t value) {
+  using Fn = void (*)(void*, int, uint64_t);
+  static const auto original = vbts::vcpu::Original<Fn>("helper_set_dr_x86_64");
+  vbts::vcpu::TcgCpu* self = TcgCallbacks::Running(env);
+  if (self == nullptr) return original(env, reg, value);
+  TcgCallbacks::SetDr(self, reg, value, reinterpret_cast<uintptr_t>(__builtin_return_address(0)));
 }
 
 // The single-step trap after an instruction that began with TF=1: QEMU's,
@@ -461,6 +521,29 @@ void qemu_system_reset_request(void* uc) {
 
 namespace vbts::vcpu {
 
+bool TcgCpu::CpuMsrWriteFaults(uint32_t index, uint64_t value) {
+  // What QEMU 5.0's WRMSR does not check (SDM vol. 4 and vol. 3A 2.2.1).
+  const auto canonical = [](uint64_t v) { return static_cast<uint64_t>(static_cast<int64_t>(v << 16) >> 16) == v; };
+  switch (index) {
+    case kMsrFsBase: case kMsrGsBase: case kMsrKernelGsBase: case kMsrLstar: case kMsrCstar:
+    case kMsrSysenterEsp: case kMsrSysenterEip:
+      return !canonical(value);  // a linear address: #GP if not canonical
+    case kMsrEfer:
+      return (value & ~(kEferSce | kEferLme | kEferLma | kEferNxe)) != 0;  // reserved bits
+    case kMsrTscAux:
+      return (value >> 32) != 0;
+    case kMsrPat:
+      // Each entry a valid memory type: 0 UC, 1 WC, 4 WT, 5 WP, 6 WB, 7 UC-.
+      for (int i = 0; i < 8; i++) {
+        const uint64_t t = (value >> (8 * i)) & 0xFF;
+        if (t == 2 || t == 3 || t > 7) return true;
+      }
+      return false;
+    default:
+      return false;
+  }
+}
+
 int TcgCpu::UnicornModelFor(const std::string& vbts_model) {
   // Nehalem/Westmere, Yonah (QEMU's "coreduo": 32-bit only, as the real
   // Core Duo), Skylake client; anything else gets QEMU's generic 64-bit CPU.
@@ -485,6 +568,12 @@ TcgCpu::TcgCpu(const Config& config) : config_(config) {}
 
 TcgCpu::~TcgCpu() {
   {
+    std::lock_guard<std::mutex> lock(watch_mu_);
+    watch_quit_ = true;
+  }
+  watch_cv_.notify_all();
+  if (watcher_.joinable()) watcher_.join();
+  {
     std::lock_guard<std::mutex> lock(g_engines_mu);
     std::erase(Engines(), this);
   }
@@ -506,6 +595,7 @@ absl::StatusOr<std::unique_ptr<TcgCpu>> TcgCpu::Create(const Config& config) {
   }
   std::unique_ptr<TcgCpu> cpu(new TcgCpu(config));
   VBTS_RETURN_IF_ERROR(cpu->Init());
+  cpu->watcher_ = std::thread([p = cpu.get()] { p->Watch(); });
   return cpu;
 }
 
@@ -542,6 +632,8 @@ absl::Status TcgCpu::Init() {
   if (e != UC_ERR_OK) return UcError(e, "disabling exit addresses");
   uc_hook h;
   e = uc_hook_add(uc_, &h, UC_HOOK_INTR, reinterpret_cast<void*>(&TcgCallbacks::Intr), this, 1, 0);
+  if (e == UC_ERR_OK)
+    e = uc_hook_add(uc_, &h, UC_HOOK_BLOCK, reinterpret_cast<void*>(&TcgCallbacks::Block), this, 1, 0);
   if (e == UC_ERR_OK)
     e = uc_hook_add(uc_, &h, UC_HOOK_INSN, reinterpret_cast<void*>(&TcgCallbacks::In), this, 1, 0, UC_X86_INS_IN);
   if (e == UC_ERR_OK)
@@ -602,6 +694,7 @@ absl::Status TcgCpu::SelfCheck() {
                                    {"helper_into_x86_64", reinterpret_cast<void*>(&helper_into_x86_64)},
                                    {"x86_cpu_exec_interrupt_x86_64", reinterpret_cast<void*>(&x86_cpu_exec_interrupt_x86_64)},
                                    {"helper_single_step_x86_64", reinterpret_cast<void*>(&helper_single_step_x86_64)},
+                                   {"helper_set_dr_x86_64", reinterpret_cast<void*>(&helper_set_dr_x86_64)},
                                    {"helper_rechecking_single_step_x86_64", reinterpret_cast<void*>(&helper_rechecking_single_step_x86_64)}}) {
     if (dlsym(RTLD_DEFAULT, name) != ours) {
       return absl::FailedPreconditionError(absl::StrFormat(
@@ -704,8 +797,9 @@ bool TcgCpu::ReadCode(uint64_t linear, uint8_t& byte) {
 }
 
 void TcgCpu::RequestStop() {
+  // At the next block start or reported instruction (see TcgCallbacks::Block).
   stop_requested_ = true;
-  uc_emu_stop(uc_);
+  kick_ = true;
 }
 
 void TcgCpu::FlushCode() { tb_flush_x86_64(cpu_); }
@@ -734,13 +828,21 @@ void TcgCpu::Kick() {
   // While the instruction hook is on: at the first boundary the hook
   // reports where it can be taken (from the hook itself: before this
   // instruction).  Otherwise, from a callback during a run: at the next
-  // block boundary; between runs: at the start of the next (QEMU checks
-  // interrupt_request first).
-  if (code_hook_ != 0) {
-    deliver_now_ = true;
-    return;
-  }
-  if (t_running == this) cpu_exit(cpu_);
+  // block start (TcgCallbacks::Block); between runs: at the start of the
+  // next (QEMU checks interrupt_request first).
+  if (code_hook_ != 0) deliver_now_ = true;
+  else kick_ = true;
+}
+
+void TcgCpu::Boundary(uint64_t linear) {
+  // At an instruction boundary inside a run, from a hook: leave QEMU's block
+  // with EIP there; a stop or time limit ends the run, a kick only lets
+  // QEMU's loop check interrupt_request.
+  kick_ = false;
+  env_->eip = linear - env_->segs[uabi::kCs].base;
+  if (time_up_.exchange(false)) timed_out_ = true;
+  if (stop_requested_ || timed_out_) uc_emu_stop(uc_);  // the loop exit below ends the run
+  cpu_loop_exit_x86_64(cpu_);
 }
 
 bool TcgCpu::Deliverable() const {
@@ -751,16 +853,20 @@ bool TcgCpu::Deliverable() const {
          config_.devices->InterruptPending();
 }
 
+// The registers live in QEMU's env->dr[] (at error_code + 16), written
+// directly: QEMU's own DR7 path would install its breakpoints.
 void TcgCpu::GetDebugRegs(uint64_t db[4], uint64_t& dr6, uint64_t& dr7) {
-  for (int i = 0; i < 4; i++) uc_reg_read(uc_, UC_X86_REG_DR0 + i, &db[i]);
-  uc_reg_read(uc_, UC_X86_REG_DR6, &dr6);
-  uc_reg_read(uc_, UC_X86_REG_DR7, &dr7);
+  const uint64_t* dr = &At<uint64_t>(env_, error_code_offset_ + 16);
+  for (int i = 0; i < 4; i++) db[i] = dr[i];
+  dr6 = dr[6];
+  dr7 = dr[7];
 }
 
 void TcgCpu::SetDebugRegs(const uint64_t db[4], uint64_t dr6, uint64_t dr7) {
-  for (int i = 0; i < 4; i++) uc_reg_write(uc_, UC_X86_REG_DR0 + i, &db[i]);
-  uc_reg_write(uc_, UC_X86_REG_DR6, &dr6);
-  uc_reg_write(uc_, UC_X86_REG_DR7, &dr7);
+  uint64_t* dr = &At<uint64_t>(env_, error_code_offset_ + 16);
+  for (int i = 0; i < 4; i++) dr[i] = db[i];
+  dr[6] = dr6;
+  dr[7] = dr7;
 }
 
 void TcgCpu::SetInstructionHook(std::function<void(uint64_t)> hook) {
@@ -781,14 +887,49 @@ void TcgCpu::SetInstructionHook(std::function<void(uint64_t)> hook) {
   FlushCode();
 }
 
+// Unicorn 2.0.1's own time limit stops the CPU asynchronously, which can
+// leave a block's registers updated with EIP at its start (TcgCallbacks::
+// Block); its timer thread also polls every 2 us.  vbts's watcher only sets
+// time_up_, which the next block start acts on.
+void TcgCpu::Watch() {
+  std::unique_lock<std::mutex> lock(watch_mu_);
+  while (!watch_quit_) {
+    if (watch_deadline_ == 0) {
+      watch_cv_.wait(lock);
+      continue;
+    }
+    const auto deadline = std::chrono::steady_clock::time_point(std::chrono::nanoseconds(watch_deadline_));
+    if (watch_cv_.wait_until(lock, deadline) != std::cv_status::timeout) continue;
+    if (watch_deadline_ == 0) continue;
+    time_up_ = true;  // the next block start ends the run
+    watch_deadline_ = 0;
+  }
+}
+
 absl::StatusOr<TcgStop> TcgCpu::Run(uint64_t timeout_us) {
   stats_.runs++;
   stop_requested_ = halted_ = triple_fault_ = false;
+  kick_ = false;
   delivering_ = -1;
   first_hook_of_run_ = true;
   TcgCpu* outer = t_running;
   t_running = this;
-  const uc_err e = uc_emu_start(uc_, env_->eip, ~0ull, timeout_us, 0);
+  timed_out_ = false;
+  time_up_ = false;
+  if (timeout_us != 0) {
+    std::lock_guard<std::mutex> lock(watch_mu_);
+    watch_deadline_ = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                std::chrono::steady_clock::now().time_since_epoch())
+                                                .count()) +
+                      timeout_us * 1000;
+    watch_cv_.notify_all();
+  }
+  const uc_err e = uc_emu_start(uc_, env_->eip, ~0ull, 0, 0);
+  if (timeout_us != 0) {
+    std::lock_guard<std::mutex> lock(watch_mu_);
+    watch_deadline_ = 0;
+  }
+  time_up_ = false;
   t_running = outer;
   if (e != UC_ERR_OK) {
     CpuState st = GetState();
@@ -797,9 +938,7 @@ absl::StatusOr<TcgStop> TcgCpu::Run(uint64_t timeout_us) {
   if (triple_fault_) return TcgStop{TcgStop::kTripleFault};
   if (halted_) return TcgStop{TcgStop::kHalted};
   if (stop_requested_) return TcgStop{TcgStop::kRequested};
-  size_t timed_out = 0;
-  uc_query(uc_, UC_QUERY_TIMEOUT, &timed_out);
-  if (timed_out != 0) return TcgStop{TcgStop::kTimeout};
+  if (timed_out_) return TcgStop{TcgStop::kTimeout};
   return TcgStop{TcgStop::kRequested};
 }
 

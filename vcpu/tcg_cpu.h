@@ -13,8 +13,12 @@
 #ifndef VBTS_VCPU_TCG_CPU_H_
 #define VBTS_VCPU_TCG_CPU_H_
 
+#include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <mutex>
+#include <thread>
 #include <memory>
 #include <optional>
 #include <string>
@@ -51,6 +55,8 @@ class TcgDevices {
   // nothing if none is deliverable any more; and whether one is pending.
   virtual std::optional<uint8_t> AcknowledgeInterrupt() { return std::nullopt; }
   virtual bool InterruptPending() { return false; }
+  // The guest wrote a debug register (MOV to DRn retired).
+  virtual void DebugRegistersWritten() {}
 };
 
 // Why Run() returned.
@@ -135,6 +141,9 @@ class TcgCpu {
   static int UnicornModelFor(const std::string& vbts_model);
   // The CPU MSRs the engine itself implements (TcgDevices::Msr::kCpu).
   static bool OwnsMsr(uint32_t index);
+  // A WRMSR of one of them that the architecture refuses with #GP
+  // (non-canonical bases, reserved EFER/TSC_AUX bits, invalid PAT types).
+  static bool CpuMsrWriteFaults(uint32_t index, uint64_t value);
   uint64_t cr4() const;
   const TcgStats& stats() const { return stats_; }
 
@@ -146,6 +155,8 @@ class TcgCpu {
   // One byte of guest code at a linear address (false if it cannot be read).
   bool ReadCode(uint64_t linear, uint8_t& byte);
   void Kick();
+  void Watch();  // the watcher thread: ends runs at their time limit
+  [[noreturn]] void Boundary(uint64_t linear);
   // A queued event could be taken at the current boundary.
   bool Deliverable() const;
   friend struct TcgCallbacks;
@@ -169,6 +180,15 @@ class TcgCpu {
   bool observed_valid_ = false;
   uint64_t last_observed_ = 0;  // the last address the instruction hook reported
   bool own_single_step_ = false;
+  // The watcher thread and the current run's time limit (steady clock ns, 0: none).
+  std::thread watcher_;
+  std::mutex watch_mu_;
+  std::condition_variable watch_cv_;
+  uint64_t watch_deadline_ = 0;
+  bool watch_quit_ = false;
+  std::atomic<bool> time_up_{false};
+  std::atomic<bool> kick_{false};  // the next block start leaves QEMU's block
+  bool timed_out_ = false;
   std::function<void(uint64_t)> insn_hook_;
   std::function<void(int, bool)> event_hook_;
   uint64_t dr_[8] = {};

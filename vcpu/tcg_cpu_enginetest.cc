@@ -344,6 +344,33 @@ TEST_F(TcgCpuTest, AnExceptionQueuedFromTheInstructionHookComesBeforeThatInstruc
   EXPECT_EQ(cpu_->stats().injected, 1u);
 }
 
+TEST_F(TcgCpuTest, RunsCutByTheirTimeLimitResumeExactly) {
+  // 200000 calls of f (push rbp; mov rbp, rsp; add rax, rcx; adc rdx, 0;
+  // pop rbp; ret) cut into 20-us runs: every run must end at an instruction
+  // boundary with the whole state, so RAX = sum of 1..200000 and RSP is back
+  // at the stack top.  (Unicorn's own time limit fails this: docs/tcg-engine.md.)
+  Code(kCodeRip, {0x48, 0xc7, 0xc1, 0x40, 0x0d, 0x03, 0x00,  // mov rcx, 200000
+                  0xe8, 0x06, 0x00, 0x00, 0x00,              // call f
+                  0x48, 0xff, 0xc9,                          // dec rcx
+                  0x75, 0xf6,                                // jnz (the call)
+                  0xf4,                                      // hlt
+                  0x55, 0x48, 0x89, 0xe5, 0x48, 0x01, 0xc8,  // f:
+                  0x48, 0x83, 0xd2, 0x00, 0x5d, 0xc3});
+  VBTS_ASSERT_OK(cpu_->SetState(Lm64(0)));
+  int runs = 0;
+  for (;; runs++) {
+    absl::StatusOr<TcgStop> stop = cpu_->Run(20);
+    VBTS_ASSERT_OK(stop.status());
+    if (stop->kind == TcgStop::kHalted) break;
+    ASSERT_EQ(stop->kind, TcgStop::kTimeout);
+    ASSERT_LT(runs, 1'000'000);
+  }
+  const CpuState end = cpu_->GetState();
+  EXPECT_EQ(end.gpr[kRax], 200000ull * 200001 / 2);
+  EXPECT_EQ(end.gpr[kRsp], kKernelStack);
+  EXPECT_GT(runs, 2);  // the limit did cut the loop
+}
+
 TEST_F(TcgCpuTest, AFaultWithNoUsableIdtEndsInATripleFault) {
   // IDT limit 0: the #UD's gate is beyond the limit -> #GP, whose gate is
   // too -> #DF, whose gate is too -> shutdown (SDM vol. 3A 6.15, "Interrupt 8").

@@ -77,6 +77,12 @@ class Tracer : public StepObserver {
   // The host does not raise the guest's own data breakpoints while it is
   // stepped (HostFacts::emulate_data_breakpoints): the tracer does.
   void SetEmulateDataBreakpoints(bool on) { emulate_data_bps_ = on; }
+  // The guest wrote its debug registers where the engine tells (TCG): read
+  // them again now.
+  void RefreshGuestBreakpoints() {
+    guest_bp_.reset();
+    if (emulate_data_bps_) ReadGuestBreakpoints();
+  }
   std::vector<std::string> TakeWarnings();
   const TracerStats& stats() const { return stats_; }
 

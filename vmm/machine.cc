@@ -240,6 +240,7 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
     if (tcg_) {
       tracer_ = std::make_unique<vcpu::Tracer>(*tcg_control_, *ram_, *vpmu_,
                                                [this](uint8_t vector) { return tcg_control_->SendInterrupt(vector); });
+      tracer_->SetEmulateDataBreakpoints(true);  // QEMU's are not used (vcpu/tcg_cpu.cc)
     } else {
       tracer_ = std::make_unique<vcpu::Tracer>(*vcpu_, *ram_, *vpmu_,
                                                [vm = vm_.get()](uint8_t vector) { return vm->SignalMsi(0, vector); });
@@ -472,7 +473,7 @@ RunResult Machine::RunTcg() {
     return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + s.ToString());
   in_tcg_ = true;
   // Runs are cut into slices so that --timeout and the LAPIC timer are noticed.
-  constexpr uint64_t kSliceNs = 50'000'000;
+  const uint64_t kSliceNs = getenv("VBTS_SLICE_NS") ? strtoull(getenv("VBTS_SLICE_NS"), nullptr, 0) : 50000000;
   for (;;) {
     if (deadline && Now() >= deadline)
       return Finish(RunEnd::kTimeout, kExitTimeout,
@@ -613,7 +614,13 @@ vcpu::TcgDevices::Msr Machine::ReadMsr(uint32_t index, uint64_t& value) {
     value = r.value;
     return r.gp ? Msr::kGp : Msr::kDone;
   }
-  return vcpu::TcgCpu::OwnsMsr(index) ? Msr::kCpu : Msr::kGp;
+  if (vcpu::TcgCpu::OwnsMsr(index)) return Msr::kCpu;
+  // The rest are KVM's in TCG too (machine check, MTRRs, feature control,
+  // ...): read from the idle KVM vCPU; one KVM does not have raises #GP.
+  absl::StatusOr<uint64_t> v = vcpu_->GetMsr(index);
+  if (!v.ok()) return Msr::kGp;
+  value = *v;
+  return Msr::kDone;
 }
 
 vcpu::TcgDevices::Msr Machine::WriteMsr(uint32_t index, uint64_t value) {
@@ -640,7 +647,18 @@ vcpu::TcgDevices::Msr Machine::WriteMsr(uint32_t index, uint64_t value) {
     }
     return Msr::kDone;
   }
-  return vcpu::TcgCpu::OwnsMsr(index) ? Msr::kCpu : Msr::kGp;
+  if (vcpu::TcgCpu::OwnsMsr(index)) return Msr::kCpu;
+  // KVM's (see ReadMsr). KVM takes host writes of read-only MSRs that a
+  // guest WRMSR may not make: those fault here (SDM vol. 4: MTRRCAP,
+  // PLATFORM_ID, MCG_CAP, PERF_STATUS are read-only).
+  constexpr uint32_t kReadOnly[] = {0xFE, 0x17, 0x179, 0x198};
+  for (uint32_t ro : kReadOnly)
+    if (index == ro) return Msr::kGp;
+  // IA32_MCi_STATUS: a guest may write only 0 (SDM vol. 3B 15.3.2.2; KVM
+  // applies this to guest writes only).
+  if (index >= 0x400 && index < 0x480 && (index & 3) == 1 && value != 0) return Msr::kGp;
+  const vcpu::MsrValue m{index, value};
+  return vcpu_->SetMsrs(absl::MakeConstSpan(&m, 1)).ok() ? Msr::kDone : Msr::kGp;
 }
 
 std::optional<uint8_t> Machine::AcknowledgeInterrupt() {
@@ -649,6 +667,15 @@ std::optional<uint8_t> Machine::AcknowledgeInterrupt() {
 }
 
 bool Machine::InterruptPending() { return lapic_->Pending().has_value(); }
+
+void Machine::DebugRegistersWritten() {
+  // The tracer raises the guest's data breakpoints (it reads DR0-DR7 again);
+  // a data breakpoint makes it want every instruction: end the run (QEMU
+  // ends the block after a MOV to DRn) so that observation starts next.
+  if (!tracer_) return;
+  tracer_->RefreshGuestBreakpoints();
+  if (tracer_->WantsEveryInstruction() != tcg_observing_) tcg_->RequestStop();
+}
 
 vcpu::CpuidResult Machine::Cpuid(uint32_t leaf, uint32_t subleaf) {
   const pmu::CpuidResult r = model_->CpuidInState(leaf, subleaf, apic_base_, tcg_->cr4());

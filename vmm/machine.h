@@ -126,6 +126,7 @@ class Machine : private vcpu::TcgDevices {
   vcpu::CpuidResult Cpuid(uint32_t leaf, uint32_t subleaf) override;
   std::optional<uint8_t> AcknowledgeInterrupt() override;
   bool InterruptPending() override;
+  void DebugRegistersWritten() override;
   bool IsLapicPage(uint64_t gpa) const;
   // Installs or removes the TCG engine's instruction hook as the tracer
   // wants every instruction or not.
