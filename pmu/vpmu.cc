@@ -464,6 +464,18 @@ std::vector<MsrRange> VirtualPmu::InterceptedMsrs() const {
   return r;
 }
 
+MsrResult VirtualPmu::ReadPmc(uint32_t ecx) const {
+  const uint32_t index = ecx & 0x3FFFFFFF;
+  const bool fixed = (ecx >> 30) & 1;
+  if ((ecx >> 31) != 0) return MsrResult{true, 0};  // reserved on Intel
+  if (fixed) {
+    if (index >= static_cast<uint32_t>(s_->pmu.fixed_counters)) return MsrResult{true, 0};
+    return ReadMsr(kMsrFixedCtr0 + index);
+  }
+  if (index >= static_cast<uint32_t>(s_->pmu.gp_counters)) return MsrResult{true, 0};
+  return ReadMsr(kMsrPmc0 + index);
+}
+
 bool VirtualPmu::Owns(uint32_t msr) const {
   for (const MsrRange& r : InterceptedMsrs())
     if (msr >= r.first && msr <= r.last) return true;

@@ -88,6 +88,10 @@ class VirtualPmu {
   bool Owns(uint32_t msr) const;
 
   MsrResult ReadMsr(uint32_t msr) const;
+  // RDPMC with ECX = `ecx` (SDM vol. 2B RDPMC): bit 30 selects the fixed
+  // counters, bits 29:0 the index; a counter the model does not have is
+  // #GP.  (The CPL/CR4.PCE check is the CPU's.)
+  MsrResult ReadPmc(uint32_t ecx) const;
   // The engine reports a WRMSR that succeeds as retired (Observe) after
   // WriteMsr: it counts under the configuration it leaves
   // (docs/pmu-model.md, "The WRMSR itself").

@@ -613,5 +613,21 @@ TEST(VpmuModelsTest, SkylakeGeometry) {
   EXPECT_EQ(FindCpuModel("skylake")->Cpuid(0xA, 0).eax & 0xFF, 4u);
 }
 
+TEST(VpmuModelsTest, RdpmcReadsTheCountersTheModelHas) {
+  // SDM vol. 2B RDPMC: ECX[30] = 1 selects fixed counter ECX[29:0], else a
+  // general-purpose counter; an index beyond CPUID.0AH's counts is #GP.
+  // Westmere (pmu/cpu_model.cc): 4 general-purpose, 3 fixed counters.
+  VirtualPmu p(*FindCpuModel("westmere"));
+  ASSERT_FALSE(p.WriteMsr(0xC3, 0x1234).gp);   // PMC2
+  ASSERT_FALSE(p.WriteMsr(0x30A, 0x5678).gp);  // FIXED_CTR1
+  EXPECT_EQ(p.ReadPmc(2).value, 0x1234u);
+  EXPECT_FALSE(p.ReadPmc(2).gp);
+  EXPECT_EQ(p.ReadPmc((1u << 30) | 1).value, 0x5678u);
+  EXPECT_TRUE(p.ReadPmc(4).gp);
+  EXPECT_TRUE(p.ReadPmc((1u << 30) | 3).gp);
+  EXPECT_TRUE(p.ReadPmc(64).gp);
+  EXPECT_TRUE(p.ReadPmc(1u << 31).gp);
+}
+
 }  // namespace
 }  // namespace vbts::pmu

@@ -195,10 +195,11 @@ struct TcgCallbacks {
   }
   static void Code(uc_engine*, uint64_t address, uint32_t, void* user) {
     auto* self = static_cast<TcgCpu*>(user);
-    if (!self->insn_hook_) return;
+    if (!self->insn_hook_ && !self->exec_bp_mask_) return;
     // Unicorn synced EIP as the linear address; the architectural EIP is
     // the offset in CS.
     self->env_->eip = address - self->env_->segs[uabi::kCs].base;
+    self->allow_delivery_ = false;  // a permission is for the boundary it was given at
     if (self->first_hook_of_run_) {
       self->first_hook_of_run_ = false;
       // A run that ended right after this boundary was reported (a stop
@@ -209,21 +210,21 @@ struct TcgCallbacks {
     // Before this instruction: a stop or an event a callback asked for
     // during the previous one.
     if (self->stop_requested_ || self->time_up_) self->Boundary(address);
-    if (self->deliver_now_ && self->Deliverable()) {
-      self->deliver_now_ = false;
-      cpu_loop_exit_x86_64(self->cpu_);
+    if (self->insn_hook_) {
+      self->in_code_hook_ = true;
+      self->insn_hook_(address);
+      self->in_code_hook_ = false;
+      self->last_observed_ = address;
+      self->observed_valid_ = true;
     }
-    self->in_code_hook_ = true;
-    self->insn_hook_(address);
-    self->in_code_hook_ = false;
-    self->last_observed_ = address;
-    self->observed_valid_ = true;
+    if (self->exec_bp_mask_) self->CheckInstructionBreakpoints(address);
     // An event the observer raised for this boundary (a PMI, an emulated
     // #DB): leave the block here; QEMU's loop takes it before the
     // instruction runs.  If it cannot be taken yet (IF=0, a shadow), every
     // later boundary checks again.
     if (self->deliver_now_ && self->Deliverable()) {
       self->deliver_now_ = false;
+      self->allow_delivery_ = true;
       cpu_loop_exit_x86_64(self->cpu_);
     }
   }
@@ -244,7 +245,17 @@ struct TcgCallbacks {
   static bool ExecInterrupt(TcgCpu* self, int request) {
     uabi::EnvPrefix* env = self->env_;
     uint32_t& ir = At<uint32_t>(self->cpu_, uabi::kCpuInterruptRequest);
-
+    // While every instruction is reported, events come only at reported
+    // boundaries (TcgCallbacks::Code), as under KVM where the stepped guest
+    // stops at the boundary before the interrupt is delivered: not at a
+    // block boundary QEMU reaches on its own (after an IRET, say).
+    if (self->insn_hook_) {
+      if (!self->allow_delivery_) {
+        self->deliver_now_ = true;
+        return false;
+      }
+      self->allow_delivery_ = false;
+    }
     if (self->pending_exception_) {
       const auto [vector, ec] = *self->pending_exception_;
       self->pending_exception_.reset();
@@ -285,6 +296,10 @@ struct TcgCallbacks {
     self->stats_.msr++;
     return self->config_.devices->ReadMsr(index, value);
   }
+  static TcgDevices::Msr ReadPmc(TcgCpu* self, uint32_t ecx, uint64_t& value) {
+    self->stats_.msr++;
+    return self->config_.devices->ReadPmc(ecx, value);
+  }
   static TcgDevices::Msr WriteMsr(TcgCpu* self, uint32_t index, uint64_t value) {
     self->stats_.msr++;
     return self->config_.devices->WriteMsr(index, value);
@@ -315,6 +330,14 @@ struct TcgCallbacks {
     uabi::EnvPrefix* env = self->env_;
     uint64_t* dr = &At<uint64_t>(env, self->error_code_offset_ + 16);
     const bool de = (env->cr[4] & (1u << 3)) != 0;  // CR4.DE: DR4/DR5 are reserved (#UD)
+    if (dr[7] & (1u << 13)) {
+      // DR7.GD: any MOV DRn faults with #DB, DR6.BD set and GD cleared for
+      // the handler (SDM vol. 3B 17.2.4, 17.3.1.2); not held by MOV SS.
+      dr[6] |= 1u << 13;
+      dr[7] &= ~(1ull << 13);
+      self->UpdateBreakpoints();
+      raise_exception_err_ra_x86_64(env, 1, 0, ra);
+    }
     switch (reg) {
       case 0: case 1: case 2: case 3:
         dr[reg] = value;
@@ -330,6 +353,7 @@ struct TcgCallbacks {
       default:
         raise_exception_err_ra_x86_64(env, 6, 0, ra);
     }
+    self->UpdateBreakpoints();
     self->config_.devices->DebugRegistersWritten();
   }
   [[noreturn]] static void LeaveAfterWrmsr(TcgCpu* self) {
@@ -439,6 +463,26 @@ __attribute__((noinline)) void helper_wrmsr_x86_64(void* env) {
       break;
     case TcgDevices::Msr::kGp:
       break;
+  }
+  raise_exception_err_ra_x86_64(env, 13, 0, ra);
+}
+
+// RDPMC: QEMU 5.0 raises #UD after its CPL check; the counters are the
+// virtual PMU's (SDM vol. 2B RDPMC: #GP at CPL > 0 without CR4.PCE, #GP for
+// an invalid counter).
+void helper_rdpmc_x86_64(void* env) {
+  static const auto original = vbts::vcpu::Original<vbts::vcpu::HelperFn>("helper_rdpmc_x86_64");
+  const uintptr_t ra = reinterpret_cast<uintptr_t>(__builtin_return_address(0));
+  vbts::vcpu::TcgCpu* self = TcgCallbacks::Running(env);
+  if (self == nullptr) return original(env);
+  auto* e = static_cast<vbts::vcpu::uabi::EnvPrefix*>(env);
+  const bool pce = (e->cr[4] & (1u << 8)) != 0;
+  uint64_t value = 0;
+  if (((e->hflags & vbts::vcpu::uabi::kHfCplMask) == 0 || pce) &&
+      TcgCallbacks::ReadPmc(self, static_cast<uint32_t>(e->regs[1]), value) == TcgDevices::Msr::kDone) {
+    e->regs[0] = static_cast<uint32_t>(value);
+    e->regs[2] = value >> 32;
+    return;
   }
   raise_exception_err_ra_x86_64(env, 13, 0, ra);
 }
@@ -695,6 +739,7 @@ absl::Status TcgCpu::SelfCheck() {
                                    {"x86_cpu_exec_interrupt_x86_64", reinterpret_cast<void*>(&x86_cpu_exec_interrupt_x86_64)},
                                    {"helper_single_step_x86_64", reinterpret_cast<void*>(&helper_single_step_x86_64)},
                                    {"helper_set_dr_x86_64", reinterpret_cast<void*>(&helper_set_dr_x86_64)},
+                                   {"helper_rdpmc_x86_64", reinterpret_cast<void*>(&helper_rdpmc_x86_64)},
                                    {"helper_rechecking_single_step_x86_64", reinterpret_cast<void*>(&helper_rechecking_single_step_x86_64)}}) {
     if (dlsym(RTLD_DEFAULT, name) != ours) {
       return absl::FailedPreconditionError(absl::StrFormat(
@@ -873,11 +918,46 @@ void TcgCpu::SetDebugRegs(const uint64_t db[4], uint64_t dr6, uint64_t dr7) {
   for (int i = 0; i < 4; i++) dr[i] = db[i];
   dr[6] = dr6;
   dr[7] = dr7;
+  UpdateBreakpoints();
+}
+
+void TcgCpu::UpdateBreakpoints() {
+  // Instruction breakpoints: L or G set and R/W = 00 (SDM vol. 3B 17.2.4).
+  const uint64_t dr7 = At<uint64_t>(env_, error_code_offset_ + 16 + 7 * 8);
+  uint8_t mask = 0;
+  for (int i = 0; i < 4; i++) {
+    if (((dr7 >> (2 * i)) & 3) != 0 && ((dr7 >> (16 + 4 * i)) & 3) == 0) mask |= 1u << i;
+  }
+  const bool hook_before = static_cast<bool>(insn_hook_) || exec_bp_mask_ != 0;
+  exec_bp_mask_ = mask;
+  const bool hook_after = static_cast<bool>(insn_hook_) || exec_bp_mask_ != 0;
+  // The instruction hook carries the check: (un)install it between runs.
+  if (hook_before != hook_after && t_running == this) RequestStop();
+}
+
+void TcgCpu::CheckInstructionBreakpoints(uint64_t linear) {
+  // A fault before the instruction, unless RFLAGS.RF suppresses it (SDM vol.
+  // 3B 17.3.1.1); DR6.B0-B3 report every enabled breakpoint that matched.
+  if (env_->eflags & kRflagsRf) return;
+  uint64_t* dr = &At<uint64_t>(env_, error_code_offset_ + 16);
+  uint64_t hits = 0;
+  for (int i = 0; i < 4; i++) {
+    if ((exec_bp_mask_ >> i) & 1 && dr[i] == linear) hits |= 1u << i;
+  }
+  if (!hits) return;
+  dr[6] = (dr[6] & ~0xFull) | hits;
+  stats_.breakpoints++;
+  raise_exception_err_ra_x86_64(env_, 1, 0, 0);
 }
 
 void TcgCpu::SetInstructionHook(std::function<void(uint64_t)> hook) {
   insn_hook_ = std::move(hook);
-  const bool want = static_cast<bool>(insn_hook_);
+  observed_valid_ = false;
+  SyncCodeHook();
+}
+
+void TcgCpu::SyncCodeHook() {
+  const bool want = static_cast<bool>(insn_hook_) || exec_bp_mask_ != 0;
   if (want && code_hook_ == 0) {
     uc_hook h = 0;
     if (uc_hook_add(uc_, &h, UC_HOOK_CODE, reinterpret_cast<void*>(&TcgCallbacks::Code), this, 1, 0) == UC_ERR_OK) {
@@ -886,6 +966,8 @@ void TcgCpu::SetInstructionHook(std::function<void(uint64_t)> hook) {
   } else if (!want && code_hook_ != 0) {
     uc_hook_del(uc_, code_hook_);
     code_hook_ = 0;
+  } else {
+    return;
   }
   observed_valid_ = false;
   deliver_now_ = code_hook_ != 0 && (At<uint32_t>(cpu_, uabi::kCpuInterruptRequest) != 0 || pending_exception_);
@@ -914,6 +996,8 @@ void TcgCpu::Watch() {
 
 absl::StatusOr<TcgStop> TcgCpu::Run(uint64_t timeout_us) {
   stats_.runs++;
+  SyncCodeHook();
+  allow_delivery_ = false;
   stop_requested_ = halted_ = triple_fault_ = false;
   kick_ = false;
   delivering_ = -1;

@@ -50,6 +50,8 @@ class TcgDevices {
   virtual Msr ReadMsr(uint32_t index, uint64_t& value) = 0;
   virtual Msr WriteMsr(uint32_t index, uint64_t value) = 0;
   virtual CpuidResult Cpuid(uint32_t leaf, uint32_t subleaf) = 0;
+  // RDPMC (ECX) after the CPL/CR4.PCE check: kDone with the value, or kGp.
+  virtual Msr ReadPmc(uint32_t ecx, uint64_t& value) { return Msr::kGp; }
   // The interrupt controller (the machine's LAPIC): the vector the CPU takes
   // now that it accepts an external interrupt (moving it to in-service),
   // nothing if none is deliverable any more; and whether one is pending.
@@ -75,7 +77,8 @@ struct TcgStats {
   uint64_t port_io = 0, mmio = 0, msr = 0, cpuid = 0, halts = 0;
   uint64_t unassigned_walks = 0;
   uint64_t icebp = 0;  // ICEBPs delivered as #DB (QEMU 5.0 raises #UD)
-  uint64_t interrupts = 0, nmis = 0, injected = 0;  // external interrupts, NMIs, queued exceptions delivered  // pages whose tables are not in RAM (mapped to nothing)
+  uint64_t interrupts = 0, nmis = 0, injected = 0;
+  uint64_t breakpoints = 0;  // the guest's instruction breakpoints raised  // external interrupts, NMIs, queued exceptions delivered  // pages whose tables are not in RAM (mapped to nothing)
 };
 
 class TcgCpu {
@@ -157,6 +160,13 @@ class TcgCpu {
   void Kick();
   void Watch();  // the watcher thread: ends runs at their time limit
   [[noreturn]] void Boundary(uint64_t linear);
+  // The guest's instruction breakpoints (DR7), checked before each
+  // instruction by the instruction hook while any is enabled.
+  void UpdateBreakpoints();
+  void CheckInstructionBreakpoints(uint64_t linear);
+  // Installs the Unicorn code hook while the instruction hook or an
+  // instruction breakpoint needs it (between runs).
+  void SyncCodeHook();
   // A queued event could be taken at the current boundary.
   bool Deliverable() const;
   friend struct TcgCallbacks;
@@ -177,9 +187,11 @@ class TcgCpu {
   bool in_code_hook_ = false;   // insn_hook_ is running
   bool deliver_now_ = false;    // an event waits for the next boundary the instruction hook reports
   bool first_hook_of_run_ = false;
+  bool allow_delivery_ = false;  // the instruction hook let QEMU take the event now
   bool observed_valid_ = false;
   uint64_t last_observed_ = 0;  // the last address the instruction hook reported
   bool own_single_step_ = false;
+  uint8_t exec_bp_mask_ = 0;  // DR0-DR3 enabled as instruction breakpoints
   // The watcher thread and the current run's time limit (steady clock ns, 0: none).
   std::thread watcher_;
   std::mutex watch_mu_;

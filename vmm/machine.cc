@@ -668,6 +668,13 @@ std::optional<uint8_t> Machine::AcknowledgeInterrupt() {
 
 bool Machine::InterruptPending() { return lapic_->Pending().has_value(); }
 
+vcpu::TcgDevices::Msr Machine::ReadPmc(uint32_t ecx, uint64_t& value) {
+  if (!vpmu_) return Msr::kGp;
+  const pmu::MsrResult r = vpmu_->ReadPmc(ecx);
+  value = r.value;
+  return r.gp ? Msr::kGp : Msr::kDone;
+}
+
 void Machine::DebugRegistersWritten() {
   // The tracer raises the guest's data breakpoints (it reads DR0-DR7 again);
   // a data breakpoint makes it want every instruction: end the run (QEMU

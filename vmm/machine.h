@@ -127,6 +127,7 @@ class Machine : private vcpu::TcgDevices {
   std::optional<uint8_t> AcknowledgeInterrupt() override;
   bool InterruptPending() override;
   void DebugRegistersWritten() override;
+  Msr ReadPmc(uint32_t ecx, uint64_t& value) override;
   bool IsLapicPage(uint64_t gpa) const;
   // Installs or removes the TCG engine's instruction hook as the tracer
   // wants every instruction or not.

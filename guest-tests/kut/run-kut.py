@@ -11,6 +11,7 @@ other than the one its expectations were written for.
 A [NAME] section of kut.cfg says:
   flat      the binary's file name;            sha256  its digest
   cpu       vbts --cpu;                        timeout vbts --timeout (seconds)
+  engine    vbts --engine (kvm by default; tcg: the TCG engine, docs/tcg-engine.md)
   env       lines of the first Multiboot module (kvm-unit-tests' environment), ';'-separated
   status    the exit status vbts must end with (1 = every assertion passed, 3 = a
             failure, 155 = skipped, 118 = vbts stopped: unsupported on this host,
@@ -76,7 +77,7 @@ def main():
     with tempfile.NamedTemporaryFile('w', suffix='.env', delete=False) as env:
         env.write(''.join(l.strip() + '\n' for l in one('env', 'NR_CPUS=1').split(';')))
     cmd = [a.vbts, 'run', f'--cpu={one("cpu", "westmere")}', f'--timeout={one("timeout", "60")}',
-           f'--initrd={env.name}', flat]
+           f'--engine={one("engine", "kvm")}', f'--initrd={env.name}', flat]
     print('$ ' + ' '.join(cmd), flush=True)
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors='replace')
     os.unlink(env.name)
