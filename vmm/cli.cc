@@ -159,9 +159,10 @@ int CliMain(int argc, char** argv) {
         ->check(CLI::IsMember({"emulated", "passthrough", "off"}))
         ->capture_default_str();
     cmd->add_option("--engine", config.engine,
-                    "how the vCPU runs: kvm (the host's KVM; stepped while tracing) or tcg (QEMU's TCG through "
-                    "libunicorn, in-process; runs what this host's KVM cannot, e.g. 32-bit paging). docs/tcg-engine.md")
-        ->check(CLI::IsMember({"kvm", "tcg"}))
+                    "how the vCPU runs: kvm (the host's KVM; stepped while tracing), tcg (QEMU's TCG through "
+                    "libunicorn, in-process; runs what this host's KVM cannot, e.g. 32-bit paging), or auto (tcg for "
+                    "a run traced from its start: record, --branches, --insns; kvm otherwise). docs/tcg-engine.md")
+        ->check(CLI::IsMember({"auto", "kvm", "tcg"}))
         ->capture_default_str();
     cmd->add_option("--branches", config.branches_path,
                     "write every control transfer as `0x<from> 0x<to> <kind>` lines to FILE (steps the guest)");

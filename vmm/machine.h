@@ -53,9 +53,11 @@ struct MachineConfig {
   // step the whole guest.
   std::string branches_path;
   std::string insns_path;
-  // --engine: "kvm" (the host's KVM) or "tcg" (vcpu/tcg_cpu.h: QEMU's TCG
-  // in-process, for the whole run; docs/tcg-engine.md).
-  std::string engine = "kvm";
+  // --engine: "kvm" (the host's KVM), "tcg" (vcpu/tcg_cpu.h: QEMU's TCG
+  // in-process, for the whole run; docs/tcg-engine.md) or "auto": tcg when
+  // the run observes every instruction from its start (a recording,
+  // --branches, --insns), kvm otherwise.
+  std::string engine = "auto";
   // Single-step the whole guest on hosts that rewrite CPUID, so that every
   // CPUID answers from the CPU model (docs/completion.md, "CPUID").
   bool exact_cpuid = false;
