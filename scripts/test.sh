@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test.sh: the whole test suite from a fresh machine: setup + build, then every
-# ctest label (unit, kvm, guest, qemu, kut); then, with no arguments, the same
-# unit, kvm and guest tests built with AddressSanitizer + UndefinedBehaviorSanitizer
+# ctest label (unit, kvm, guest, qemu, engines, kut); then, with no arguments, the same
+# unit, kvm, guest and engines tests built with AddressSanitizer + UndefinedBehaviorSanitizer
 # (docs/security.md). Labels whose requirement is missing (no /dev/kvm, no shared
 # kvm-unit-tests binaries) report their tests as skipped, never as passed.
 # Arguments go to the first ctest run (e.g. -L unit) and skip the sanitizer run.
@@ -15,5 +15,5 @@ if [ $# -eq 0 ]; then
   # The QEMU differential tests and the record/report scripts add nothing the
   # sanitizers can see that the guest images do not already exercise.
   cd build-asan
-  ctest --output-on-failure -j2 --timeout 300 -L "unit|kvm|guest" -E "^(diff|record)"
+  ctest --output-on-failure -j2 --timeout 300 -L "unit|kvm|guest|engines" -E "^(diff|record|engines.record)"
 fi

@@ -15,6 +15,7 @@
 #include "base/status_macros.h"
 #include "pmu/paging.h"
 #include "pmu/phys_memory.h"
+#include "vcpu/decoder.h"
 #include "vcpu/unicorn_abi.h"
 
 namespace vbts::vcpu {
@@ -316,6 +317,29 @@ struct TcgCallbacks {
   static bool Owns(TcgCpu* self, void* cpu) { return self->cpu_ == cpu; }
   static bool StopRequested(TcgCpu* self) { return self->stop_requested_; }
   static bool TrapsOwned(TcgCpu* self) { return self->own_single_step_; }
+  // Performs the instruction at EIP (synced by QEMU before the helper) with
+  // the completion engine and leaves the block with the new state; a fault
+  // it finds is raised at the instruction.
+  [[noreturn]] static void CompleteHere(TcgCpu* self, uintptr_t ra) {
+    CpuState st = self->GetState(/*with_msrs=*/true);
+    RamView ram(self->config_.ram, self->config_.ram_bytes);
+    absl::StatusOr<DecodedInsn> insn = DecodeCurrent(st, ram);
+    CpuidFn cpuid = [self](uint32_t leaf, uint32_t subleaf) { return self->config_.devices->Cpuid(leaf, subleaf); };
+    absl::StatusOr<Completion> c = insn.ok() ? Complete(st, ram, *insn, cpuid) : absl::StatusOr<Completion>(insn.status());
+    if (c.ok() && c->retired()) {
+      self->stats_.completed++;
+      TcgCpu* running = t_running;
+      t_running = nullptr;  // the MSRs SetState writes are CPU state, not the machine's
+      absl::Status set = self->SetState(st);
+      t_running = running;
+      if (set.ok()) cpu_loop_exit_x86_64(self->cpu_);
+    }
+    if (c.ok() && c->faulted()) {
+      if (c->fault.vector == 14) self->env_->cr[2] = c->fault.cr2;
+      raise_exception_err_ra_x86_64(self->env_, c->fault.vector, static_cast<int>(c->fault.error_code.value_or(0)), ra);
+    }
+    raise_exception_err_ra_x86_64(self->env_, 6, 0, ra);  // what vbts cannot perform: #UD
+  }
   // QEMU 5.0 keeps EFER.SCE/NXE only where its own CPU model lists SYSCALL/NX
   // (and hides SYSCALL from Intel models outside 64-bit mode); the CPUID
   // the guest sees is vbts's, so the bits are taken as written.
@@ -465,6 +489,28 @@ __attribute__((noinline)) void helper_wrmsr_x86_64(void* env) {
       break;
   }
   raise_exception_err_ra_x86_64(env, 13, 0, ra);
+}
+
+// SYSCALL and SYSENTER: Unicorn 2.0.1 replaced QEMU's with "call the hooks
+// and step over the instruction" (no privilege change at all).  vbts
+// performs them with its completion engine (vcpu/completer.h), as it does for
+// this host's KVM.
+void helper_syscall_x86_64(void* env, int next_eip_addend) {
+  using Fn = void (*)(void*, int);
+  static const auto original = vbts::vcpu::Original<Fn>("helper_syscall_x86_64");
+  const uintptr_t ra = reinterpret_cast<uintptr_t>(__builtin_return_address(0));
+  vbts::vcpu::TcgCpu* self = TcgCallbacks::Running(env);
+  if (self == nullptr) return original(env, next_eip_addend);
+  TcgCallbacks::CompleteHere(self, ra);
+}
+
+void helper_sysenter_x86_64(void* env, int next_eip_addend) {
+  using Fn = void (*)(void*, int);
+  static const auto original = vbts::vcpu::Original<Fn>("helper_sysenter_x86_64");
+  const uintptr_t ra = reinterpret_cast<uintptr_t>(__builtin_return_address(0));
+  vbts::vcpu::TcgCpu* self = TcgCallbacks::Running(env);
+  if (self == nullptr) return original(env, next_eip_addend);
+  TcgCallbacks::CompleteHere(self, ra);
 }
 
 // RDPMC: QEMU 5.0 raises #UD after its CPL check; the counters are the
@@ -740,6 +786,8 @@ absl::Status TcgCpu::SelfCheck() {
                                    {"helper_single_step_x86_64", reinterpret_cast<void*>(&helper_single_step_x86_64)},
                                    {"helper_set_dr_x86_64", reinterpret_cast<void*>(&helper_set_dr_x86_64)},
                                    {"helper_rdpmc_x86_64", reinterpret_cast<void*>(&helper_rdpmc_x86_64)},
+                                   {"helper_syscall_x86_64", reinterpret_cast<void*>(&helper_syscall_x86_64)},
+                                   {"helper_sysenter_x86_64", reinterpret_cast<void*>(&helper_sysenter_x86_64)},
                                    {"helper_rechecking_single_step_x86_64", reinterpret_cast<void*>(&helper_rechecking_single_step_x86_64)}}) {
     if (dlsym(RTLD_DEFAULT, name) != ours) {
       return absl::FailedPreconditionError(absl::StrFormat(

@@ -78,7 +78,8 @@ struct TcgStats {
   uint64_t unassigned_walks = 0;
   uint64_t icebp = 0;  // ICEBPs delivered as #DB (QEMU 5.0 raises #UD)
   uint64_t interrupts = 0, nmis = 0, injected = 0;
-  uint64_t breakpoints = 0;  // the guest's instruction breakpoints raised  // external interrupts, NMIs, queued exceptions delivered  // pages whose tables are not in RAM (mapped to nothing)
+  uint64_t breakpoints = 0;  // the guest's instruction breakpoints raised
+  uint64_t completed = 0;    // SYSCALL/SYSENTER performed by vbts's completion engine  // external interrupts, NMIs, queued exceptions delivered  // pages whose tables are not in RAM (mapped to nothing)
 };
 
 class TcgCpu {

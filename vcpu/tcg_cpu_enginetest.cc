@@ -371,6 +371,27 @@ TEST_F(TcgCpuTest, RunsCutByTheirTimeLimitResumeExactly) {
   EXPECT_GT(runs, 2);  // the limit did cut the loop
 }
 
+TEST_F(TcgCpuTest, SyscallEntersTheKernelAsTheSdmSays) {
+  // SDM vol. 2B SYSCALL (IA-32e): RCX = next RIP, R11 = RFLAGS, RIP = LSTAR,
+  // CS = STAR[47:32] (CPL0, 64-bit), SS = STAR[47:32] + 8, RFLAGS &= ~FMASK.
+  // (Unicorn 2.0.1 only steps over it; vbts's completion engine performs it.)
+  Code(kCodeRip, {0x0f, 0x05});  // syscall
+  Code(0x600, {0xf4});
+  CpuState st = Lm64(3);
+  st.star = uint64_t{kCode64K} << 32;  // kernel CS 0x28, SS 0x30
+  st.lstar = 0x600;
+  st.sfmask = kRflagsIf;
+  st = RunFrom(st);
+  EXPECT_EQ(st.rip, 0x601u);
+  EXPECT_EQ(st.gpr[kRcx], kCodeRip + 2);
+  EXPECT_EQ(st.gpr[kR11], 0x202u);
+  EXPECT_EQ(st.cs.selector, kCode64K);
+  EXPECT_EQ(st.ss.selector, kCode64K + 8);
+  EXPECT_EQ(st.cpl(), 0);
+  EXPECT_EQ(st.rflags & kRflagsIf, 0u);
+  EXPECT_EQ(cpu_->stats().completed, 1u);
+}
+
 TEST_F(TcgCpuTest, AFaultWithNoUsableIdtEndsInATripleFault) {
   // IDT limit 0: the #UD's gate is beyond the limit -> #GP, whose gate is
   // too -> #DF, whose gate is too -> shutdown (SDM vol. 3A 6.15, "Interrupt 8").
