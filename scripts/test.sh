@@ -15,5 +15,7 @@ if [ $# -eq 0 ]; then
   # The QEMU differential tests and the record/report scripts add nothing the
   # sanitizers can see that the guest images do not already exercise.
   cd build-asan
-  ctest --output-on-failure -j2 --timeout 300 -L "unit|kvm|guest|engines" -E "^(diff|record|engines.record)"
+  # Leaks inside libunicorn (not vbts's) are suppressed: scripts/lsan.supp.
+  LSAN_OPTIONS="suppressions=$PWD/../scripts/lsan.supp" \
+    ctest --output-on-failure -j2 --timeout 300 -L "unit|kvm|guest|engines" -E "^(diff|record|engines.record)"
 fi
