@@ -47,11 +47,8 @@ absl::Status TcgControl::Nmi() {
 }
 
 absl::Status TcgControl::SetMsrs(absl::Span<const MsrValue> msrs) {
-  for (const MsrValue& m : msrs) {
-    if (!TcgCpu::OwnsMsr(m.index))
-      return absl::UnimplementedError(absl::StrFormat("TCG engine: MSR 0x%x is not CPU state", m.index));
-  }
-  return absl::UnimplementedError("TCG engine: writing CPU MSRs from outside the guest");
+  return absl::UnimplementedError(absl::StrFormat("TCG engine: writing MSR 0x%x from outside the guest",
+                                                  msrs.empty() ? 0u : msrs[0].index));
 }
 
 absl::StatusOr<uint64_t> TcgControl::GetMsr(uint32_t index) {

@@ -26,7 +26,8 @@ class TcgControl : public VcpuControl {
   absl::StatusOr<kvm_lapic_state> GetLapic() override;
   absl::Status SetLapic(const kvm_lapic_state& l) override;
   absl::Status Nmi() override;
-  // Only the MSRs QEMU keeps as CPU state (TcgCpu::OwnsMsr).
+  // The tracer needs these only for --vpmu=passthrough, which the TCG
+  // engine refuses: both are Unimplemented.
   absl::Status SetMsrs(absl::Span<const MsrValue> msrs) override;
   absl::StatusOr<uint64_t> GetMsr(uint32_t index) override;
 

@@ -151,7 +151,6 @@ struct TcgCallbacks {
       uint8_t byte = 0;
       icebp = self->ReadCode(env->segs[uabi::kCs].base + env->eip, byte) && byte == 0xF1;
     }
-    if (self->event_hook_) self->event_hook_(icebp ? 1 : static_cast<int>(intno), soft);
     self->delivering_ = icebp ? 1 : static_cast<int>(intno);
     self->delivering_soft_ = soft;
     if (icebp) {
@@ -270,7 +269,6 @@ struct TcgCallbacks {
       ir &= ~uabi::kInterruptNmi;
       env->hflags2 |= uabi::kHf2Nmi;
       self->stats_.nmis++;
-      if (self->event_hook_) self->event_hook_(2, false);
       do_interrupt_x86_hardirq_x86_64(env, 2, 1);
       return true;
     }
@@ -280,15 +278,11 @@ struct TcgCallbacks {
       if (self->config_.devices->InterruptPending()) ir |= uabi::kInterruptHard;
       if (!vector) return false;
       self->stats_.interrupts++;
-      if (self->event_hook_) self->event_hook_(*vector, false);
       do_interrupt_x86_hardirq_x86_64(env, *vector, 1);
       return true;
     }
     return false;
   }
-  // env->error_code sits 16 bytes before env->dr[0] (QEMU 5.0 layout): found
-  // once by writing DR0..DR7 through the API and searching for them.
-  static size_t ErrorCodeOffset(TcgCpu* self) { return self->error_code_offset_; }
   static TcgCpu* Running(void* env) {
     TcgCpu* t = t_running;
     return t != nullptr && static_cast<void*>(t->env_) == env ? t : nullptr;
@@ -352,7 +346,7 @@ struct TcgCallbacks {
   }
   static void SetDr(TcgCpu* self, int reg, uint64_t value, uintptr_t ra) {
     uabi::EnvPrefix* env = self->env_;
-    uint64_t* dr = &At<uint64_t>(env, self->error_code_offset_ + 16);
+    uint64_t* dr = self->dr();
     const bool de = (env->cr[4] & (1u << 3)) != 0;  // CR4.DE: DR4/DR5 are reserved (#UD)
     if (dr[7] & (1u << 13)) {
       // DR7.GD: any MOV DRn faults with #DB, DR6.BD set and GD cleared for
@@ -406,10 +400,8 @@ struct TcgCallbacks {
     if (self == nullptr) return vaddr;
     const uabi::EnvPrefix* env = self->env_;
     if ((env->cr[0] & kCr0Pg) == 0) return vaddr;
-    pmu::PagingRegs regs{env->cr[0], env->cr[3], env->cr[4] & ~(kCr4Smep | kCr4Smap), env->efer,
-                         self->maxphyaddr_, false};
     RamView ram(self->config_.ram, self->config_.ram_bytes);
-    auto t = pmu::Translate(regs, ram, Gva{vaddr}, pmu::Access{}, /*set_accessed_dirty=*/false);
+    auto t = pmu::Translate(self->WalkRegs(), ram, Gva{vaddr}, pmu::Access{}, /*set_accessed_dirty=*/false);
     if (!t.ok() || !t->fault.ok()) {
       self->stats_.unassigned_walks++;
       return kUnassigned;
@@ -859,11 +851,11 @@ CpuState TcgCpu::GetState(bool with_msrs) {
   st.cr8 = cr8_;
   st.interrupt_shadow = (env_->hflags & uabi::kHfInhibitIrq) != 0;
   st.nmi_masked = (env_->hflags2 & uabi::kHf2Nmi) != 0;
-  const std::pair<uint32_t, uint64_t*> msrs[] = {
-      {kMsrStar, &st.star}, {kMsrLstar, &st.lstar}, {kMsrCstar, &st.cstar}, {kMsrFmask, &st.sfmask},
-      {kMsrKernelGsBase, &st.kernel_gs_base}, {kMsrSysenterCs, &st.sysenter_cs},
-      {kMsrSysenterEsp, &st.sysenter_esp}, {kMsrSysenterEip, &st.sysenter_eip}};
   if (with_msrs) {
+    const std::pair<uint32_t, uint64_t*> msrs[] = {
+        {kMsrStar, &st.star}, {kMsrLstar, &st.lstar}, {kMsrCstar, &st.cstar}, {kMsrFmask, &st.sfmask},
+        {kMsrKernelGsBase, &st.kernel_gs_base}, {kMsrSysenterCs, &st.sysenter_cs},
+        {kMsrSysenterEsp, &st.sysenter_esp}, {kMsrSysenterEip, &st.sysenter_eip}};
     TcgCpu* running = t_running;
     t_running = nullptr;  // QEMU's own RDMSR, not the machine's
     for (const auto& [index, value] : msrs) {
@@ -879,12 +871,19 @@ CpuState TcgCpu::GetState(bool with_msrs) {
 
 uint64_t TcgCpu::cr4() const { return env_->cr[4]; }
 
+// env->error_code sits 16 bytes before env->dr[0] (QEMU 5.0 layout; found by
+// SelfCheck writing DR0..DR7 through the API and searching for them).
+uint64_t* TcgCpu::dr() const { return &At<uint64_t>(env_, error_code_offset_ + 16); }
+
+pmu::PagingRegs TcgCpu::WalkRegs() const {
+  return pmu::PagingRegs{env_->cr[0], env_->cr[3], env_->cr[4] & ~(kCr4Smep | kCr4Smap), env_->efer, maxphyaddr_,
+                         false};
+}
+
 bool TcgCpu::ReadCode(uint64_t linear, uint8_t& byte) {
   if (!(env_->hflags & (1u << 14))) linear &= 0xFFFFFFFFu;  // outside IA-32e mode (HF_LMA)
   RamView ram(config_.ram, config_.ram_bytes);
-  pmu::PagingRegs regs{env_->cr[0], env_->cr[3], env_->cr[4] & ~(kCr4Smep | kCr4Smap), env_->efer, maxphyaddr_,
-                       false};
-  pmu::LinearMemory mem(ram, regs);
+  pmu::LinearMemory mem(ram, WalkRegs());
   absl::StatusOr<pmu::AccessFault> f = mem.Read(Gva{linear}, absl::MakeSpan(&byte, 1), pmu::Access{});
   return f.ok() && f->ok();
 }
@@ -955,14 +954,14 @@ bool TcgCpu::Deliverable() const {
 // The registers live in QEMU's env->dr[] (at error_code + 16), written
 // directly: QEMU's own DR7 path would install its breakpoints.
 void TcgCpu::GetDebugRegs(uint64_t db[4], uint64_t& dr6, uint64_t& dr7) {
-  const uint64_t* dr = &At<uint64_t>(env_, error_code_offset_ + 16);
+  const uint64_t* dr = this->dr();
   for (int i = 0; i < 4; i++) db[i] = dr[i];
   dr6 = dr[6];
   dr7 = dr[7];
 }
 
 void TcgCpu::SetDebugRegs(const uint64_t db[4], uint64_t dr6, uint64_t dr7) {
-  uint64_t* dr = &At<uint64_t>(env_, error_code_offset_ + 16);
+  uint64_t* dr = this->dr();
   for (int i = 0; i < 4; i++) dr[i] = db[i];
   dr[6] = dr6;
   dr[7] = dr7;
@@ -971,7 +970,7 @@ void TcgCpu::SetDebugRegs(const uint64_t db[4], uint64_t dr6, uint64_t dr7) {
 
 void TcgCpu::UpdateBreakpoints() {
   // Instruction breakpoints: L or G set and R/W = 00 (SDM vol. 3B 17.2.4).
-  const uint64_t dr7 = At<uint64_t>(env_, error_code_offset_ + 16 + 7 * 8);
+  const uint64_t dr7 = dr()[7];
   uint8_t mask = 0;
   for (int i = 0; i < 4; i++) {
     if (((dr7 >> (2 * i)) & 3) != 0 && ((dr7 >> (16 + 4 * i)) & 3) == 0) mask |= 1u << i;
@@ -987,7 +986,7 @@ void TcgCpu::CheckInstructionBreakpoints(uint64_t linear) {
   // A fault before the instruction, unless RFLAGS.RF suppresses it (SDM vol.
   // 3B 17.3.1.1); DR6.B0-B3 report every enabled breakpoint that matched.
   if (env_->eflags & kRflagsRf) return;
-  uint64_t* dr = &At<uint64_t>(env_, error_code_offset_ + 16);
+  uint64_t* dr = this->dr();
   uint64_t hits = 0;
   for (int i = 0; i < 4; i++) {
     if ((exec_bp_mask_ >> i) & 1 && dr[i] == linear) hits |= 1u << i;

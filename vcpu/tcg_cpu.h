@@ -25,6 +25,7 @@
 
 #include "absl/status/statusor.h"
 #include "vcpu/completer.h"
+#include "pmu/paging.h"
 #include "vcpu/cpu_state.h"
 
 struct uc_struct;
@@ -133,9 +134,6 @@ class TcgCpu {
   // True: the guest's single-step traps (RFLAGS.TF) are raised by vbts
   // (its tracer emulates them, with DEBUGCTL.BTF), not by QEMU.
   void SetOwnSingleStep(bool own) { own_single_step_ = own; }
-  // Called when an exception or INT n is about to be delivered through the
-  // IDT (vector, whether it is a software interrupt).
-  void SetEventHook(std::function<void(int vector, bool soft)> hook) { event_hook_ = std::move(hook); }
 
   // Guest memory changed behind the engine's back (the loader, the KVM
   // engine): drops every translation.
@@ -158,6 +156,11 @@ class TcgCpu {
   uint64_t mmio_base() const;
   // One byte of guest code at a linear address (false if it cannot be read).
   bool ReadCode(uint64_t linear, uint8_t& byte);
+  // QEMU's env->dr[0..7] (16 bytes after env->error_code).
+  uint64_t* dr() const;
+  // The registers for a walk that only translates (QEMU's own walk checked
+  // the access): supervisor, SMEP and SMAP off.
+  pmu::PagingRegs WalkRegs() const;
   void Kick();
   void Watch();  // the watcher thread: ends runs at their time limit
   [[noreturn]] void Boundary(uint64_t linear);
@@ -203,7 +206,6 @@ class TcgCpu {
   std::atomic<bool> kick_{false};  // the next block start leaves QEMU's block
   bool timed_out_ = false;
   std::function<void(uint64_t)> insn_hook_;
-  std::function<void(int, bool)> event_hook_;
   uint64_t dr_[8] = {};
   uint64_t cr8_ = 0;
   uint8_t maxphyaddr_ = 36;

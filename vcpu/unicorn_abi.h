@@ -93,7 +93,6 @@ extern "C" {
 void x86_update_hflags_x86_64(void* env);
 void cpu_x86_update_cr4_x86_64(void* env, uint32_t cr4);
 void tlb_flush_x86_64(void* cpu);
-void tb_flush_x86_64(void* cpu);
 void tb_invalidate_phys_range_x86_64(void* uc, uint64_t start, uint64_t end);
 void x86_cpu_do_interrupt_x86_64(void* cpu);
 void do_interrupt_x86_hardirq_x86_64(void* env, int intno, int is_hw);
