@@ -37,6 +37,15 @@ double Now() {
   return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+// IA32_APIC_BASE: the machine's own while in TCG (SDM vol. 3A 10.4.4).
+constexpr uint32_t kMsrApicBase = 0x1B;
+
+// A virtual-PMU or feature-MSR answer as the TCG engine takes it.
+vcpu::TcgDevices::Msr TcgMsr(const pmu::MsrResult& r, uint64_t& value) {
+  value = r.value;
+  return r.gp ? vcpu::TcgDevices::Msr::kGp : vcpu::TcgDevices::Msr::kDone;
+}
+
 // The clock the TCG engine's LAPIC timer runs on.
 uint64_t NowNs() {
   timespec ts;
@@ -469,7 +478,8 @@ void Machine::Mmio(uint64_t gpa, bool write, uint8_t* data, uint32_t len) {
 }
 
 RunResult Machine::RunTcg() {
-  const double deadline = config_.timeout_seconds > 0 ? Now() + config_.timeout_seconds : 0;
+  const uint64_t deadline =
+      config_.timeout_seconds > 0 ? NowNs() + static_cast<uint64_t>(config_.timeout_seconds * 1e9) : 0;
   // The boot state and the reset LAPIC come from KVM's vCPU.
   absl::StatusOr<vcpu::CpuState> boot = vcpu_->GetState(/*with_msrs=*/true);
   if (!boot.ok()) return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + boot.status().ToString());
@@ -480,9 +490,9 @@ RunResult Machine::RunTcg() {
     return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + s.ToString());
   in_tcg_ = true;
   // Runs are cut into slices so that --timeout and the LAPIC timer are noticed.
-  const uint64_t kSliceNs = getenv("VBTS_SLICE_NS") ? strtoull(getenv("VBTS_SLICE_NS"), nullptr, 0) : 50000000;
+  constexpr uint64_t kSliceNs = 50'000'000;
   for (;;) {
-    if (deadline && Now() >= deadline)
+    if (deadline && NowNs() >= deadline)
       return Finish(RunEnd::kTimeout, kExitTimeout,
                     absl::StrFormat("vbts: guest timed out after %g s", config_.timeout_seconds));
     UpdateTcgObservation();
@@ -491,7 +501,7 @@ RunResult Machine::RunTcg() {
     tcg_control_->Notify();
     uint64_t until = now + kSliceNs;
     if (std::optional<uint64_t> t = lapic_->NextDeadline()) until = std::min(until, std::max(*t, now + 1000));
-    if (deadline) until = std::min<uint64_t>(until, now + static_cast<uint64_t>(std::max(0.0, deadline - Now()) * 1e9) + 1000);
+    if (deadline) until = std::min(until, std::max(deadline, now) + 1000);
     absl::StatusOr<vcpu::TcgStop> stop = tcg_->Run((until - now + 999) / 1000);
     PrintWarnings();
     if (!stop.ok()) return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + stop.status().ToString());
@@ -510,7 +520,7 @@ RunResult Machine::RunTcg() {
         for (;;) {
           lapic_->Advance(NowNs());
           if (lapic_->Pending() || tcg_->NmiPending()) break;
-          if (deadline && Now() >= deadline) break;
+          if (deadline && NowNs() >= deadline) break;
           uint64_t wake = NowNs() + kSliceNs;
           if (std::optional<uint64_t> t = lapic_->NextDeadline()) wake = std::min(wake, *t);
           const uint64_t n = NowNs();
@@ -606,21 +616,12 @@ void Machine::MmioWrite(uint64_t gpa, int size, uint64_t value) {
 
 vcpu::TcgDevices::Msr Machine::ReadMsr(uint32_t index, uint64_t& value) {
   msr_exits_++;
-  constexpr uint32_t kMsrApicBase = 0x1B;
   if (index == kMsrApicBase) {
     value = apic_base_;
     return Msr::kDone;
   }
-  if (feature_msrs_ && pmu::FeatureMsrs::Owns(index)) {
-    const pmu::MsrResult r = feature_msrs_->Read(index);
-    value = r.value;
-    return r.gp ? Msr::kGp : Msr::kDone;
-  }
-  if (vpmu_ && vpmu_->Owns(index)) {
-    const pmu::MsrResult r = vpmu_->ReadMsr(index);
-    value = r.value;
-    return r.gp ? Msr::kGp : Msr::kDone;
-  }
+  if (feature_msrs_ && pmu::FeatureMsrs::Owns(index)) return TcgMsr(feature_msrs_->Read(index), value);
+  if (vpmu_ && vpmu_->Owns(index)) return TcgMsr(vpmu_->ReadMsr(index), value);
   if (vcpu::TcgCpu::OwnsMsr(index)) return Msr::kCpu;
   // The rest are KVM's in TCG too (machine check, MTRRs, feature control,
   // ...): read from the idle KVM vCPU; one KVM does not have raises #GP.
@@ -632,7 +633,6 @@ vcpu::TcgDevices::Msr Machine::ReadMsr(uint32_t index, uint64_t& value) {
 
 vcpu::TcgDevices::Msr Machine::WriteMsr(uint32_t index, uint64_t value) {
   msr_exits_++;
-  constexpr uint32_t kMsrApicBase = 0x1B;
   if (index == kMsrApicBase) {
     // BSP (8), x2APIC enable (10, not modelled), global enable (11), base
     // (12..MAXPHYADDR-1); the rest is reserved (SDM vol. 3A 10.4.4).
@@ -648,8 +648,8 @@ vcpu::TcgDevices::Msr Machine::WriteMsr(uint32_t index, uint64_t value) {
     if (tracer_) {
       absl::Status s = tracer_->AfterMsrWrite();
       if (!s.ok() && tcg_error_.ok()) tcg_error_ = s;
-      // Tracing turned on or off: observe from the next instruction on
-      // (a WRMSR ends QEMU's translation block, so the run stops right after it).
+      // Tracing turned on or off: observe from the next instruction on (the
+      // engine ends the run right after the WRMSR, TcgCallbacks::LeaveAfterWrmsr).
       if (!s.ok() || tracer_->WantsEveryInstruction() != tcg_observing_) tcg_->RequestStop();
     }
     return Msr::kDone;
@@ -677,9 +677,7 @@ bool Machine::InterruptPending() { return lapic_->Pending().has_value(); }
 
 vcpu::TcgDevices::Msr Machine::ReadPmc(uint32_t ecx, uint64_t& value) {
   if (!vpmu_) return Msr::kGp;
-  const pmu::MsrResult r = vpmu_->ReadPmc(ecx);
-  value = r.value;
-  return r.gp ? Msr::kGp : Msr::kDone;
+  return TcgMsr(vpmu_->ReadPmc(ecx), value);
 }
 
 void Machine::DebugRegistersWritten() {
