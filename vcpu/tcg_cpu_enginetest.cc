@@ -392,6 +392,24 @@ TEST_F(TcgCpuTest, SyscallEntersTheKernelAsTheSdmSays) {
   EXPECT_EQ(cpu_->stats().completed, 1u);
 }
 
+TEST(TcgCpuMsrTest, CpuMsrWritesThatFault) {
+  // What QEMU 5.0's WRMSR lets through and the architecture refuses with #GP:
+  // a non-canonical base (SDM vol. 4 FS_BASE..LSTAR, SYSENTER_ESP/EIP),
+  // reserved EFER bits (only SCE 0, LME 8, LMA 10, NXE 11 exist), TSC_AUX bits
+  // 63:32, a PAT entry of type 2, 3 or > 7 (SDM vol. 3A 11.12.2).
+  EXPECT_TRUE(TcgCpu::CpuMsrWriteFaults(0xC0000100, 0xaaaaaaaaaaaaaaaaull));   // FS_BASE
+  EXPECT_FALSE(TcgCpu::CpuMsrWriteFaults(0xC0000100, 0xffff800000001000ull));
+  EXPECT_TRUE(TcgCpu::CpuMsrWriteFaults(0x176, 0x0000800000000000ull));        // SYSENTER_EIP
+  EXPECT_TRUE(TcgCpu::CpuMsrWriteFaults(0xC0000080, 1u << 1));                 // EFER bit 1
+  EXPECT_FALSE(TcgCpu::CpuMsrWriteFaults(0xC0000080, 0xD01));                  // SCE|LME|LMA|NXE
+  EXPECT_TRUE(TcgCpu::CpuMsrWriteFaults(0xC0000103, 1ull << 32));              // TSC_AUX
+  EXPECT_FALSE(TcgCpu::CpuMsrWriteFaults(0xC0000103, 0xFFFFFFFF));
+  EXPECT_FALSE(TcgCpu::CpuMsrWriteFaults(0x277, 0x0007040600070406ull));       // PAT power-on value
+  EXPECT_TRUE(TcgCpu::CpuMsrWriteFaults(0x277, 0x0007040600070402ull));        // entry 0 = type 2
+  EXPECT_TRUE(TcgCpu::CpuMsrWriteFaults(0x277, 0x0800000000000000ull));        // entry 7 = 8
+  EXPECT_FALSE(TcgCpu::CpuMsrWriteFaults(0xC0000081, ~0ull));                  // STAR: no rule
+}
+
 TEST_F(TcgCpuTest, AFaultWithNoUsableIdtEndsInATripleFault) {
   // IDT limit 0: the #UD's gate is beyond the limit -> #GP, whose gate is
   // too -> #DF, whose gate is too -> shutdown (SDM vol. 3A 6.15, "Interrupt 8").
