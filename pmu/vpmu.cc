@@ -635,6 +635,56 @@ bool VirtualPmu::NeedsObservation() const {
 
 bool VirtualPmu::WantsRegs() const { return s_->pebs_armed != 0; }
 
+uint64_t VirtualPmu::SequentialLimit(uint8_t cpl) const {
+  const State& s = *s_;
+  if (s.pebs_armed) return 0;
+  if (s.pmu.perfmon_version >= 4 && (s.global_status & kStatusCtrFrz)) return UINT64_MAX;
+  Branch plain;  // a non-branch instruction (GpIncrement's view)
+  uint64_t limit = UINT64_MAX;
+  for (int i = 0; i < s.pmu.gp_counters; i++) {
+    if (!s.CounterEnabled(i, false)) continue;
+    const uint64_t sel = s.gp[i].evtsel;
+    if (!(sel & (cpl == 0 ? kEvtOs : kEvtUsr)) || !State::GpIncrement(sel, plain)) continue;
+    limit = std::min(limit, Mask(s.pmu.gp_width) - s.gp[i].value);  // increments before it wraps
+  }
+  for (int i = 0; i < s.pmu.fixed_counters; i++) {
+    if (!s.CounterEnabled(i, true) || !(((s.fixed_ctrl >> (4 * i)) & 0xF) & (cpl == 0 ? 1 : 2))) continue;
+    limit = std::min(limit, Mask(s.pmu.fixed_width) - s.fixed[i].value);
+  }
+  return limit;
+}
+
+bool VirtualPmu::BranchAgnostic() const {
+  const State& s = *s_;
+  if ((s.debugctl & (kDbgLbr | kDbgBtf)) || s.BtsOn() || s.options.lbr_in_kernel) return false;
+  Branch taken;
+  taken.kind = BranchKind::kJmp;
+  taken.branch_insn = true;
+  const Branch plain;
+  for (int i = 0; i < s.pmu.gp_counters; i++) {
+    if (!s.CounterEnabled(i, false)) continue;
+    if (State::GpIncrement(s.gp[i].evtsel, taken) != State::GpIncrement(s.gp[i].evtsel, plain)) return false;
+  }
+  return true;  // fixed counters count every instruction alike
+}
+
+void VirtualPmu::CountSequential(uint64_t n, uint8_t cpl) {
+  State& s = *s_;
+  s.stats.instructions += n;
+  if (n == 0 || (s.pmu.perfmon_version >= 4 && (s.global_status & kStatusCtrFrz))) return;
+  Branch plain;
+  for (int i = 0; i < s.pmu.gp_counters; i++) {
+    if (!s.CounterEnabled(i, false)) continue;
+    const uint64_t sel = s.gp[i].evtsel;
+    if (!(sel & (cpl == 0 ? kEvtOs : kEvtUsr)) || !State::GpIncrement(sel, plain)) continue;
+    s.gp[i].value = (s.gp[i].value + n) & Mask(s.pmu.gp_width);
+  }
+  for (int i = 0; i < s.pmu.fixed_counters; i++) {
+    if (!s.CounterEnabled(i, true) || !(((s.fixed_ctrl >> (4 * i)) & 0xF) & (cpl == 0 ? 1 : 2))) continue;
+    s.fixed[i].value = (s.fixed[i].value + n) & Mask(s.pmu.fixed_width);
+  }
+}
+
 absl::StatusOr<PmuEffects> VirtualPmu::Observe(const Branch& b, LinearMemory& mem, bool guest_tf,
                                                const GuestRegs* after) {
   State& s = *s_;

@@ -115,6 +115,23 @@ class VirtualPmu {
   // writes a PEBS record, which needs that instruction's resulting registers.
   bool WantsRegs() const;
 
+  // Counting in bulk (block-level observation, docs/tracing.md): instructions
+  // that retire one after another at CPL `cpl`, none of them a branch
+  // instruction and none transferring control, change nothing but the
+  // counters that count them.  SequentialLimit is how many such instructions
+  // CountSequential may take at once without any counter overflowing (an
+  // overflow needs the exact instruction: Observe); UINT64_MAX when nothing
+  // counts them; 0 while a PEBS assist is armed (it needs every
+  // instruction's registers).
+  uint64_t SequentialLimit(uint8_t cpl) const;
+  // Counts `n` <= SequentialLimit(cpl) such instructions, as n calls of
+  // Observe with kNone non-branch transfers would.
+  void CountSequential(uint64_t n, uint8_t cpl);
+  // True when nothing observed tells branches from other instructions: no
+  // LBR, BTS or BTF, no counter of branch instructions.  Then any
+  // instructions at one CPL, branches included, may be counted in bulk.
+  bool BranchAgnostic() const;
+
   // Diagnostics about bad guest programming (each distinct one once per run),
   // for the VMM to print on stderr; clears the list.
   std::vector<std::string> TakeWarnings();

@@ -292,6 +292,56 @@ TEST_F(VpmuTest, CounterOverflowAtTheExactInstruction) {
   EXPECT_EQ(Rd(0xC1), 0u);
 }
 
+TEST_F(VpmuTest, SequentialCountingStopsBeforeTheOverflowingInstruction) {
+  // Nothing counts: no limit.
+  EXPECT_EQ(pmu_.SequentialLimit(0), UINT64_MAX);
+  // PMC0: instructions at ring 0 only (OS), from 2^48 - 10 (Westmere GP
+  // counters are 48 bits wide): 9 increments reach 2^48 - 1, the 10th wraps.
+  // PMC1: branch instructions (C4H), which a non-branch does not count.
+  // Fixed counter 0 (instructions) at ring 3 only, from 2^48 - 100.
+  Wr(0xC1, 0xFFFFFFFFu - 9);
+  Wr(0x186, 0xC0 | (1u << 17) | (1u << 20) | (1u << 22));
+  Wr(0x187, 0xC4 | (1u << 16) | (1u << 17) | (1u << 22));
+  Wr(0x309, 0xFFFFFFFFFFFFull - 99);
+  Wr(0x38D, 0x2);     // fixed counter 0: USR
+  Wr(0x38F, 0x100000003ull);  // GLOBAL_CTRL: PMC0, PMC1, FIXED0
+  EXPECT_EQ(pmu_.SequentialLimit(0), 9u);   // PMC0
+  EXPECT_EQ(pmu_.SequentialLimit(3), 99u);  // FIXED0
+  pmu_.CountSequential(9, 0);
+  EXPECT_EQ(Rd(0xC1), 0xFFFFFFFFFFFFull);
+  EXPECT_EQ(Rd(0xC2), 0u);
+  EXPECT_EQ(Rd(0x309), 0xFFFFFFFFFFFFull - 99);
+  EXPECT_EQ(Rd(0x38E), 0u);
+  EXPECT_EQ(pmu_.SequentialLimit(0), 0u);
+  // The 10th is observed one by one: it wraps PMC0 and asks for the PMI.
+  EXPECT_TRUE(Obs(Jmp(0x100, 0x102, 0, BranchKind::kNone)).pmi);
+  EXPECT_EQ(Rd(0xC1), 0u);
+  EXPECT_EQ(Rd(0x38E), 1u);
+  pmu_.CountSequential(40, 3);
+  EXPECT_EQ(Rd(0x309), 0xFFFFFFFFFFFFull - 59);
+  EXPECT_EQ(Rd(0xC1), 0u);  // OS only
+  EXPECT_EQ(pmu_.stats().instructions, 50u);
+}
+
+TEST_F(VpmuTest, SequentialCountingEqualsOneByOne) {
+  // The same 1000 instructions counted in bulk and one by one leave the same
+  // counters (cycles 3CH and instructions C0H both count 1 per instruction).
+  VirtualPmu other(model_);
+  for (VirtualPmu* p : {&pmu_, &other}) {
+    ASSERT_FALSE(p->WriteMsr(0xC1, 5).gp);
+    ASSERT_FALSE(p->WriteMsr(0x186, 0x3C | (3u << 16) | (1u << 22)).gp);
+    ASSERT_FALSE(p->WriteMsr(0x38D, 0x333).gp);
+    ASSERT_FALSE(p->WriteMsr(0x38F, 0x700000001ull).gp);
+  }
+  pmu_.CountSequential(1000, 3);
+  for (int i = 0; i < 1000; i++) {
+    absl::StatusOr<PmuEffects> fx = other.Observe(Jmp(0x100 + i, 0x101 + i, 3, BranchKind::kNone), lin_, false);
+    ASSERT_TRUE(fx.ok());
+  }
+  for (uint32_t msr : {0xC1u, 0x309u, 0x30Au, 0x30Bu, 0x38Eu}) EXPECT_EQ(Rd(msr), other.ReadMsr(msr).value) << msr;
+  EXPECT_EQ(Rd(0xC1), 1005u);
+}
+
 TEST_F(VpmuTest, WrmsrCountsUnderTheConfigurationItLeaves) {
   // PMC0 instructions (OS), PMC1 branch instructions (OS), fixed counters 0
   // (instructions) and 1 (core cycles: 1 per instruction in vbts), OS only.
@@ -439,6 +489,7 @@ TEST_F(PebsTest, RecordAfterTheInstructionFollowingTheOverflow) {
   EXPECT_FALSE(Obs(Jmp(0x100, 0x102, 0, BranchKind::kNone)).pmi);  // -> 2^48 - 1
   EXPECT_FALSE(Obs(Jmp(0x102, 0x104, 0, BranchKind::kNone)).pmi);  // -> 0: overflow, armed
   EXPECT_TRUE(pmu_.WantsRegs());
+  EXPECT_EQ(pmu_.SequentialLimit(0), 0u);  // the assist needs the next instruction's registers
   EXPECT_EQ(Rd(0x38E), 1u);  // PMC0 overflow status until the assist
   const PmuEffects fx = ObsRegs(Jmp(0x104, 0x200, 0, BranchKind::kJmp), r);  // the PEBS event
   EXPECT_TRUE(fx.pmi);

@@ -222,8 +222,13 @@ absl::StatusOr<DecodedInsn> DecodeBytes(absl::Span<const uint8_t> bytes, DecodeM
 }
 
 absl::StatusOr<DecodedInsn> DecodeAt(const CpuState& st, PhysMemory& mem, Gva pc) {
-  pmu::LinearMemory lm(mem, st.paging_regs());
-  const pmu::Access fetch{.user = st.cpl() == 3, .fetch = true};
+  return DecodeAt(st.paging_regs(), st.cpl() == 3, DecodeModeOf(st), mem, pc);
+}
+
+absl::StatusOr<DecodedInsn> DecodeAt(const pmu::PagingRegs& paging, bool user, DecodeMode mode, PhysMemory& mem,
+                                     Gva pc) {
+  pmu::LinearMemory lm(mem, paging);
+  const pmu::Access fetch{.user = user, .fetch = true};
   uint8_t buf[15];
   size_t got = 0;
   pmu::AccessFault first_fault;
@@ -243,7 +248,7 @@ absl::StatusOr<DecodedInsn> DecodeAt(const CpuState& st, PhysMemory& mem, Gva pc
     }
     got += chunk;
   }
-  return DecodeBytes(absl::MakeConstSpan(buf, got), DecodeModeOf(st));
+  return DecodeBytes(absl::MakeConstSpan(buf, got), mode);
 }
 
 absl::StatusOr<DecodedInsn> DecodeCurrent(const CpuState& st, PhysMemory& mem) {

@@ -124,6 +124,10 @@ absl::StatusOr<DecodedInsn> DecodeBytes(absl::Span<const uint8_t> bytes, DecodeM
 // if no byte is readable, or the readable bytes are not a whole instruction,
 // the result is an error naming the address and the fetch fault.
 absl::StatusOr<DecodedInsn> DecodeAt(const CpuState& st, PhysMemory& mem, Gva pc);
+// The same under explicit paging, fetch privilege and mode (an instruction
+// that ran before the current state: its CS and CPL may differ from now).
+absl::StatusOr<DecodedInsn> DecodeAt(const pmu::PagingRegs& paging, bool user, DecodeMode mode, PhysMemory& mem,
+                                     Gva pc);
 // DecodeAt(st, mem, st.pc_linear()).
 absl::StatusOr<DecodedInsn> DecodeCurrent(const CpuState& st, PhysMemory& mem);
 

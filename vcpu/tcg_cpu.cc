@@ -109,6 +109,11 @@ class RamView : public PhysMemory {
 // are not in RAM (QEMU then reads them from MMIO).
 constexpr uint64_t kUnassigned = 1ull << 51;
 
+// QEMU's hflags that skipping past a block boundary keeps (TcgCpu::
+// SkipSequential): CPL (bits 0-1), CS32 (4), PE (7), TF (8), LMA (14), CS64
+// (15), VM (17).  With the CS selector they fix the code's privilege and mode.
+constexpr uint32_t kSkipHflags = 0x3 | (1u << 4) | (1u << 7) | (1u << 8) | (1u << 14) | (1u << 15) | (1u << 17);
+
 using HelperFn = void (*)(void*);
 using HltFn = void (*)(void*, int);
 using ResetFn = void (*)(void*);
@@ -151,6 +156,8 @@ struct TcgCallbacks {
       uint8_t byte = 0;
       icebp = self->ReadCode(env->segs[uabi::kCs].base + env->eip, byte) && byte == 0xF1;
     }
+    if (self->delivering_ < 0) self->AnnounceEvent(soft ? std::optional<uint64_t>(env->segs[uabi::kCs].base + self->soft_start_)
+                                                      : std::nullopt);
     self->delivering_ = icebp ? 1 : static_cast<int>(intno);
     self->delivering_soft_ = soft;
     if (icebp) {
@@ -199,6 +206,33 @@ struct TcgCallbacks {
     // Unicorn synced EIP as the linear address; the architectural EIP is
     // the offset in CS.
     self->env_->eip = address - self->env_->segs[uabi::kCs].base;
+    if (self->skipping_) {
+      // Block-level observation: an instruction in the middle of the block
+      // the hook last reported runs unreported (the one before it did not
+      // transfer control), unless something must happen at this boundary.
+      bool skip = self->skipped_ < self->skip_limit_ && !self->deliver_now_ && !self->stop_requested_ &&
+                  !self->time_up_.load(std::memory_order_relaxed) && !self->exec_bp_mask_;
+      if (skip && self->block_start_) {
+        // Past a block boundary only when the observer allows it, at the
+        // same CPL; a REP string instruction's next iteration (a block of
+        // its own) is no new instruction.
+        skip = self->skip_across_ && (self->env_->hflags & kSkipHflags) == self->skip_hflags_ &&
+               self->env_->segs[uabi::kCs].selector == self->skip_cs_;
+        if (skip && address == self->last_start_ && self->IsRepString(address)) {
+          self->block_start_ = false;
+          return;
+        }
+      }
+      if (skip) {
+        self->block_start_ = false;
+        self->skipped_++;
+        self->last_start_ = address;
+        return;
+      }
+      self->skipping_ = false;
+    }
+    self->hook_block_start_ = self->block_start_;
+    self->block_start_ = false;
     self->allow_delivery_ = false;  // a permission is for the boundary it was given at
     if (self->first_hook_of_run_) {
       self->first_hook_of_run_ = false;
@@ -217,6 +251,7 @@ struct TcgCallbacks {
       self->last_observed_ = address;
       self->observed_valid_ = true;
     }
+    self->last_start_ = address;
     if (self->exec_bp_mask_) self->CheckInstructionBreakpoints(address);
     // An event the observer raised for this boundary (a PMI, an emulated
     // #DB): leave the block here; QEMU's loop takes it before the
@@ -237,6 +272,7 @@ struct TcgCallbacks {
   // QEMU's loop, which ends the run or takes the event.
   static void Block(uc_engine*, uint64_t address, uint32_t, void* user) {
     auto* self = static_cast<TcgCpu*>(user);
+    self->block_start_ = true;
     if (!self->kick_.load(std::memory_order_relaxed) && !self->time_up_.load(std::memory_order_relaxed)) return;
     self->Boundary(address);
   }
@@ -269,6 +305,7 @@ struct TcgCallbacks {
       ir &= ~uabi::kInterruptNmi;
       env->hflags2 |= uabi::kHf2Nmi;
       self->stats_.nmis++;
+      self->AnnounceEvent(std::nullopt);
       do_interrupt_x86_hardirq_x86_64(env, 2, 1);
       return true;
     }
@@ -278,6 +315,7 @@ struct TcgCallbacks {
       if (self->config_.devices->InterruptPending()) ir |= uabi::kInterruptHard;
       if (!vector) return false;
       self->stats_.interrupts++;
+      self->AnnounceEvent(std::nullopt);
       do_interrupt_x86_hardirq_x86_64(env, *vector, 1);
       return true;
     }
@@ -900,6 +938,7 @@ void TcgCpu::FlushCode() {
   // translations of guest RAM page by page costs a few ms.  (RAM is
   // Unicorn's first RAM block, so its RAM offsets are guest-physical.)
   tb_invalidate_phys_range_x86_64(uc_, 0, config_.ram_bytes);
+  rep_probe_.linear = ~0ull;
 }
 
 void TcgCpu::InterruptPending() {
@@ -997,9 +1036,49 @@ void TcgCpu::CheckInstructionBreakpoints(uint64_t linear) {
   raise_exception_err_ra_x86_64(env_, 1, 0, 0);
 }
 
+void TcgCpu::SkipSequential(uint64_t limit, bool across_blocks) {
+  skipping_ = true;
+  skip_limit_ = limit;
+  skip_across_ = across_blocks;
+  skip_hflags_ = env_->hflags & kSkipHflags;
+  skip_cs_ = env_->segs[uabi::kCs].selector;
+}
+
+bool TcgCpu::IsRepString(uint64_t linear) {
+  if (rep_probe_.linear == linear && rep_probe_.cr3 == env_->cr[3]) return rep_probe_.rep;
+  // Legacy prefixes (and REX in 64-bit code), then a string opcode: INS,
+  // OUTS, MOVS, CMPS, STOS, LODS, SCAS (SDM vol. 2, "REP/REPE/REPNE").
+  const bool code64 = (env_->hflags & (1u << 15)) != 0;  // HF_CS64
+  bool rep = false, is = false;
+  for (int i = 0; i < 15; i++) {
+    uint8_t b = 0;
+    if (!ReadCode(linear + i, b)) break;
+    if (b == 0xF2 || b == 0xF3) {
+      rep = true;
+      continue;
+    }
+    if (b == 0x66 || b == 0x67 || b == 0x2E || b == 0x36 || b == 0x3E || b == 0x26 || b == 0x64 || b == 0x65 ||
+        b == 0xF0 || (code64 && (b & 0xF0) == 0x40))
+      continue;
+    is = rep && ((b >= 0xA4 && b <= 0xA7) || (b >= 0xAA && b <= 0xAF) || (b >= 0x6C && b <= 0x6F));
+    break;
+  }
+  rep_probe_.linear = linear;
+  rep_probe_.cr3 = env_->cr[3];
+  rep_probe_.rep = is;
+  return is;
+}
+
+void TcgCpu::AnnounceEvent(std::optional<uint64_t> soft_linear) {
+  if (event_hook_) event_hook_(soft_linear);
+  skipping_ = false;
+}
+
 void TcgCpu::SetInstructionHook(std::function<void(uint64_t)> hook) {
   insn_hook_ = std::move(hook);
   observed_valid_ = false;
+  skipping_ = false;
+  skipped_ = 0;
   SyncCodeHook();
 }
 

@@ -131,6 +131,40 @@ class TcgCpu {
   // Called before every instruction (linear address of CS:RIP) while set;
   // costs about a factor of two in speed.  Set between runs only.
   void SetInstructionHook(std::function<void(uint64_t linear)> hook);
+  // Block-level observation (docs/tcg-engine.md "Block-level tracing").
+  // Called from the instruction hook: the following instructions of the
+  // same translated block start without the hook, at most `limit` of them.
+  // The hook is called again at the first instruction after a block
+  // boundary (a block ends at every transfer of control, so none of the
+  // skipped instructions is a branch), at the limit, or before an event or
+  // a stop is taken there.  Events delivered while skipping are announced
+  // to the event hook first.
+  // `across_blocks`: also past block boundaries at the same CPL (the
+  // observer counts instructions without telling branches apart); a REP
+  // string instruction's iterations are one instruction.
+  void SkipSequential(uint64_t limit, bool across_blocks = false);
+  struct Skipped {
+    uint64_t count = 0;   // instructions that started unreported since the last TakeSkipped
+    uint64_t last = 0;    // linear address of the last instruction that started before now
+    bool block_start = false;  // (from the hook) this instruction follows a block boundary
+  };
+  // What started since the last TakeSkipped; ends skipping.  From the
+  // instruction hook `last` is the instruction before the hooked one; from
+  // the event hook or a callback (RDMSR, ...) it is the instruction there
+  // (it has started, and may not run: a fault, an interrupt before it).
+  Skipped TakeSkipped() {
+    Skipped s{skipped_, last_start_, hook_block_start_};
+    skipped_ = 0;
+    skipping_ = false;
+    return s;
+  }
+  bool skipping() const { return skipping_; }
+  // Called before QEMU delivers an exception, INT n, interrupt or NMI (once
+  // per delivery, not for a fault during it), so that an observer that let
+  // instructions run unreported can account for them first:
+  // `soft_linear` is the INT n/INT3/INTO that raised it (it has run).
+  void SetEventHook(std::function<void(std::optional<uint64_t> soft_linear)> hook) { event_hook_ = std::move(hook); }
+
   // True: the guest's single-step traps (RFLAGS.TF) are raised by vbts
   // (its tracer emulates them, with DEBUGCTL.BTF), not by QEMU.
   void SetOwnSingleStep(bool own) { own_single_step_ = own; }
@@ -173,6 +207,9 @@ class TcgCpu {
   void SyncCodeHook();
   // A queued event could be taken at the current boundary.
   bool Deliverable() const;
+  bool IsRepString(uint64_t linear);
+  // An event is about to be delivered: the event hook, while skipping.
+  void AnnounceEvent(std::optional<uint64_t> soft_linear);
   friend struct TcgCallbacks;
 
   Config config_;
@@ -206,6 +243,23 @@ class TcgCpu {
   std::atomic<bool> kick_{false};  // the next block start leaves QEMU's block
   bool timed_out_ = false;
   std::function<void(uint64_t)> insn_hook_;
+  std::function<void(std::optional<uint64_t>)> event_hook_;
+  // Block-level observation (SkipSequential).
+  bool skipping_ = false;
+  bool skip_across_ = false;
+  uint32_t skip_hflags_ = 0;  // privilege, mode and TF when skipping began (across blocks)
+  uint64_t skip_cs_ = 0;
+  // Whether the instruction at rep_probe_.linear (under CR3 rep_probe_.cr3)
+  // is a REP string instruction (IsRepString's one-entry cache).
+  struct {
+    uint64_t linear = ~0ull, cr3 = 0;
+    bool rep = false;
+  } rep_probe_;
+  uint64_t skip_limit_ = 0;
+  uint64_t skipped_ = 0;
+  uint64_t last_start_ = 0;       // linear address of the last instruction that started
+  bool block_start_ = false;      // a block started since the last instruction hook
+  bool hook_block_start_ = false;  // ... before the instruction being reported
   uint64_t dr_[8] = {};
   uint64_t cr8_ = 0;
   uint8_t maxphyaddr_ = 36;

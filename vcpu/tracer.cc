@@ -33,6 +33,13 @@ uint64_t IpMask(pmu::ExecMode m, int operand_size) {
   return operand_size == 16 ? 0xFFFF : 0xFFFFFFFFull;
 }
 
+// The IP after `insn` at `rip` when it does not branch.
+uint64_t FallthroughOf(pmu::ExecMode m, uint64_t rip, const DecodedInsn& insn) {
+  uint64_t f = (rip + insn.length) & (m == pmu::ExecMode::kLong64 ? ~0ull : 0xFFFFFFFFull);
+  if (m == pmu::ExecMode::kProt16 || m == pmu::ExecMode::kReal) f &= 0xFFFF;
+  return f;
+}
+
 absl::StatusOr<std::optional<uint64_t>> ReadStack(const CpuState& st, PhysMemory& mem, uint64_t la, int bytes) {
   pmu::LinearMemory lin(mem, st.paging_regs());
   uint8_t b[8] = {};
@@ -127,6 +134,7 @@ Tracer::Boundary Tracer::Capture(const CpuState& st) {
   b.mode = ExecModeOf(st);
   b.ia32e = st.long_mode_active();
   b.tf = (st.rflags & kRflagsTf) != 0;
+  b.dmode = DecodeModeOf(st);
   absl::StatusOr<DecodedInsn> insn = DecodeCurrent(st, mem_);
   if (!insn.ok()) return b;  // the fetch faults: the next stop is the #PF/#GP handler
   b.decoded = true;
@@ -136,8 +144,7 @@ Tracer::Boundary Tracer::Capture(const CpuState& st) {
     if (guest_bp_->AnyData()) b.accesses = DataAccessesOf(b.insn, st);
   }
   const uint64_t mask = IpMask(b.mode, b.insn.operand_size);
-  b.fallthrough = (st.rip + b.insn.length) & (b.mode == pmu::ExecMode::kLong64 ? ~0ull : 0xFFFFFFFFull);
-  if (b.mode == pmu::ExecMode::kProt16 || b.mode == pmu::ExecMode::kReal) b.fallthrough &= 0xFFFF;
+  b.fallthrough = FallthroughOf(b.mode, st.rip, b.insn);
   using pmu::BranchKind;
   if (b.insn.has_rel) {
     b.predicted_target = (b.fallthrough + static_cast<uint64_t>(b.insn.rel)) & mask;
@@ -559,10 +566,184 @@ absl::Status Tracer::AtBoundary(CpuState& st, bool& /*dirty*/) {
       VBTS_RETURN_IF_ERROR(Resolve(p, st));
     }
   }
+  VBTS_RETURN_IF_ERROR(BoundaryEvents(st));
+  prev_ = Capture(st);
+  return absl::OkStatus();
+}
+
+absl::Status Tracer::BoundaryEvents(const CpuState& st) {
   if (step_trap_due_ || data_hits_) VBTS_RETURN_IF_ERROR(RaiseDebugTrap());
   if (pmi_due_) VBTS_RETURN_IF_ERROR(RaisePmi());
   pmi_deliverable_ = pmi_in_flight_.has_value() && (st.rflags & kRflagsIf) && !st.interrupt_shadow;
+  return absl::OkStatus();
+}
+
+// --- Block-level observation (docs/tracing.md "Block-level observation").
+
+bool Tracer::BulkAllowed() const {
+  return !sink_every_insn_ && !guest_tf_ && !step_trap_due_ && !data_hits_ && !db_in_flight_ && !pmi_due_ &&
+         !(emulate_data_bps_ && (!guest_bp_ || guest_bp_->AnyData())) && !pmu_.WantsRegs() && !pmu_.lbr_in_kernel();
+}
+
+bool Tracer::BulkAcrossBlocks() const { return !sink_active_ && pmu_.BranchAgnostic(); }
+
+uint64_t Tracer::BulkLimit() const { return prev_ ? pmu_.SequentialLimit(prev_->cpl) : 0; }
+
+Tracer::Boundary Tracer::Light(const CpuState& st) const {
+  Boundary b;
+  b.rip = st.rip;
+  b.lin = st.pc_linear();
+  b.rsp = st.gpr[kRsp];
+  b.cs = st.cs.selector;
+  b.cpl = static_cast<uint8_t>(st.cpl());
+  b.mode = ExecModeOf(st);
+  b.ia32e = st.long_mode_active();
+  b.tf = (st.rflags & kRflagsTf) != 0;
+  b.dmode = DecodeModeOf(st);
+  return b;
+}
+
+absl::Status Tracer::ResolveBlockEnd(const Boundary& p, uint64_t last, const CpuState& st) {
+  using pmu::BranchKind;
+  // `last` ran in p's block: p's CS, CPL and mode; its decoding under the
+  // paging in force now (only a MOV to CR3 ending a block changes it, and
+  // kernel code is mapped alike in every address space).
+  DecodedInsn insn;
+  if (p.decoded && p.lin == last) {
+    insn = p.insn;
+  } else {
+    absl::StatusOr<DecodedInsn> d = DecodeAt(st.paging_regs(), p.cpl == 3, p.dmode, mem_, Gva(last));
+    if (!d.ok()) {
+      stats_.lost++;
+      Warn(absl::StrFormat("tracer: cannot decode the instruction at 0x%x that led to %s: %s", last, st.Describe(),
+                           d.status().message()));
+      return absl::OkStatus();
+    }
+    insn = *std::move(d);
+  }
+  const uint64_t rip = last - (p.lin - p.rip);
+  const uint64_t fallthrough = FallthroughOf(p.mode, rip, insn);
+  const bool same_cs = st.cs.selector == p.cs && st.cpl() == p.cpl;
+  const BranchKind k = insn.branch;
+  std::optional<BranchKind> retired;
+  switch (k) {
+    case BranchKind::kNone:
+      if (same_cs && st.rip == rip && insn.rep_string) return absl::OkStatus();  // one iteration of a REP string
+      if (same_cs && st.rip == fallthrough) retired = BranchKind::kNone;
+      break;
+    case BranchKind::kJcc:
+    case BranchKind::kJmp:
+    case BranchKind::kCall: {
+      const uint64_t target = (fallthrough + static_cast<uint64_t>(insn.rel)) & IpMask(p.mode, insn.operand_size);
+      // A Jcc whose target is its fall-through counts as taken, as in
+      // Resolve (the prediction is checked first).
+      if (same_cs && insn.has_rel && st.rip == target) retired = k;
+      else if (same_cs && k == BranchKind::kJcc && st.rip == fallthrough) retired = BranchKind::kNone;
+      break;
+    }
+    case BranchKind::kRet:
+    case BranchKind::kIndJmp:
+    case BranchKind::kIndCall:
+      if (same_cs) retired = k;
+      break;
+    case BranchKind::kSoftInt:
+      // INT n and INT3 always reach the event hook; INTO that did not trap
+      // falls through.
+      if (same_cs && st.rip == fallthrough) retired = BranchKind::kNone;
+      break;
+    default:  // far transfers, IRET, SYSCALL/SYSRET/SYSENTER/SYSEXIT
+      retired = k;
+      break;
+  }
+  if (!retired) {
+    stats_.lost++;
+    Warn(absl::StrFormat("tracer: cannot explain how `%s` at 0x%x led to %s; records may be missing there",
+                         insn.mnemonic, last, st.Describe()));
+    return absl::OkStatus();
+  }
+  pmu::Branch b;
+  b.kind = *retired;
+  b.from = last;
+  b.to = st.pc_linear();
+  b.cpl_from = p.cpl;
+  b.cpl_to = static_cast<uint8_t>(st.cpl());
+  b.mode_from = p.mode;
+  b.mode_to = ExecModeOf(st);
+  b.ia32e = st.long_mode_active();
+  b.branch_insn = k != BranchKind::kNone && k != BranchKind::kSoftInt;
+  // An IRET, POPF or SYSRET may have loaded the guest's TF: the engine keeps
+  // it in RFLAGS (vbts raises the traps).
+  return Emit(b, st, (st.rflags & kRflagsTf) != 0);
+}
+
+absl::Status Tracer::BulkBoundary(CpuState& st, uint64_t skipped, uint64_t last, bool block_start) {
+  stats_.boundaries++;
+  if (prev_) {
+    const Boundary p = *prev_;
+    if (skipped) {
+      // p and the skipped instructions before `last`: one after another.
+      pmu_.CountSequential(skipped, p.cpl);
+      stats_.instructions += skipped;
+    }
+    if (p.emitted && skipped == 0 && p.lin == last) {
+      // AfterMsrWrite reported it.
+    } else if (!block_start) {
+      // In the middle of a block: `last` did not transfer control.
+      pmu::Branch b;
+      b.kind = pmu::BranchKind::kNone;
+      b.from = last;
+      b.to = st.pc_linear();
+      b.cpl_from = b.cpl_to = p.cpl;
+      b.mode_from = b.mode_to = p.mode;
+      b.ia32e = p.ia32e;
+      VBTS_RETURN_IF_ERROR(Emit(b, st, std::nullopt));
+    } else {
+      VBTS_RETURN_IF_ERROR(ResolveBlockEnd(p, last, st));
+    }
+  }
+  VBTS_RETURN_IF_ERROR(BoundaryEvents(st));
+  if (emulate_data_bps_ && !guest_bp_) ReadGuestBreakpoints();
+  // Leaving bulk mode: the next boundary is resolved one instruction at a time.
+  prev_ = BulkAllowed() ? Light(st) : Capture(st);
+  return absl::OkStatus();
+}
+
+absl::Status Tracer::BulkEvent(const CpuState& st, uint64_t skipped, uint64_t last,
+                               std::optional<uint64_t> soft_linear) {
+  if (prev_) {
+    const Boundary p = *prev_;
+    if (skipped) {
+      pmu_.CountSequential(skipped, p.cpl);
+      stats_.instructions += skipped;
+    }
+    if (soft_linear) {
+      // `last` is the INT n/INT3/INTO: resolved at the handler, as a
+      // host-run INT n is (Resolve), from the state before it.
+      CpuState before = st;
+      before.rip = *soft_linear - (st.pc_linear() - st.rip);
+      prev_ = Capture(before);
+      return absl::OkStatus();
+    }
+    // A fault at `last`, or an interrupt taken before it, leaves the guest
+    // there: it did not run.  Otherwise it ended its block (a fault at the
+    // next block's first fetch).
+    if (st.pc_linear() != last && !(p.emitted && skipped == 0 && p.lin == last))
+      VBTS_RETURN_IF_ERROR(ResolveBlockEnd(p, last, st));
+  }
   prev_ = Capture(st);
+  return absl::OkStatus();
+}
+
+absl::Status Tracer::BulkFlush(uint64_t skipped, uint64_t last) {
+  if (!prev_ || skipped == 0) return absl::OkStatus();
+  Boundary p = *prev_;
+  pmu_.CountSequential(skipped, p.cpl);
+  stats_.instructions += skipped;
+  // `last` is in p's block: it becomes the last reported boundary.
+  p.rip = last - (p.lin - p.rip);
+  p.lin = last;
+  p.decoded = p.emitted = false;
+  prev_ = std::move(p);
   return absl::OkStatus();
 }
 

@@ -70,10 +70,44 @@ class Tracer : public StepObserver {
   // Every transfer the tracer reports, in order (for `vbts record`).
   // The sink returns false when it wants no more transfers; the tracer then
   // stops calling it and no longer asks for stepping on its behalf.
-  void SetSink(std::function<bool(const pmu::Branch&)> sink) {
+  // `every_instruction`: the sink wants the not-taken instructions too
+  // (--insns), which block-level observation does not report one by one.
+  void SetSink(std::function<bool(const pmu::Branch&)> sink, bool every_instruction = false) {
     sink_ = std::move(sink);
     sink_active_ = static_cast<bool>(sink_);
+    sink_every_insn_ = every_instruction;
   }
+
+  // --- Block-level observation (the TCG engine; docs/tracing.md) ---
+  // The engine may let instructions run unreported between two boundaries
+  // it reports, as long as they ran one after another inside one translated
+  // block (none of them a transfer of control): the tracer counts them in
+  // bulk and classifies a block's last instruction when the next block
+  // starts, from its decoding and where the guest went.  Allowed while
+  // nothing needs each instruction: the guest's TF, data breakpoints, an
+  // armed PEBS assist, a pending #DB or PMI, a sink wanting every
+  // instruction.
+  bool BulkAllowed() const;
+  // How many instructions may go unreported before the next report: the
+  // next one after them may overflow a counter (VirtualPmu::SequentialLimit).
+  uint64_t BulkLimit() const;
+  // In bulk mode, instructions may also run unreported past block
+  // boundaries (at one CPL): nothing observed tells a branch from another
+  // instruction (VirtualPmu::BranchAgnostic) and no sink wants transfers.
+  bool BulkAcrossBlocks() const;
+  // A boundary in bulk mode, before the instruction at `st`: since the last
+  // reported boundary `skipped` more instructions started unreported, and
+  // `last` (linear) is the one before this boundary; `block_start`: a
+  // translated block started here, so `last` may have been a branch.
+  absl::Status BulkBoundary(CpuState& st, uint64_t skipped, uint64_t last, bool block_start);
+  // An event is about to be delivered in bulk mode (`st`: the state before
+  // delivery; `soft_linear`: the INT n/INT3/INTO that raised it).  The tracer
+  // accounts for what ran and goes back to following every boundary: the
+  // next boundary (the handler) is reported through AtBoundary.
+  absl::Status BulkEvent(const CpuState& st, uint64_t skipped, uint64_t last, std::optional<uint64_t> soft_linear);
+  // Before the virtual PMU is read or written by the instruction at `last`
+  // (RDMSR, WRMSR, RDPMC), in bulk mode: counts what ran before it.
+  absl::Status BulkFlush(uint64_t skipped, uint64_t last);
   // The host does not raise the guest's own data breakpoints while it is
   // stepped (HostFacts::emulate_data_breakpoints): the tracer does.
   void SetEmulateDataBreakpoints(bool on) { emulate_data_bps_ = on; }
@@ -99,6 +133,7 @@ class Tracer : public StepObserver {
     bool ia32e = false;
     bool tf = false;
     bool decoded = false;
+    DecodeMode dmode;  // to decode the instruction here (and the rest of its block)
     DecodedInsn insn;
     uint64_t fallthrough = 0;                 // RIP after the instruction without a branch
     std::optional<uint64_t> predicted_target;  // RIP a direct/register/RET branch goes to
@@ -110,6 +145,13 @@ class Tracer : public StepObserver {
     std::vector<DataAccess> accesses;
   };
   Boundary Capture(const CpuState& st);
+  // The boundary without decoding (bulk mode).
+  Boundary Light(const CpuState& st) const;
+  // Bulk mode: the instruction at `last`, in the block of `p`, ran and the
+  // guest is now at `st`: reports it as the branch (or not) it was.
+  absl::Status ResolveBlockEnd(const Boundary& p, uint64_t last, const CpuState& st);
+  // What AtBoundary and BulkBoundary do at every boundary after resolving.
+  absl::Status BoundaryEvents(const CpuState& st);
   // Explains how the guest got from prev_ to `st` and reports it.
   absl::Status Resolve(const Boundary& p, const CpuState& st);
   // Tries to explain `st` as an event delivered at `p` (before its
@@ -139,6 +181,7 @@ class Tracer : public StepObserver {
   std::function<absl::Status(uint8_t)> send_msi_;
   std::function<bool(const pmu::Branch&)> sink_;
   bool sink_active_ = false;
+  bool sink_every_insn_ = false;
   std::optional<Boundary> prev_;
   bool pmi_due_ = false;
   bool emulate_data_bps_ = false;

@@ -277,7 +277,7 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
         if (insns_file_ && !pmu::IsEventDelivery(b.kind))
           std::fprintf(insns_file_, "0x%llx\n", static_cast<unsigned long long>(b.from));
         return branches_file_ || insns_file_ || (config_.transfer_sink && sink_wanted_);
-      });
+      }, /*every_instruction=*/insns_file_ != nullptr);
     }
   }
   return SetBootState(img.entry, mbi.info_gpa);
@@ -538,27 +538,54 @@ RunResult Machine::RunTcg() {
 void Machine::UpdateTcgObservation() {
   const bool want = tracer_ && tracer_->WantsEveryInstruction();
   if (want == tcg_observing_) return;
+  if (!want) FlushTcgBulk();
   tcg_observing_ = want;
   tcg_first_boundary_ = true;
+  tcg_bulk_ = false;
   // While the tracer sees every instruction it raises the guest's
   // single-step traps (with BTF), as it does under KVM.
   tcg_->SetOwnSingleStep(want);
   if (!want) {
     tcg_->SetInstructionHook(nullptr);
+    tcg_->SetEventHook(nullptr);
     return;
   }
   tcg_->SetInstructionHook([this](uint64_t) {
     vcpu::CpuState st = tcg_->GetState(/*with_msrs=*/false);
-    // Every instruction is observed while the hook is on: consecutive
-    // boundaries, except the first after it was turned on.
-    tracer_->SetConsecutive(!tcg_first_boundary_);
-    tcg_first_boundary_ = false;
-    bool dirty = false;
-    absl::Status s = tracer_->AtBoundary(st, dirty);
+    absl::Status s;
+    if (tcg_bulk_) {
+      // Block-level observation: the instructions since the last boundary
+      // ran inside one block (docs/tcg-engine.md).
+      const vcpu::TcgCpu::Skipped k = tcg_->TakeSkipped();
+      s = tracer_->BulkBoundary(st, k.count, k.last, k.block_start);
+    } else {
+      // Every instruction is observed while the hook is on: consecutive
+      // boundaries, except the first after it was turned on.
+      tracer_->SetConsecutive(!tcg_first_boundary_);
+      tcg_first_boundary_ = false;
+      bool dirty = false;
+      s = tracer_->AtBoundary(st, dirty);
+    }
     if (!s.ok() && tcg_error_.ok()) tcg_error_ = s;
+    tcg_bulk_ = s.ok() && tracer_->BulkAllowed();
+    if (tcg_bulk_) tcg_->SkipSequential(tracer_->BulkLimit(), tracer_->BulkAcrossBlocks());
     // Stop observing between runs (this instruction runs unobserved then).
     if (!s.ok() || !tracer_->WantsEveryInstruction()) tcg_->RequestStop();
   });
+  tcg_->SetEventHook([this](std::optional<uint64_t> soft_linear) {
+    if (!tcg_bulk_) return;
+    tcg_bulk_ = false;  // the handler's first instruction is followed one by one
+    const vcpu::TcgCpu::Skipped k = tcg_->TakeSkipped();
+    absl::Status s = tracer_->BulkEvent(tcg_->GetState(/*with_msrs=*/false), k.count, k.last, soft_linear);
+    if (!s.ok() && tcg_error_.ok()) tcg_error_ = s;
+  });
+}
+
+void Machine::FlushTcgBulk() {
+  if (!tcg_bulk_ || !tracer_) return;
+  const vcpu::TcgCpu::Skipped k = tcg_->TakeSkipped();
+  absl::Status s = tracer_->BulkFlush(k.count, k.last);
+  if (!s.ok() && tcg_error_.ok()) tcg_error_ = s;
 }
 
 uint32_t Machine::PortIn(uint16_t port, int size) {
@@ -621,7 +648,10 @@ vcpu::TcgDevices::Msr Machine::ReadMsr(uint32_t index, uint64_t& value) {
     return Msr::kDone;
   }
   if (feature_msrs_ && pmu::FeatureMsrs::Owns(index)) return TcgMsr(feature_msrs_->Read(index), value);
-  if (vpmu_ && vpmu_->Owns(index)) return TcgMsr(vpmu_->ReadMsr(index), value);
+  if (vpmu_ && vpmu_->Owns(index)) {
+    FlushTcgBulk();
+    return TcgMsr(vpmu_->ReadMsr(index), value);
+  }
   if (vcpu::TcgCpu::OwnsMsr(index)) return Msr::kCpu;
   // The rest are KVM's in TCG too (machine check, MTRRs, feature control,
   // ...): read from the idle KVM vCPU; one KVM does not have raises #GP.
@@ -643,6 +673,7 @@ vcpu::TcgDevices::Msr Machine::WriteMsr(uint32_t index, uint64_t value) {
   }
   if (feature_msrs_ && pmu::FeatureMsrs::Owns(index)) return feature_msrs_->Write(index, value).gp ? Msr::kGp : Msr::kDone;
   if (vpmu_ && vpmu_->Owns(index)) {
+    FlushTcgBulk();
     if (vpmu_->WriteMsr(index, value).gp) return Msr::kGp;
     // As in HandleMsr: the WRMSR retires under the configuration it leaves.
     if (tracer_) {
@@ -677,6 +708,7 @@ bool Machine::InterruptPending() { return lapic_->Pending().has_value(); }
 
 vcpu::TcgDevices::Msr Machine::ReadPmc(uint32_t ecx, uint64_t& value) {
   if (!vpmu_) return Msr::kGp;
+  FlushTcgBulk();
   return TcgMsr(vpmu_->ReadPmc(ecx), value);
 }
 
@@ -685,6 +717,7 @@ void Machine::DebugRegistersWritten() {
   // a data breakpoint makes it want every instruction: end the run (QEMU
   // ends the block after a MOV to DRn) so that observation starts next.
   if (!tracer_) return;
+  FlushTcgBulk();  // the next instruction is reported: the tracer decides again how to follow the guest
   tracer_->RefreshGuestBreakpoints();
   if (tracer_->WantsEveryInstruction() != tcg_observing_) tcg_->RequestStop();
 }

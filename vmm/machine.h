@@ -116,6 +116,9 @@ class Machine : private vcpu::TcgDevices {
   RunResult Finish(RunEnd end, int status, std::string message);
   // The run loop of --engine=tcg.
   RunResult RunTcg();
+  // Before the virtual PMU is read or written in block-level observation:
+  // the instructions that ran unreported are counted first.
+  void FlushTcgBulk();
   // The vCPU state from the engine that holds it.
   absl::StatusOr<vcpu::CpuState> CurrentState();
   // vcpu::TcgDevices: what the TCG engine hands to the machine.
@@ -158,6 +161,7 @@ class Machine : private vcpu::TcgDevices {
   bool in_tcg_ = false;                // the TCG engine holds the vCPU state
   bool tcg_observing_ = false;         // the instruction hook feeds the tracer
   bool tcg_first_boundary_ = false;
+  bool tcg_bulk_ = false;              // block-level observation (Tracer::BulkAllowed) since the last boundary
   absl::Status tcg_error_;             // a failure inside a TCG callback, reported after the run
   uint64_t apic_base_ = 0xFEE00900;    // IA32_APIC_BASE while in TCG (BSP, enabled)
   uint64_t msr_exits_ = 0;
