@@ -225,6 +225,7 @@ struct TcgCallbacks {
       }
       if (skip) {
         self->block_start_ = false;
+        self->first_hook_of_run_ = false;
         self->skipped_++;
         self->last_start_ = address;
         return;
@@ -238,8 +239,13 @@ struct TcgCallbacks {
       self->first_hook_of_run_ = false;
       // A run that ended right after this boundary was reported (a stop
       // checked between the hook and the instruction) resumes here: the
-      // instruction has not run, and is not reported twice.
-      if (self->observed_valid_ && address == self->last_observed_) return;
+      // instruction has not run, and is not reported twice.  Not when a
+      // block started after that report (the run ended at a block start:
+      // the instruction ran, a loop came back to it) or instructions ran
+      // unreported since.
+      if (self->observed_valid_ && address == self->last_observed_ && !self->block_start_at_run_ &&
+          self->last_start_ == address && self->skipped_ == 0)
+        return;
     }
     // Before this instruction: a stop or an event a callback asked for
     // during the previous one.
@@ -1128,6 +1134,7 @@ absl::StatusOr<TcgStop> TcgCpu::Run(uint64_t timeout_us) {
   kick_ = false;
   delivering_ = -1;
   first_hook_of_run_ = true;
+  block_start_at_run_ = block_start_;
   TcgCpu* outer = t_running;
   t_running = this;
   timed_out_ = false;

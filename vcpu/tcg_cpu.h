@@ -228,6 +228,7 @@ class TcgCpu {
   bool in_code_hook_ = false;   // insn_hook_ is running
   bool deliver_now_ = false;    // an event waits for the next boundary the instruction hook reports
   bool first_hook_of_run_ = false;
+  bool block_start_at_run_ = false;  // the last run ended at a block start (after its last report)
   bool allow_delivery_ = false;  // the instruction hook let QEMU take the event now
   bool observed_valid_ = false;
   uint64_t last_observed_ = 0;  // the last address the instruction hook reported

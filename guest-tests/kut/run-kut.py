@@ -22,6 +22,9 @@ A [NAME] section of kut.cfg says:
             expected to fail on this host for REASON (repeatable). A FAIL line
             not listed fails the test; a listed one that passes fails it too
             (the list must shrink when vbts gets better).
+  xfail_re  "REGEX | REASON": as xfail, for FAIL lines whose text (after "FAIL: ") the
+            Python regular expression matches whole (values that depend on the host's
+            speed); it must match at least one.
   skip      "TEXT | REASON": an allowed SKIP line (the CPU model lacks the feature).
   last      the text the last line of output starts with (where the run stops).
 Exit status: 0 as expected, 1 not, 77 the binaries are missing (ctest: skipped).
@@ -89,10 +92,15 @@ def main():
         problems.append(f'exit status {p.returncode}, expected {want_status}')
     xfail = [x.split('|', 1)[0].strip() for x in cfg.get('xfail', [])]
     skips = [x.split('|', 1)[0].strip() for x in cfg.get('skip', [])]
+    xfail_re = [re.compile(x.split('|', 1)[0].strip()) for x in cfg.get('xfail_re', [])]
     fails = [l[len('FAIL: '):] for l in lines if l.startswith('FAIL: ')]
     for f in fails:
-        if f not in xfail:
+        if f not in xfail and not any(r.fullmatch(f) for r in xfail_re):
             problems.append(f'unexpected FAIL: {f}')
+    for r in xfail_re:
+        if not any(r.fullmatch(f) for f in fails):
+            problems.append(f'expected failure did not fail (remove it from kut.cfg if vbts now gets it right): '
+                            f'{r.pattern}')
     for x in xfail:
         if x not in fails:
             problems.append(f'expected failure did not fail (remove it from kut.cfg if vbts now gets it right): {x}')
@@ -109,7 +117,8 @@ def main():
     for pr in problems:
         print('kut: ' + pr)
     if not problems:
-        why = [x for x in cfg.get('because', [])] + [x.split('|', 1)[1].strip() for x in cfg.get('xfail', [])]
+        why = [x for x in cfg.get('because', [])] + [x.split('|', 1)[1].strip()
+                                                     for x in cfg.get('xfail', []) + cfg.get('xfail_re', [])]
         print(f'kut: {a.name} as expected ({npass} PASS, {len(fails)} expected FAIL)' +
               ''.join(f'\nkut: expected on this host: {w}' for w in why))
     return 1 if problems else 0
