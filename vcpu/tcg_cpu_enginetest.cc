@@ -344,6 +344,79 @@ TEST_F(TcgCpuTest, AnExceptionQueuedFromTheInstructionHookComesBeforeThatInstruc
   EXPECT_EQ(cpu_->stats().injected, 1u);
 }
 
+// Block-level observation (TcgCpu::SkipSequential): a loop of 5 iterations,
+//   mov ecx, 5 / L: nop / nop / dec ecx / jnz L / hlt
+// QEMU translates [mov .. jnz] as one block, [L .. jnz] as another (the
+// target of the jump) and [hlt] as a third: 1 + 4 + 4*4 + 1 = 22 instructions.
+class TcgSkipTest : public TcgCpuTest {
+ protected:
+  struct Report {
+    uint64_t at;
+    TcgCpu::Skipped skipped;
+  };
+  void LoadLoop() {
+    Code(kCodeRip, {0xb9, 0x05, 0x00, 0x00, 0x00,  // mov ecx, 5
+                    0x90, 0x90,                    // L: nop; nop
+                    0x49,                          // dec ecx
+                    0x75, 0xfb,                    // jnz L
+                    0xf4});                        // hlt
+  }
+  std::vector<Report> RunSkipping(uint64_t limit, bool across) {
+    std::vector<Report> reports;
+    cpu_->SetInstructionHook([this, &reports, limit, across](uint64_t la) {
+      reports.push_back({la, cpu_->TakeSkipped()});
+      cpu_->SkipSequential(limit, across);
+    });
+    CpuState st = RunFrom(Pm32(0));
+    EXPECT_EQ(st.gpr[kRcx], 0u);
+    reports.push_back({st.pc_linear(), cpu_->TakeSkipped()});  // what ran after the last report
+    return reports;
+  }
+  static constexpr uint64_t kL = kCodeRip + 5, kJnz = kCodeRip + 8, kHlt = kCodeRip + 10;
+};
+
+TEST_F(TcgSkipTest, InsideBlocksTheHookSeesOnlyBlockStarts) {
+  LoadLoop();
+  const std::vector<Report> r = RunSkipping(UINT64_MAX, /*across=*/false);
+  // The first instruction, then each block start: L for iterations 2-5
+  // (each after the 3 skipped instructions before the jnz, and the jnz: the
+  // last one to start), and HLT.
+  ASSERT_EQ(r.size(), 7u);
+  EXPECT_EQ(r[0].at, kCodeRip);
+  EXPECT_EQ(r[1].at, kL);
+  EXPECT_EQ(r[1].skipped.count, 4u);  // nop, nop, dec, jnz after the reported mov
+  EXPECT_EQ(r[1].skipped.last, kJnz);
+  EXPECT_TRUE(r[1].skipped.block_start);
+  for (int i = 2; i <= 4; i++) {
+    EXPECT_EQ(r[i].at, kL) << i;
+    EXPECT_EQ(r[i].skipped.count, 3u) << i;  // nop, dec, jnz after the reported first nop
+    EXPECT_EQ(r[i].skipped.last, kJnz) << i;
+  }
+  EXPECT_EQ(r[5].at, kHlt);
+  EXPECT_EQ(r[5].skipped.count, 3u);
+  EXPECT_EQ(r[5].skipped.last, kJnz);
+  EXPECT_TRUE(r[5].skipped.block_start);
+  EXPECT_EQ(r[6].skipped.count, 0u);  // nothing after HLT
+}
+
+TEST_F(TcgSkipTest, AcrossBlocksTheHookSeesOnlyTheLimit) {
+  LoadLoop();
+  // No limit: only the first instruction is reported; 21 start unreported.
+  std::vector<Report> r = RunSkipping(UINT64_MAX, /*across=*/true);
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[1].skipped.count, 21u);
+  EXPECT_EQ(r[1].skipped.last, kHlt);
+  // A limit of 4: every fifth instruction is reported, wherever it is
+  // (instructions 1, 6, 11, 16, 21 of 22), with the 4 before it skipped.
+  Code(kCodeRip, {0xb9, 0x05});
+  r = RunSkipping(4, /*across=*/true);
+  ASSERT_EQ(r.size(), 6u);
+  const uint64_t at[] = {kCodeRip, kL, kL + 1, kL + 2, kJnz};
+  for (int i = 0; i < 5; i++) EXPECT_EQ(r[i].at, at[i]) << i;
+  for (int i = 1; i < 5; i++) EXPECT_EQ(r[i].skipped.count, 4u) << i;
+  EXPECT_EQ(r[5].skipped.count, 1u);  // HLT
+}
+
 TEST_F(TcgCpuTest, RunsCutByTheirTimeLimitResumeExactly) {
   // 200000 calls of f (push rbp; mov rbp, rsp; add rax, rcx; adc rdx, 0;
   // pop rbp; ret) cut into 20-us runs: every run must end at an instruction

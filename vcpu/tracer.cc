@@ -608,19 +608,17 @@ absl::Status Tracer::ResolveBlockEnd(const Boundary& p, uint64_t last, const Cpu
   // `last` ran in p's block: p's CS, CPL and mode; its decoding under the
   // paging in force now (only a MOV to CR3 ending a block changes it, and
   // kernel code is mapped alike in every address space).
-  DecodedInsn insn;
-  if (p.decoded && p.lin == last) {
-    insn = p.insn;
-  } else {
-    absl::StatusOr<DecodedInsn> d = DecodeAt(st.paging_regs(), p.cpl == 3, p.dmode, mem_, Gva(last));
-    if (!d.ok()) {
+  absl::StatusOr<DecodedInsn> decoded;
+  if (!(p.decoded && p.lin == last)) {
+    decoded = DecodeAt(st.paging_regs(), p.cpl == 3, p.dmode, mem_, Gva(last));
+    if (!decoded.ok()) {
       stats_.lost++;
       Warn(absl::StrFormat("tracer: cannot decode the instruction at 0x%x that led to %s: %s", last, st.Describe(),
-                           d.status().message()));
+                           decoded.status().message()));
       return absl::OkStatus();
     }
-    insn = *std::move(d);
   }
+  const DecodedInsn& insn = decoded.ok() ? *decoded : p.insn;
   const uint64_t rip = last - (p.lin - p.rip);
   const uint64_t fallthrough = FallthroughOf(p.mode, rip, insn);
   const bool same_cs = st.cs.selector == p.cs && st.cpl() == p.cpl;
@@ -679,7 +677,7 @@ absl::Status Tracer::ResolveBlockEnd(const Boundary& p, uint64_t last, const Cpu
 absl::Status Tracer::BulkBoundary(CpuState& st, uint64_t skipped, uint64_t last, bool block_start) {
   stats_.boundaries++;
   if (prev_) {
-    const Boundary p = *prev_;
+    const Boundary& p = *prev_;  // replaced only below
     if (skipped) {
       // p and the skipped instructions before `last`: one after another.
       pmu_.CountSequential(skipped, p.cpl);
