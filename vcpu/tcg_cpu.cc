@@ -213,15 +213,15 @@ struct TcgCallbacks {
       bool skip = self->skipped_ < self->skip_limit_ && !self->deliver_now_ && !self->stop_requested_ &&
                   !self->time_up_.load(std::memory_order_relaxed) && !self->exec_bp_mask_;
       if (skip && self->block_start_) {
-        // Past a block boundary only when the observer allows it, at the
-        // same CPL; a REP string instruction's next iteration (a block of
-        // its own) is no new instruction.
-        skip = self->skip_across_ && (self->env_->hflags & kSkipHflags) == self->skip_hflags_ &&
-               self->env_->segs[uabi::kCs].selector == self->skip_cs_;
-        if (skip && address == self->last_start_ && self->IsRepString(address)) {
+        // A REP string instruction's next iteration (a block of its own) is
+        // no new instruction and no transfer.  Past other block boundaries
+        // only when the observer allows it, at the same privilege and mode.
+        if (address == self->last_start_ && self->IsRepString(address)) {
           self->block_start_ = false;
           return;
         }
+        skip = self->skip_across_ && (self->env_->hflags & kSkipHflags) == self->skip_hflags_ &&
+               self->env_->segs[uabi::kCs].selector == self->skip_cs_;
       }
       if (skip) {
         self->block_start_ = false;

@@ -626,7 +626,10 @@ absl::Status Tracer::ResolveBlockEnd(const Boundary& p, uint64_t last, const Cpu
   std::optional<BranchKind> retired;
   switch (k) {
     case BranchKind::kNone:
-      if (same_cs && st.rip == rip && insn.rep_string) return absl::OkStatus();  // one iteration of a REP string
+      if (same_cs && st.rip == rip && insn.rep_string) {
+        stats_.boundaries--;  // one iteration of a REP string: no boundary (as in AtBoundary)
+        return absl::OkStatus();
+      }
       if (same_cs && st.rip == fallthrough) retired = BranchKind::kNone;
       break;
     case BranchKind::kJcc:
