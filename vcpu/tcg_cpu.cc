@@ -24,6 +24,8 @@ namespace {
 // The engine running guest code on this thread (the helpers below are
 // called by QEMU with only its CPU state in hand).
 thread_local TcgCpu* t_running = nullptr;
+// Every flush of QEMU's TLB (by any TcgCpu) counts here.
+std::atomic<uint64_t> g_paging_generation{0};
 
 // Every live engine, for the callbacks QEMU makes with only its CPU in hand.
 std::mutex g_engines_mu;
@@ -638,6 +640,23 @@ void tlb_set_page_with_attrs_x86_64(void* cpu, uint64_t vaddr, uint64_t paddr, M
   original(cpu, vaddr, TcgCallbacks::PhysicalPage(cpu, vaddr), attrs, prot, mmu_idx, size);
 }
 
+// QEMU's TLB flushes (MOV to CR0/CR3/CR4, INVLPG, EFER, SMM, Unicorn's own
+// memory-map changes all come through these two): the mappings code was
+// fetched through may have changed (TcgCpu::PagingGeneration).
+void tlb_flush_by_mmuidx_x86_64(void* cpu, uint16_t idxmap) {
+  using Fn = void (*)(void*, uint16_t);
+  static const auto original = vbts::vcpu::Original<Fn>("tlb_flush_by_mmuidx_x86_64");
+  vbts::vcpu::g_paging_generation.fetch_add(1, std::memory_order_relaxed);
+  original(cpu, idxmap);
+}
+
+void tlb_flush_page_by_mmuidx_x86_64(void* cpu, uint64_t addr, uint16_t idxmap) {
+  using Fn = void (*)(void*, uint64_t, uint16_t);
+  static const auto original = vbts::vcpu::Original<Fn>("tlb_flush_page_by_mmuidx_x86_64");
+  vbts::vcpu::g_paging_generation.fetch_add(1, std::memory_order_relaxed);
+  original(cpu, addr, idxmap);
+}
+
 void qemu_system_reset_request(void* uc) {
   static const auto original = vbts::vcpu::Original<vbts::vcpu::ResetFn>("qemu_system_reset_request");
   if (vbts::vcpu::TcgCpu* self = vbts::vcpu::t_running) TcgCallbacks::TripleFault(self);
@@ -816,6 +835,8 @@ absl::Status TcgCpu::SelfCheck() {
                                    {"helper_hlt_x86_64", reinterpret_cast<void*>(&helper_hlt_x86_64)},
                                    {"qemu_system_reset_request", reinterpret_cast<void*>(&qemu_system_reset_request)},
                                    {"tlb_set_page_with_attrs_x86_64", reinterpret_cast<void*>(&tlb_set_page_with_attrs_x86_64)},
+                                   {"tlb_flush_by_mmuidx_x86_64", reinterpret_cast<void*>(&tlb_flush_by_mmuidx_x86_64)},
+                                   {"tlb_flush_page_by_mmuidx_x86_64", reinterpret_cast<void*>(&tlb_flush_page_by_mmuidx_x86_64)},
                                    {"helper_raise_interrupt_x86_64", reinterpret_cast<void*>(&helper_raise_interrupt_x86_64)},
                                    {"helper_into_x86_64", reinterpret_cast<void*>(&helper_into_x86_64)},
                                    {"x86_cpu_exec_interrupt_x86_64", reinterpret_cast<void*>(&x86_cpu_exec_interrupt_x86_64)},
@@ -913,7 +934,23 @@ CpuState TcgCpu::GetState(bool with_msrs) {
   return st;
 }
 
+void TcgCpu::GetCodeState(CpuState& st) {
+  for (int i = 0; i < 16; i++) st.gpr[i] = env_->regs[i];
+  st.rip = env_->eip;
+  st.rflags = env_->eflags;
+  st.cs = FromCache(env_->segs[uabi::kCs]);
+  st.ss = FromCache(env_->segs[uabi::kSs]);
+  st.cr0 = env_->cr[0];
+  st.cr3 = env_->cr[3];
+  st.cr4 = env_->cr[4];
+  st.efer = env_->efer;
+  st.interrupt_shadow = (env_->hflags & uabi::kHfInhibitIrq) != 0;
+  st.maxphyaddr = maxphyaddr_;
+}
+
 uint64_t TcgCpu::cr4() const { return env_->cr[4]; }
+
+uint64_t TcgCpu::PagingGeneration() { return g_paging_generation.load(std::memory_order_relaxed); }
 
 // env->error_code sits 16 bytes before env->dr[0] (QEMU 5.0 layout; found by
 // SelfCheck writing DR0..DR7 through the API and searching for them).

@@ -104,6 +104,11 @@ class TcgCpu {
   // With `with_msrs` also the SYSCALL/SYSENTER/SWAPGS MSRs (slower: read
   // through QEMU's RDMSR); usable from the instruction hook.
   CpuState GetState(bool with_msrs = true);
+  // What block-level observation needs at each block, cheaply: GPRs, RIP,
+  // CS and SS, CR0/CR3/CR4, EFER, the interrupt shadow and RFLAGS with its
+  // system flags (TF, IF, VM...; the arithmetic flags are not computed).
+  // The other fields of `st` are left as they were.
+  void GetCodeState(CpuState& st);
 
   // Runs guest code from the current state until a stop; timeout_us 0: none.
   absl::StatusOr<TcgStop> Run(uint64_t timeout_us = 0);
@@ -181,6 +186,10 @@ class TcgCpu {
   // (non-canonical bases, reserved EFER/TSC_AUX bits, invalid PAT types).
   static bool CpuMsrWriteFaults(uint32_t index, uint64_t value);
   uint64_t cr4() const;
+  // Changes whenever QEMU flushes its TLB (MOV to CR0/CR3/CR4, INVLPG, ...):
+  // while it stays the same, a linear address of code maps to the same
+  // physical address as QEMU's own translations do.
+  static uint64_t PagingGeneration();
   const TcgStats& stats() const { return stats_; }
 
  private:

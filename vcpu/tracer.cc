@@ -589,8 +589,11 @@ bool Tracer::BulkAcrossBlocks() const { return !sink_active_ && pmu_.BranchAgnos
 
 uint64_t Tracer::BulkLimit() const { return prev_ ? pmu_.SequentialLimit(prev_->cpl) : 0; }
 
-Tracer::Boundary Tracer::Light(const CpuState& st) const {
-  Boundary b;
+void Tracer::Light(const CpuState& st, Boundary& b) const {
+  b.decoded = b.emitted = false;
+  b.predicted_target.reset();
+  b.tf_after.reset();
+  b.accesses.clear();
   b.rip = st.rip;
   b.lin = st.pc_linear();
   b.rsp = st.gpr[kRsp];
@@ -600,25 +603,67 @@ Tracer::Boundary Tracer::Light(const CpuState& st) const {
   b.ia32e = st.long_mode_active();
   b.tf = (st.rflags & kRflagsTf) != 0;
   b.dmode = DecodeModeOf(st);
-  return b;
 }
 
-absl::Status Tracer::ResolveBlockEnd(const Boundary& p, uint64_t last, const CpuState& st) {
-  using pmu::BranchKind;
-  // `last` ran in p's block: p's CS, CPL and mode; its decoding under the
-  // paging in force now (only a MOV to CR3 ending a block changes it, and
-  // kernel code is mapped alike in every address space).
-  absl::StatusOr<DecodedInsn> decoded;
-  if (!(p.decoded && p.lin == last)) {
-    decoded = DecodeAt(st.paging_regs(), p.cpl == 3, p.dmode, mem_, Gva(last));
-    if (!decoded.ok()) {
-      stats_.lost++;
-      Warn(absl::StrFormat("tracer: cannot decode the instruction at 0x%x that led to %s: %s", last, st.Describe(),
-                           decoded.status().message()));
-      return absl::OkStatus();
+const DecodedInsn* Tracer::BlockEndInsn(const Boundary& p, uint64_t last, const CpuState& st,
+                                        uint64_t code_generation, absl::Status& error) {
+  constexpr size_t kEntries = 4096;
+  if (insn_cache_.empty()) insn_cache_.resize(kEntries);
+  const bool user = p.cpl == 3;
+  const pmu::PagingRegs paging = st.paging_regs();
+  CachedInsn& e = insn_cache_[(last ^ (last >> 12)) & (kEntries - 1)];
+  auto where = [&](uint64_t length) -> std::optional<uint64_t> {
+    if ((last & 0xFFF) + length > 0x1000) return std::nullopt;  // on two pages: not cached
+    absl::StatusOr<pmu::Translation> t =
+        pmu::Translate(paging, mem_, Gva(last), pmu::Access{.user = user, .fetch = true}, /*set_accessed_dirty=*/false);
+    if (!t.ok() || !t->fault.ok()) return std::nullopt;
+    return t->gpa.value;
+  };
+  if (e.lin == last && e.user == user && e.dmode.mode == p.dmode.mode && e.dmode.stack_width == p.dmode.stack_width) {
+    if (e.generation != code_generation) {
+      std::optional<uint64_t> gpa = where(e.insn.length);
+      e.generation = code_generation;
+      if (gpa) e.gpa = *gpa;
+      else e.lin = ~0ull;
     }
+    uint8_t now[15];
+    if (e.lin == last && mem_.Read(Gpa(e.gpa), absl::MakeSpan(now, e.insn.length)).ok() &&
+        std::memcmp(now, e.insn.bytes, e.insn.length) == 0)
+      return &e.insn;
   }
-  const DecodedInsn& insn = decoded.ok() ? *decoded : p.insn;
+  // `last` ran in p's block: p's CPL and mode; decoded under the paging in
+  // force now (QEMU fetched it through the same TLB unless a flush came
+  // between, which only a MOV to CR3/CR0/CR4 or INVLPG ending the block does).
+  absl::StatusOr<DecodedInsn> d = DecodeAt(paging, user, p.dmode, mem_, Gva(last));
+  if (!d.ok()) {
+    error = d.status();
+    return nullptr;
+  }
+  if (std::optional<uint64_t> gpa = where(d->length)) {
+    e.lin = last;
+    e.generation = code_generation;
+    e.gpa = *gpa;
+    e.dmode = p.dmode;
+    e.user = user;
+    e.insn = *std::move(d);
+    return &e.insn;
+  }
+  uncached_insn_ = *std::move(d);
+  return &uncached_insn_;
+}
+
+absl::Status Tracer::ResolveBlockEnd(const Boundary& p, uint64_t last, const CpuState& st, uint64_t code_generation) {
+  using pmu::BranchKind;
+  absl::Status error;
+  const DecodedInsn* found =
+      p.decoded && p.lin == last ? &p.insn : BlockEndInsn(p, last, st, code_generation, error);
+  if (found == nullptr) {
+    stats_.lost++;
+    Warn(absl::StrFormat("tracer: cannot decode the instruction at 0x%x that led to %s: %s", last, st.Describe(),
+                         error.message()));
+    return absl::OkStatus();
+  }
+  const DecodedInsn& insn = *found;
   const uint64_t rip = last - (p.lin - p.rip);
   const uint64_t fallthrough = FallthroughOf(p.mode, rip, insn);
   const bool same_cs = st.cs.selector == p.cs && st.cpl() == p.cpl;
@@ -677,7 +722,8 @@ absl::Status Tracer::ResolveBlockEnd(const Boundary& p, uint64_t last, const Cpu
   return Emit(b, st, (st.rflags & kRflagsTf) != 0);
 }
 
-absl::Status Tracer::BulkBoundary(CpuState& st, uint64_t skipped, uint64_t last, bool block_start) {
+absl::Status Tracer::BulkBoundary(CpuState& st, uint64_t skipped, uint64_t last, bool block_start,
+                                  uint64_t code_generation) {
   stats_.boundaries++;
   if (prev_) {
     const Boundary& p = *prev_;  // replaced only below
@@ -699,18 +745,25 @@ absl::Status Tracer::BulkBoundary(CpuState& st, uint64_t skipped, uint64_t last,
       b.ia32e = p.ia32e;
       VBTS_RETURN_IF_ERROR(Emit(b, st, std::nullopt));
     } else {
-      VBTS_RETURN_IF_ERROR(ResolveBlockEnd(p, last, st));
+      VBTS_RETURN_IF_ERROR(ResolveBlockEnd(p, last, st, code_generation));
     }
   }
   VBTS_RETURN_IF_ERROR(BoundaryEvents(st));
   if (emulate_data_bps_ && !guest_bp_) ReadGuestBreakpoints();
-  // Leaving bulk mode: the next boundary is resolved one instruction at a time.
-  prev_ = BulkAllowed() ? Light(st) : Capture(st);
+  if (BulkAllowed()) {
+    if (!prev_) prev_.emplace();
+    Light(st, *prev_);
+    return absl::OkStatus();
+  }
+  // Leaving bulk mode: the next boundary is resolved one instruction at a
+  // time, from the whole state.
+  VBTS_ASSIGN_OR_RETURN(CpuState full, vcpu_.GetState());
+  prev_ = Capture(full);
   return absl::OkStatus();
 }
 
 absl::Status Tracer::BulkEvent(const CpuState& st, uint64_t skipped, uint64_t last,
-                               std::optional<uint64_t> soft_linear) {
+                               std::optional<uint64_t> soft_linear, uint64_t code_generation) {
   if (prev_) {
     const Boundary p = *prev_;
     if (skipped) {
@@ -729,7 +782,7 @@ absl::Status Tracer::BulkEvent(const CpuState& st, uint64_t skipped, uint64_t la
     // there: it did not run.  Otherwise it ended its block (a fault at the
     // next block's first fetch).
     if (st.pc_linear() != last && !(p.emitted && skipped == 0 && p.lin == last))
-      VBTS_RETURN_IF_ERROR(ResolveBlockEnd(p, last, st));
+      VBTS_RETURN_IF_ERROR(ResolveBlockEnd(p, last, st, code_generation));
   }
   prev_ = Capture(st);
   return absl::OkStatus();

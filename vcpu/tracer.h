@@ -99,12 +99,19 @@ class Tracer : public StepObserver {
   // reported boundary `skipped` more instructions started unreported, and
   // `last` (linear) is the one before this boundary; `block_start`: a
   // translated block started here, so `last` may have been a branch.
-  absl::Status BulkBoundary(CpuState& st, uint64_t skipped, uint64_t last, bool block_start);
+  // `st` needs only what TcgCpu::GetCodeState fills (the tracer reads the
+  // whole state itself when it leaves bulk mode).
+  // `code_generation` (TcgCpu::PagingGeneration): while it is unchanged, a
+  // linear address of code maps where it mapped before, so a decoding made
+  // then is still good if the bytes are.
+  absl::Status BulkBoundary(CpuState& st, uint64_t skipped, uint64_t last, bool block_start,
+                            uint64_t code_generation);
   // An event is about to be delivered in bulk mode (`st`: the state before
   // delivery; `soft_linear`: the INT n/INT3/INTO that raised it).  The tracer
   // accounts for what ran and goes back to following every boundary: the
   // next boundary (the handler) is reported through AtBoundary.
-  absl::Status BulkEvent(const CpuState& st, uint64_t skipped, uint64_t last, std::optional<uint64_t> soft_linear);
+  absl::Status BulkEvent(const CpuState& st, uint64_t skipped, uint64_t last, std::optional<uint64_t> soft_linear,
+                         uint64_t code_generation);
   // Before the virtual PMU is read or written by the instruction at `last`
   // (RDMSR, WRMSR, RDPMC), in bulk mode: counts what ran before it.
   absl::Status BulkFlush(uint64_t skipped, uint64_t last);
@@ -145,11 +152,16 @@ class Tracer : public StepObserver {
     std::vector<DataAccess> accesses;
   };
   Boundary Capture(const CpuState& st);
-  // The boundary without decoding (bulk mode).
-  Boundary Light(const CpuState& st) const;
+  // The boundary without decoding (bulk mode), written over `b`.
+  void Light(const CpuState& st, Boundary& b) const;
   // Bulk mode: the instruction at `last`, in the block of `p`, ran and the
   // guest is now at `st`: reports it as the branch (or not) it was.
-  absl::Status ResolveBlockEnd(const Boundary& p, uint64_t last, const CpuState& st);
+  absl::Status ResolveBlockEnd(const Boundary& p, uint64_t last, const CpuState& st, uint64_t code_generation);
+  // The decoding of `last` (in p's block), from insn_cache_ when its bytes
+  // and the code generation are unchanged; null when it cannot be decoded
+  // (`error` says why).
+  const DecodedInsn* BlockEndInsn(const Boundary& p, uint64_t last, const CpuState& st, uint64_t code_generation,
+                                  absl::Status& error);
   // What AtBoundary and BulkBoundary do at every boundary after resolving.
   absl::Status BoundaryEvents(const CpuState& st);
   // Explains how the guest got from prev_ to `st` and reports it.
@@ -195,6 +207,18 @@ class Tracer : public StepObserver {
   bool consecutive_ = false;    // this boundary follows the previous one by a single step
   std::optional<uint8_t> pmi_in_flight_;  // vector of a PMI raised but not yet seen delivered
   bool pmi_deliverable_ = false;          // ... and the guest can take it at this boundary
+  // Decodings of blocks' last instructions (bulk mode): direct-mapped by
+  // linear address, each checked against its bytes in RAM when used.
+  struct CachedInsn {
+    uint64_t lin = ~0ull;
+    uint64_t generation = 0;
+    uint64_t gpa = 0;  // the instruction's bytes (within one page)
+    DecodeMode dmode;
+    bool user = false;
+    DecodedInsn insn;
+  };
+  std::vector<CachedInsn> insn_cache_;
+  DecodedInsn uncached_insn_;
   std::vector<std::string> warnings_;
   std::set<std::string> warned_;  // every warning once per run
   TracerStats stats_;

@@ -551,14 +551,15 @@ void Machine::UpdateTcgObservation() {
     return;
   }
   tcg_->SetInstructionHook([this](uint64_t) {
-    vcpu::CpuState st = tcg_->GetState(/*with_msrs=*/false);
     absl::Status s;
     if (tcg_bulk_) {
       // Block-level observation: the instructions since the last boundary
       // ran inside one block (docs/tcg-engine.md).
+      tcg_->GetCodeState(tcg_code_state_);
       const vcpu::TcgCpu::Skipped k = tcg_->TakeSkipped();
-      s = tracer_->BulkBoundary(st, k.count, k.last, k.block_start);
+      s = tracer_->BulkBoundary(tcg_code_state_, k.count, k.last, k.block_start, vcpu::TcgCpu::PagingGeneration());
     } else {
+      vcpu::CpuState st = tcg_->GetState(/*with_msrs=*/false);
       // Every instruction is observed while the hook is on: consecutive
       // boundaries, except the first after it was turned on.
       tracer_->SetConsecutive(!tcg_first_boundary_);
@@ -576,7 +577,8 @@ void Machine::UpdateTcgObservation() {
     if (!tcg_bulk_) return;
     tcg_bulk_ = false;  // the handler's first instruction is followed one by one
     const vcpu::TcgCpu::Skipped k = tcg_->TakeSkipped();
-    absl::Status s = tracer_->BulkEvent(tcg_->GetState(/*with_msrs=*/false), k.count, k.last, soft_linear);
+    absl::Status s = tracer_->BulkEvent(tcg_->GetState(/*with_msrs=*/false), k.count, k.last, soft_linear,
+                                        vcpu::TcgCpu::PagingGeneration());
     if (!s.ok() && tcg_error_.ok()) tcg_error_ = s;
   });
 }

@@ -161,7 +161,8 @@ class Machine : private vcpu::TcgDevices {
   bool in_tcg_ = false;                // the TCG engine holds the vCPU state
   bool tcg_observing_ = false;         // the instruction hook feeds the tracer
   bool tcg_first_boundary_ = false;
-  bool tcg_bulk_ = false;              // block-level observation (Tracer::BulkAllowed) since the last boundary
+  bool tcg_bulk_ = false;
+  vcpu::CpuState tcg_code_state_;      // TcgCpu::GetCodeState's, reused at every block              // block-level observation (Tracer::BulkAllowed) since the last boundary
   absl::Status tcg_error_;             // a failure inside a TCG callback, reported after the run
   uint64_t apic_base_ = 0xFEE00900;    // IA32_APIC_BASE while in TCG (BSP, enabled)
   uint64_t msr_exits_ = 0;
