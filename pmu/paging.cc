@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
 
@@ -96,7 +97,7 @@ absl::StatusOr<Translation> Translate(const PagingRegs& regs, PhysMemory& mem, G
   if (access.user) access_bits |= kPfUser;
   if (access.fetch && ((regs.cr4 & kCr4Smep) || nxe)) access_bits |= kPfFetch;
 
-  std::vector<UsedEntry> used;
+  absl::InlinedVector<UsedEntry, 4> used;  // at most 4 levels
   bool rw = true, us = true, xd = false;
   uint64_t pa = 0;
 
@@ -212,16 +213,19 @@ absl::StatusOr<Translation> Translate(const PagingRegs& regs, PhysMemory& mem, G
     return t;
   }
 
-  if (set_accessed_dirty) {
-    // SDM 4.8: A in every entry used; D in the entry that maps the page.
-    for (size_t i = 0; i < used.size(); ++i) {
-      const UsedEntry& u = used[i];
-      uint8_t low = static_cast<uint8_t>(u.value);
-      uint8_t want = low;
-      if (u.has_accessed_flag) want |= kPteA;
-      if (i + 1 == used.size() && access.write) want |= kPteD;
-      if (want != low) VBTS_RETURN_IF_ERROR(mem.WriteLe<uint8_t>(u.addr, want));
+  // SDM 4.8: A in every entry used; D in the entry that maps the page.
+  for (size_t i = 0; i < used.size(); ++i) {
+    const UsedEntry& u = used[i];
+    uint8_t low = static_cast<uint8_t>(u.value);
+    uint8_t want = low;
+    if (u.has_accessed_flag) want |= kPteA;
+    if (i + 1 == used.size() && access.write) want |= kPteD;
+    if (want == low) continue;
+    if (!set_accessed_dirty) {
+      t.ad_pending = true;
+      break;
     }
+    VBTS_RETURN_IF_ERROR(mem.WriteLe<uint8_t>(u.addr, want));
   }
   t.gpa = Gpa(pa);
   return t;
@@ -234,7 +238,8 @@ absl::StatusOr<AccessFault> LinearMemory::ForEachChunk(Gva la, uint64_t len, Acc
     Gpa gpa;
     uint64_t offset, len;
   };
-  std::vector<Chunk> chunks;
+  absl::InlinedVector<Chunk, 2> chunks;
+  bool ad_pending = false;
   const bool wrap32 = PagingModeOf(regs_) != PagingMode::k4Level;
   uint64_t off = 0;
   while (off < len) {
@@ -246,9 +251,10 @@ absl::StatusOr<AccessFault> LinearMemory::ForEachChunk(Gva la, uint64_t len, Acc
     // 32-bit wrap and page-size corner cases need no special handling.
     uint64_t n = std::min<uint64_t>(len - off, 4096 - (addr & 0xfff));
     chunks.push_back({t.gpa, off, n});
+    ad_pending |= t.ad_pending;
     off += n;
   }
-  if (set_ad) {
+  if (set_ad && ad_pending) {  // walk again to set them, now that every chunk is known to be accessible
     for (const Chunk& c : chunks) {
       uint64_t addr = la.value + c.offset;
       if (wrap32) addr &= 0xffffffffull;

@@ -77,6 +77,8 @@ struct Translation {
   AccessFault fault;      // kind == kNone when the translation succeeded
   Gpa gpa;                // valid when fault.ok()
   uint64_t page_size = 0;  // 4 KiB, 2 MiB, 4 MiB, 1 GiB; 2^32 without paging
+  // Without set_accessed_dirty: an accessed or dirty flag the access would set is clear.
+  bool ad_pending = false;
 };
 
 // True if `la` is canonical for a `width`-bit linear address space (SDM 3.3.7.1).
