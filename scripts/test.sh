@@ -8,8 +8,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
+# Without arguments: everything but the label heavy (minutes each; `ctest -L heavy`).
+if [ $# -eq 0 ]; then set -- -LE heavy; heavy_default=1; else heavy_default=0; fi
 (cd build && ctest --output-on-failure -j2 --timeout 300 "$@")
-if [ $# -eq 0 ]; then
+if [ "$heavy_default" -eq 1 ]; then
   cmake -S . -B build-asan -DVBTS_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
   cmake --build build-asan -j"$(nproc)"
   # The QEMU differential tests and the record/report scripts add nothing the

@@ -27,6 +27,8 @@ A [NAME] section of kut.cfg says:
             speed); it must match at least one.
   skip      "TEXT | REASON": an allowed SKIP line (the CPU model lacks the feature).
   last      the text the last line of output starts with (where the run stops).
+  heavy     yes: the run takes minutes; CMake gives it the ctest label heavy, which .ci/run
+            leaves out (ctest -L heavy).
 Exit status: 0 as expected, 1 not, 77 the binaries are missing (ctest: skipped).
 """
 import argparse
