@@ -154,9 +154,14 @@ struct TcgCallbacks {
     // #DB as a trap, with no gate DPL check (SDM vol. 2 "INT n/INTO/INT3/
     // INT1": INT1 is not a software interrupt).
     bool icebp = false;
+    uint64_t icebp_length = 0;
     if (intno == 6 && !soft) {
+      // Prefixes are allowed (kvm-unit-tests' debug.flat runs `cs cs int1`).
+      const uint64_t at = env->segs[uabi::kCs].base + env->eip;
+      const uint64_t prefixes = self->PrefixBytes(at);
       uint8_t byte = 0;
-      icebp = self->ReadCode(env->segs[uabi::kCs].base + env->eip, byte) && byte == 0xF1;
+      icebp = self->ReadCode(at + prefixes, byte) && byte == 0xF1;
+      icebp_length = prefixes + 1;
     }
     if (self->delivering_ < 0) self->AnnounceEvent(soft ? std::optional<uint64_t>(env->segs[uabi::kCs].base + self->soft_start_)
                                                       : std::nullopt);
@@ -164,7 +169,7 @@ struct TcgCallbacks {
     self->delivering_soft_ = soft;
     if (icebp) {
       self->stats_.icebp++;
-      env->eip += 1;
+      env->eip += icebp_length;
       do_interrupt_x86_hardirq_x86_64(env, 1, /*is_hw=*/0);
     } else {
       x86_cpu_do_interrupt_x86_64(self->cpu_);
@@ -348,6 +353,15 @@ struct TcgCallbacks {
   static void Halted(TcgCpu* self) {
     self->stats_.halts++;
     self->halted_ = true;
+    // HLT that began with TF=1 is followed by its single-step trap when it
+    // completes (SDM vol. 3B 17.3.1.4), before the interrupt that wakes the
+    // CPU (a trap of the previous instruction has priority, SDM vol. 3A
+    // 6.9); QEMU 5.0 halts without it.  Queued for the next boundary, after
+    // the HLT: the machine resumes the CPU when the interrupt is due.
+    if ((self->env_->eflags & kRflagsTf) && !self->own_single_step_) {
+      self->dr()[6] |= 1u << 14;  // DR6.BS
+      self->QueueException(1, std::nullopt);
+    }
   }
   static void TripleFault(TcgCpu* self) {
     self->triple_fault_ = true;
@@ -420,23 +434,24 @@ struct TcgCallbacks {
     self->UpdateBreakpoints();
     self->config_.devices->DebugRegistersWritten();
   }
+  // Runs QEMU's IRET or far RET (`ret`), then gives FS and GS back the bases
+  // it zeroed when it made their selectors null (helper_iret_protected).
+  static void KeepFsGsBases(void* env, void (*ret)(void*, int, int), int a, int b) {
+    TcgCpu* self = Running(env);
+    auto* e = static_cast<uabi::EnvPrefix*>(env);
+    const uint64_t fs = e->segs[uabi::kFs].base, gs = e->segs[uabi::kGs].base;
+    const uint32_t fs_sel = e->segs[uabi::kFs].selector, gs_sel = e->segs[uabi::kGs].selector;
+    ret(env, a, b);
+    if (self == nullptr || !(e->efer & kEferLma)) return;
+    if (fs_sel != 0 && e->segs[uabi::kFs].selector == 0) e->segs[uabi::kFs].base = fs;
+    if (gs_sel != 0 && e->segs[uabi::kGs].selector == 0) e->segs[uabi::kGs].base = gs;
+  }
   [[noreturn]] static void LeaveAfterWrmsr(TcgCpu* self) {
     // EIP is at the WRMSR (QEMU synced it before the helper): skip its
     // prefixes (legacy, and REX in 64-bit code) and 0F 30.
     uabi::EnvPrefix* env = self->env_;
-    const uint64_t base = env->segs[uabi::kCs].base;
     const bool code64 = (env->hflags & (1u << 15)) != 0;  // HF_CS64
-    uint64_t eip = env->eip;
-    for (int i = 0; i < 15; i++) {
-      uint8_t b = 0;
-      if (!self->ReadCode(base + eip, b)) break;
-      const bool prefix = b == 0x66 || b == 0x67 || b == 0xF2 || b == 0xF3 || b == 0x2E || b == 0x36 ||
-                          b == 0x3E || b == 0x26 || b == 0x64 || b == 0x65 || b == 0xF0 ||
-                          (code64 && (b & 0xF0) == 0x40);
-      if (!prefix) break;
-      eip++;
-    }
-    env->eip = eip + 2;
+    env->eip += self->PrefixBytes(env->segs[uabi::kCs].base + env->eip) + 2;
     if (!code64) env->eip &= 0xFFFFFFFFu;
     cpu_loop_exit_x86_64(self->cpu_);
   }
@@ -640,6 +655,26 @@ void tlb_set_page_with_attrs_x86_64(void* cpu, uint64_t vaddr, uint64_t paddr, M
   original(cpu, vaddr, TcgCallbacks::PhysicalPage(cpu, vaddr), attrs, prot, mmu_idx, size);
 }
 
+// IRET and far RET to an outer privilege level make ES, DS, FS and GS whose
+// DPL is below the new CPL null (SDM vol. 2, IRET: "segment selector
+// invalid"): the selector, not the hidden base, which in IA-32e mode is FS's
+// and GS's own (their MSRs).  QEMU 5.0 also zeroes the base (validate_seg);
+// kvm-unit-tests' per-CPU data behind GS is still there after ring 3 on
+// hardware (debug.flat, kut.debug-tcg).  QEMU synced EIP before the helper,
+// so a fault inside it is reported at the instruction.
+
+void helper_iret_protected_x86_64(void* env, int shift, int next_eip) {
+  using Fn = void (*)(void*, int, int);
+  static const auto original = vbts::vcpu::Original<Fn>("helper_iret_protected_x86_64");
+  TcgCallbacks::KeepFsGsBases(env, original, shift, next_eip);
+}
+
+void helper_lret_protected_x86_64(void* env, int shift, int addend) {
+  using Fn = void (*)(void*, int, int);
+  static const auto original = vbts::vcpu::Original<Fn>("helper_lret_protected_x86_64");
+  TcgCallbacks::KeepFsGsBases(env, original, shift, addend);
+}
+
 // QEMU's TLB flushes (MOV to CR0/CR3/CR4, INVLPG, EFER, SMM, Unicorn's own
 // memory-map changes all come through these two): the mappings code was
 // fetched through may have changed (TcgCpu::PagingGeneration).
@@ -836,6 +871,8 @@ absl::Status TcgCpu::SelfCheck() {
                                    {"qemu_system_reset_request", reinterpret_cast<void*>(&qemu_system_reset_request)},
                                    {"tlb_set_page_with_attrs_x86_64", reinterpret_cast<void*>(&tlb_set_page_with_attrs_x86_64)},
                                    {"tlb_flush_by_mmuidx_x86_64", reinterpret_cast<void*>(&tlb_flush_by_mmuidx_x86_64)},
+                                   {"helper_iret_protected_x86_64", reinterpret_cast<void*>(&helper_iret_protected_x86_64)},
+                                   {"helper_lret_protected_x86_64", reinterpret_cast<void*>(&helper_lret_protected_x86_64)},
                                    {"tlb_flush_page_by_mmuidx_x86_64", reinterpret_cast<void*>(&tlb_flush_page_by_mmuidx_x86_64)},
                                    {"helper_raise_interrupt_x86_64", reinterpret_cast<void*>(&helper_raise_interrupt_x86_64)},
                                    {"helper_into_x86_64", reinterpret_cast<void*>(&helper_into_x86_64)},
@@ -1085,6 +1122,20 @@ void TcgCpu::SkipSequential(uint64_t limit, bool across_blocks) {
   skip_across_ = across_blocks;
   skip_hflags_ = env_->hflags & kSkipHflags;
   skip_cs_ = env_->segs[uabi::kCs].selector;
+}
+
+uint64_t TcgCpu::PrefixBytes(uint64_t linear) {
+  // Legacy prefixes, and REX in 64-bit code.
+  const bool code64 = (env_->hflags & (1u << 15)) != 0;  // HF_CS64
+  uint64_t n = 0;
+  for (; n < 14; n++) {
+    uint8_t b = 0;
+    if (!ReadCode(linear + n, b)) break;
+    const bool prefix = b == 0x66 || b == 0x67 || b == 0xF2 || b == 0xF3 || b == 0x2E || b == 0x36 || b == 0x3E ||
+                        b == 0x26 || b == 0x64 || b == 0x65 || b == 0xF0 || (code64 && (b & 0xF0) == 0x40);
+    if (!prefix) break;
+  }
+  return n;
 }
 
 bool TcgCpu::IsRepString(uint64_t linear) {

@@ -217,6 +217,8 @@ class TcgCpu {
   // A queued event could be taken at the current boundary.
   bool Deliverable() const;
   bool IsRepString(uint64_t linear);
+  // How many prefix bytes the instruction at `linear` starts with.
+  uint64_t PrefixBytes(uint64_t linear);
   // An event is about to be delivered: the event hook, while skipping.
   void AnnounceEvent(std::optional<uint64_t> soft_linear);
   friend struct TcgCallbacks;
