@@ -280,6 +280,60 @@ TEST_F(TcgCpuTest, IcebpDeliversATrapLikeDebugException) {
   EXPECT_EQ(Read32(kKernelStack - 16), kCode32U);
 }
 
+TEST_F(TcgCpuTest, IcebpAfterPrefixesIsStillIcebp) {
+  // `cs cs int1` (kvm-unit-tests' debug.flat): prefixes do not make ICEBP
+  // invalid; the trap's EIP is after all three bytes.
+  Gate32(1, MakeGate(kIntGate32, kCode32K, 0x600, 0));
+  Code(0x600, {0xf4});
+  Code(kCodeRip, {0x2e, 0x2e, 0xf1});
+  CpuState st = RunFrom(Pm32(0));
+  EXPECT_EQ(st.rip, 0x601u);
+  EXPECT_EQ(Read32(kKernelStack - 12), kCodeRip + 3);
+  EXPECT_EQ(cpu_->stats().icebp, 1u);
+}
+
+TEST_F(TcgCpuTest, HltUnderTfIsFollowedByItsSingleStepTrap) {
+  // SDM vol. 3B 17.3.1.4: an instruction that began with TF=1 is followed by
+  // a single-step trap, HLT too, once it completes; the machine resumes the
+  // CPU and the #DB (DR6.BS) comes first, with the EIP after the HLT.
+  Gate32(1, MakeGate(kIntGate32, kCode32K, 0x600, 0));
+  Code(0x600, {0xf4});
+  Code(kCodeRip, {0xf4});
+  CpuState st = Pm32(0);
+  st.rflags |= kRflagsTf;
+  st = RunFrom(st);
+  EXPECT_EQ(st.rip, kCodeRip + 1);  // halted after the guest's HLT
+  auto stop = cpu_->Run(5'000'000);
+  VBTS_ASSERT_OK(stop.status());
+  EXPECT_EQ(stop->kind, TcgStop::kHalted);
+  EXPECT_EQ(cpu_->GetState().rip, 0x601u);  // the #DB handler's HLT
+  EXPECT_EQ(Read32(kKernelStack - 12), kCodeRip + 1);
+  EXPECT_EQ(Read32(kKernelStack - 4) & kRflagsTf, kRflagsTf);  // the frame's EFLAGS: TF as it was
+  uint64_t db[4], dr6 = 0, dr7 = 0;
+  cpu_->GetDebugRegs(db, dr6, dr7);
+  EXPECT_EQ(dr6 & (1u << 14), 1u << 14);
+}
+
+TEST_F(TcgCpuTest, IretToRing3KeepsTheGsBaseInLongMode) {
+  // IRETQ from CPL0 to CPL3 with GS holding a DPL0 data selector: the
+  // selector becomes null (SDM vol. 2 IRET: DPL < new CPL), the base, which
+  // in IA-32e mode is IA32_GS_BASE's, stays (kvm-unit-tests' per-CPU data).
+  // The ring-3 code's UD2 brings the CPU back to a ring-0 handler.
+  Gate64(6, MakeGate(kIntGate32, kCode64K, 0x600, 0));
+  Code(0x600, {0xf4});
+  Code(0x200, {0x0f, 0x0b});        // ring 3: ud2
+  Code(kCodeRip, {0x48, 0xcf});     // iretq
+  CpuState st = Lm64(0);
+  st.gs = Seg(kData32K);
+  st.gs.base = 0x12345000;
+  st.gpr[kRsp] = kKernelStack - 40;
+  Frame(kKernelStack - 40, {0x200, kCode64U, 0x2, kUserStack, kData32U}, 8);
+  st = RunFrom(st);
+  EXPECT_EQ(st.rip, 0x601u);
+  EXPECT_EQ(st.gs.selector, 0u);
+  EXPECT_EQ(st.gs.base, 0x12345000u);
+}
+
 TEST_F(TcgCpuTest, AnInterruptWaitsForTheStiShadow) {
   // SDM vol. 3A 6.8.3: after STI sets IF, interrupts stay inhibited until the
   // end of the next instruction.  Pending from the start with IF=0, the
