@@ -323,6 +323,26 @@ TEST_F(VpmuTest, SequentialCountingStopsBeforeTheOverflowingInstruction) {
   EXPECT_EQ(pmu_.stats().instructions, 50u);
 }
 
+TEST_F(VpmuTest, CounterMaskComparesTheEventsOfOneInstruction) {
+  // SDM 18.2.1.1: with CMASK != 0 a counter counts the cycles in which the
+  // event occurred >= CMASK times (INV: fewer).  vbts's cycle is one
+  // instruction, with 0 or 1 occurrences: over 3 non-branch instructions and
+  // 1 jump, PMC0 (C0H, CMASK 2) counts 0, PMC1 (C0H, CMASK 1) 4, PMC2 (C4H,
+  // CMASK 1, INV: cycles without a branch) 3, PMC3 (C0H, CMASK 2, INV) 4.
+  constexpr uint64_t kBase = (1u << 16) | (1u << 17) | (1u << 22), kInv = 1u << 23;
+  Wr(0x186, 0xC0 | kBase | (2ull << 24));
+  Wr(0x187, 0xC0 | kBase | (1ull << 24));
+  Wr(0x188, 0xC4 | kBase | kInv | (1ull << 24));
+  Wr(0x189, 0xC0 | kBase | kInv | (2ull << 24));
+  Wr(0x38F, 0xF);
+  for (int i = 0; i < 3; i++) Obs(Jmp(0x100 + i, 0x101 + i, 0, BranchKind::kNone));
+  Obs(Jmp(0x103, 0x200));
+  EXPECT_EQ(Rd(0xC1), 0u);
+  EXPECT_EQ(Rd(0xC2), 4u);
+  EXPECT_EQ(Rd(0xC3), 3u);
+  EXPECT_EQ(Rd(0xC4), 4u);
+}
+
 TEST_F(VpmuTest, SequentialCountingEqualsOneByOne) {
   // The same 1000 instructions counted in bulk and one by one leave the same
   // counters (cycles 3CH and instructions C0H both count 1 per instruction).
