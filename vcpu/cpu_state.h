@@ -108,6 +108,18 @@ struct CpuState {
   std::string Dump() const;      // multi-line register dump (for -v)
 };
 
+// The x87 and SSE registers, as FXSAVE (and KVM_GET_FPU) lay them out: what
+// moves with the vCPU between the engines besides CpuState.
+struct FpuState {
+  uint8_t st[8][16] = {};  // ST(0)..ST(7), stack order: 80-bit values in the low 10 bytes
+  uint16_t fcw = 0x37F;    // control word (reset value, SDM vol. 1 8.1.5)
+  uint16_t fsw = 0;        // status word (TOP in bits 13:11)
+  uint8_t ftw = 0;         // abridged tag word: bit i set = physical register i not empty
+  uint8_t xmm[16][16] = {};
+  uint32_t mxcsr = 0x1F80;
+  bool operator==(const FpuState&) const = default;
+};
+
 }  // namespace vbts::vcpu
 
 #endif  // VBTS_VCPU_CPU_STATE_H_

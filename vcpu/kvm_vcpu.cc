@@ -57,6 +57,30 @@ absl::StatusOr<bool> KvmVcpu::CompletePendingExit() {
   return absl::ErrnoToStatus(e, "KVM_RUN(immediate_exit) failed");
 }
 
+absl::StatusOr<FpuState> KvmVcpu::GetFpu() {
+  kvm_fpu k{};
+  VBTS_RETURN_IF_ERROR(Ioctl(fd(), KVM_GET_FPU, &k, "KVM_GET_FPU").status());
+  FpuState f;
+  std::memcpy(f.st, k.fpr, sizeof(f.st));
+  f.fcw = k.fcw;
+  f.fsw = k.fsw;
+  f.ftw = k.ftwx;
+  std::memcpy(f.xmm, k.xmm, sizeof(f.xmm));
+  f.mxcsr = k.mxcsr;
+  return f;
+}
+
+absl::Status KvmVcpu::SetFpu(const FpuState& f) {
+  kvm_fpu k{};
+  std::memcpy(k.fpr, f.st, sizeof(f.st));
+  k.fcw = f.fcw;
+  k.fsw = f.fsw;
+  k.ftwx = f.ftw;
+  std::memcpy(k.xmm, f.xmm, sizeof(f.xmm));
+  k.mxcsr = f.mxcsr;
+  return Ioctl(fd(), KVM_SET_FPU, &k, "KVM_SET_FPU").status();
+}
+
 absl::StatusOr<kvm_regs> KvmVcpu::GetRegs() {
   kvm_regs r;
   VBTS_RETURN_IF_ERROR(Ioctl(fd(), KVM_GET_REGS, &r, "KVM_GET_REGS").status());

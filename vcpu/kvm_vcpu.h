@@ -51,6 +51,9 @@ class KvmVcpu : public VcpuControl {
   // `with_msrs`. Invalidates nothing the guest did not change.
   absl::Status SetState(const CpuState& st, bool with_msrs = false);
 
+  // The x87/SSE registers (KVM_GET_FPU / KVM_SET_FPU).
+  absl::StatusOr<FpuState> GetFpu();
+  absl::Status SetFpu(const FpuState& f);
   absl::StatusOr<kvm_regs> GetRegs();
   absl::Status SetRegs(const kvm_regs& r);
   absl::StatusOr<kvm_sregs> GetSregs();

@@ -18,6 +18,7 @@
 #ifndef VBTS_VCPU_SUPERVISOR_H_
 #define VBTS_VCPU_SUPERVISOR_H_
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <optional>
@@ -109,6 +110,13 @@ class Supervisor {
   void SetObserver(StepObserver* observer) { observer_ = observer; }
 
   Mode mode() const { return mode_; }
+  // Stepping every instruction with nothing of vbts's in the guest's state
+  // or memory (no code guard written, no TF of vbts's, no step-over): the
+  // state KVM holds is the guest's own, and may move to another engine.
+  bool SteppingPlainly() const {
+    return mode_ == Mode::kStepping && !tf_trick_handler_ && !step_over_ &&
+           std::none_of(patches_.begin(), patches_.end(), [](const CodePatch& p) { return p.applied; });
+  }
   // Why the whole guest is stepped without an observer asking for it ("" if it is not).
   const std::string& stepping_reason() const { return stepping_reason_; }
   // The CPUID sites that get a breakpoint (empty when the guest is stepped).

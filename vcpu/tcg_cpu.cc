@@ -971,6 +971,49 @@ CpuState TcgCpu::GetState(bool with_msrs) {
   return st;
 }
 
+FpuState TcgCpu::GetFpu() {
+  FpuState f;
+  uc_reg_read(uc_, UC_X86_REG_FPCW, &f.fcw);
+  uc_reg_read(uc_, UC_X86_REG_FPSW, &f.fsw);
+  uint16_t tag = 0;
+  uc_reg_read(uc_, UC_X86_REG_FPTAG, &tag);  // 2 bits per physical register, 3 = empty
+  f.ftw = 0;
+  for (int i = 0; i < 8; i++)
+    if (((tag >> (2 * i)) & 3) != 3) f.ftw |= 1u << i;
+  const int top = (f.fsw >> 11) & 7;
+  for (int i = 0; i < 8; i++) {
+    uint8_t v[16] = {};  // mantissa (8 bytes), sign and exponent (2)
+    uc_reg_read(uc_, UC_X86_REG_FP0 + ((top + i) & 7), v);
+    std::memcpy(f.st[i], v, 10);
+  }
+  for (int i = 0; i < 16; i++) uc_reg_read(uc_, UC_X86_REG_XMM0 + i, f.xmm[i]);
+  uc_reg_read(uc_, UC_X86_REG_MXCSR, &f.mxcsr);
+  return f;
+}
+
+void TcgCpu::SetFpu(const FpuState& f) {
+  uint16_t fcw = f.fcw, fsw = f.fsw;
+  uc_reg_write(uc_, UC_X86_REG_FPCW, &fcw);
+  uc_reg_write(uc_, UC_X86_REG_FPSW, &fsw);
+  uint16_t tag = 0;
+  for (int i = 0; i < 8; i++)
+    if (!((f.ftw >> i) & 1)) tag |= 3u << (2 * i);
+  uc_reg_write(uc_, UC_X86_REG_FPTAG, &tag);
+  const int top = (f.fsw >> 11) & 7;
+  for (int i = 0; i < 8; i++) {
+    uint8_t v[16] = {};
+    std::memcpy(v, f.st[i], 10);
+    uc_reg_write(uc_, UC_X86_REG_FP0 + ((top + i) & 7), v);
+  }
+  for (int i = 0; i < 16; i++) {
+    uint8_t v[16];
+    std::memcpy(v, f.xmm[i], 16);
+    uc_reg_write(uc_, UC_X86_REG_XMM0 + i, v);
+  }
+  uint32_t mxcsr = f.mxcsr;
+  uc_reg_write(uc_, UC_X86_REG_MXCSR, &mxcsr);
+}
+
 void TcgCpu::GetCodeState(CpuState& st) {
   for (int i = 0; i < 16; i++) st.gpr[i] = env_->regs[i];
   st.rip = env_->eip;

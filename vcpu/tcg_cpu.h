@@ -104,6 +104,10 @@ class TcgCpu {
   // With `with_msrs` also the SYSCALL/SYSENTER/SWAPGS MSRs (slower: read
   // through QEMU's RDMSR); usable from the instruction hook.
   CpuState GetState(bool with_msrs = true);
+  // The x87/SSE registers (QEMU keeps x87 registers by physical number and
+  // an empty/full tag each; the conversion follows FXSAVE's layout).
+  FpuState GetFpu();
+  void SetFpu(const FpuState& f);
   // What block-level observation needs at each block, cheaply: GPRs, RIP,
   // CS and SS, CR0/CR3/CR4, EFER, the interrupt shadow and RFLAGS with its
   // system flags (TF, IF, VM...; the arithmetic flags are not computed).
@@ -124,6 +128,8 @@ class TcgCpu {
   void InterruptPending();
   void QueueNmi();
   bool NmiPending() const;
+  // An NMI or a queued exception waits for delivery (both stay with the engine).
+  bool EventPending() const { return pending_exception_.has_value() || NmiPending(); }
   // An exception as if the next instruction raised it (a #DB vbts emulates).
   void QueueException(uint8_t vector, std::optional<uint32_t> error_code);
 

@@ -95,7 +95,17 @@ pmu::ExecMode ExecModeOf(const CpuState& st) {
 }
 
 Tracer::Tracer(VcpuControl& vcpu, PhysMemory& mem, pmu::VirtualPmu& pmu, std::function<absl::Status(uint8_t)> send_msi)
-    : vcpu_(vcpu), mem_(mem), pmu_(pmu), send_msi_(std::move(send_msi)) {}
+    : vcpu_(&vcpu), mem_(mem), pmu_(pmu), send_msi_(std::move(send_msi)) {}
+
+void Tracer::Rebind(VcpuControl& vcpu, std::function<absl::Status(uint8_t)> send_msi, bool emulate_data_bps) {
+  vcpu_ = &vcpu;
+  send_msi_ = std::move(send_msi);
+  emulate_data_bps_ = emulate_data_bps;
+  prev_.reset();
+  guest_bp_.reset();
+  if (emulate_data_bps_) ReadGuestBreakpoints();  // they moved with the vCPU
+  kernel_debugctl_.reset();
+}
 
 bool Tracer::WantsEveryInstruction() const {
   return pmu_.NeedsObservation() || sink_active_ || pmi_due_ || pmi_in_flight_.has_value() || guest_tf_ ||
@@ -103,7 +113,7 @@ bool Tracer::WantsEveryInstruction() const {
 }
 
 void Tracer::ReadGuestBreakpoints() {
-  absl::StatusOr<kvm_debugregs> d = vcpu_.GetDebugRegs();
+  absl::StatusOr<kvm_debugregs> d = vcpu_->GetDebugRegs();
   GuestBreakpoints g;
   if (d.ok()) {
     for (int i = 0; i < 4; i++) g.dr[i] = d->db[i];
@@ -214,14 +224,14 @@ absl::Status Tracer::SyncKernelDebugCtl() {
   if (kernel_debugctl_ == v) return absl::OkStatus();
   constexpr uint32_t kMsrDebugCtl = 0x1D9;
   const MsrValue m{kMsrDebugCtl, v};
-  VBTS_RETURN_IF_ERROR(vcpu_.SetMsrs(absl::MakeConstSpan(&m, 1)));
+  VBTS_RETURN_IF_ERROR(vcpu_->SetMsrs(absl::MakeConstSpan(&m, 1)));
   kernel_debugctl_ = v;
   return absl::OkStatus();
 }
 
 absl::Status Tracer::ReadKernelDebugCtl() {
   if (!pmu_.lbr_in_kernel()) return absl::OkStatus();
-  VBTS_ASSIGN_OR_RETURN(uint64_t v, vcpu_.GetMsr(0x1D9));
+  VBTS_ASSIGN_OR_RETURN(uint64_t v, vcpu_->GetMsr(0x1D9));
   pmu_.NoteKernelDebugCtl(v);
   kernel_debugctl_ = v;
   return SyncKernelDebugCtl();
@@ -250,22 +260,22 @@ void Tracer::NoteRetired(const Boundary& p) {
 absl::Status Tracer::RaiseDebugTrap() {
   // DR6.BS reports a single-step trap, DR6.B0-B3 the data breakpoints that
   // matched (SDM 17.2.3); one #DB reports both. The guest clears them.
-  VBTS_ASSIGN_OR_RETURN(kvm_debugregs d, vcpu_.GetDebugRegs());
+  VBTS_ASSIGN_OR_RETURN(kvm_debugregs d, vcpu_->GetDebugRegs());
   if (step_trap_due_) d.dr6 |= 1u << 14;
   d.dr6 |= data_hits_;
   if (step_trap_due_) stats_.single_steps++;
   if (data_hits_) stats_.data_breakpoints++;
   step_trap_due_ = false;
   data_hits_ = 0;
-  VBTS_RETURN_IF_ERROR(vcpu_.SetDebugRegs(d));
-  VBTS_RETURN_IF_ERROR(vcpu_.InjectException(1, std::nullopt));
+  VBTS_RETURN_IF_ERROR(vcpu_->SetDebugRegs(d));
+  VBTS_RETURN_IF_ERROR(vcpu_->InjectException(1, std::nullopt));
   db_in_flight_ = true;
   return absl::OkStatus();
 }
 
 absl::Status Tracer::RaisePmi() {
   pmi_due_ = false;
-  VBTS_ASSIGN_OR_RETURN(kvm_lapic_state lapic, vcpu_.GetLapic());
+  VBTS_ASSIGN_OR_RETURN(kvm_lapic_state lapic, vcpu_->GetLapic());
   uint32_t lvt;
   std::memcpy(&lvt, lapic.regs + kLvtPcOffset, 4);
   if (lvt & kLvtMask) {
@@ -286,9 +296,9 @@ absl::Status Tracer::RaisePmi() {
   // (kvm-host-facts.md (b)).
   lvt |= kLvtMask;
   std::memcpy(lapic.regs + kLvtPcOffset, &lvt, 4);
-  VBTS_RETURN_IF_ERROR(vcpu_.SetLapic(lapic));
+  VBTS_RETURN_IF_ERROR(vcpu_->SetLapic(lapic));
   if (mode == kDeliveryNmi) {
-    VBTS_RETURN_IF_ERROR(vcpu_.Nmi());
+    VBTS_RETURN_IF_ERROR(vcpu_->Nmi());
     pmi_in_flight_ = 2;
   } else {
     VBTS_RETURN_IF_ERROR(send_msi_(vector));
@@ -424,7 +434,7 @@ absl::StatusOr<bool> Tracer::ResolveEvent(const Boundary& p, const CpuState& st,
 absl::Status Tracer::AfterMsrWrite() {
   // KVM advances RIP past the WRMSR only when vbts re-enters the guest: the
   // guest is still at it.
-  VBTS_ASSIGN_OR_RETURN(CpuState st, vcpu_.GetState());
+  VBTS_ASSIGN_OR_RETURN(CpuState st, vcpu_->GetState());
   const bool stepped_here =
       prev_ && prev_->decoded && prev_->lin == st.pc_linear() && prev_->cs == st.cs.selector;
   if (stepped_here && prev_->emitted) return absl::OkStatus();
@@ -757,7 +767,7 @@ absl::Status Tracer::BulkBoundary(CpuState& st, uint64_t skipped, uint64_t last,
   }
   // Leaving bulk mode: the next boundary is resolved one instruction at a
   // time, from the whole state.
-  VBTS_ASSIGN_OR_RETURN(CpuState full, vcpu_.GetState());
+  VBTS_ASSIGN_OR_RETURN(CpuState full, vcpu_->GetState());
   prev_ = Capture(full);
   return absl::OkStatus();
 }

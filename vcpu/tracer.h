@@ -44,6 +44,12 @@ class Tracer : public StepObserver {
   // `send_msi(vector)`: fixed-delivery interrupt to the vCPU's LAPIC.
   Tracer(VcpuControl& vcpu, PhysMemory& mem, pmu::VirtualPmu& pmu, std::function<absl::Status(uint8_t)> send_msi);
 
+  // The vCPU moved to another engine (vmm/ switching between KVM and TCG):
+  // its controls, how a PMI is sent, and who raises data breakpoints.  The
+  // next boundary starts afresh; events in flight stay in flight (the LAPIC
+  // state moved with the vCPU).
+  void Rebind(VcpuControl& vcpu, std::function<absl::Status(uint8_t)> send_msi, bool emulate_data_bps);
+
   bool WantsEveryInstruction() const override;
   // While the supervisor steps every instruction anyway (--exact-cpuid, too
   // many CPUID sites) the tracer follows every boundary, so that the guest's
@@ -187,7 +193,7 @@ class Tracer : public StepObserver {
   absl::Status PatchFrameTf(const CpuState& st, uint64_t eflags_la, bool tf);
   void Warn(std::string w);
 
-  VcpuControl& vcpu_;
+  VcpuControl* vcpu_;
   PhysMemory& mem_;
   pmu::VirtualPmu& pmu_;
   std::function<absl::Status(uint8_t)> send_msi_;

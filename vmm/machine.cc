@@ -228,20 +228,18 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
     }
   }
   if (config_.engine == "auto") {
-    // Switching engines in the middle of a run is not built yet
-    // (docs/tcg-engine.md): the choice is made here, for the whole run.
+    // Traced from the start: the TCG engine for the whole run.  Otherwise KVM,
+    // and the TCG engine for as long as the guest turns tracing on
+    // (Machine::TraceInTcg; docs/tcg-engine.md, "Switching engines").
     const bool every_instruction =
         !config_.branches_path.empty() || !config_.insns_path.empty() || static_cast<bool>(config_.transfer_sink);
     config_.engine = every_instruction && config_.vpmu != "passthrough" ? "tcg" : "kvm";
+    switch_engines_ = config_.engine == "kvm" && config_.vpmu != "passthrough";
   }
   if (config_.engine == "tcg") {
     if (config_.vpmu == "passthrough")
       return absl::InvalidArgumentError("--vpmu=passthrough needs the host KVM's LBRs: it cannot run with --engine=tcg");
-    VBTS_ASSIGN_OR_RETURN(tcg_, vcpu::TcgCpu::Create({ram_->host_base(), ram_->size(),
-                                                      vcpu::TcgCpu::UnicornModelFor(config_.cpu_model), this}));
-    VBTS_ASSIGN_OR_RETURN(vcpu::Lapic lapic, vcpu::Lapic::Create(vcpu::LapicConfig{}));
-    lapic_ = std::make_unique<vcpu::Lapic>(std::move(lapic));
-    tcg_control_ = std::make_unique<vcpu::TcgControl>(*tcg_, *lapic_, [] { return NowNs(); });
+    VBTS_RETURN_IF_ERROR(CreateTcg());
   } else if (config_.engine != "kvm") {
     return absl::InvalidArgumentError(absl::StrFormat("--engine=%s: expected auto, kvm or tcg", config_.engine));
   }
@@ -451,6 +449,13 @@ RunResult Machine::Run() {
       absl::StatusOr<vcpu::Supervisor::Verdict> v = supervisor_->OnOtherExit(/*interrupted=*/false);
       if (!v.ok()) return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + v.status().ToString());
       if (std::optional<RunResult> end = FromVerdict(*v)) return *end;
+    } else if (switch_engines_ && reason == KVM_EXIT_DEBUG && tracer_->WantsEveryInstruction() &&
+               !tracer_->EventPending() && supervisor_->SteppingPlainly()) {
+      // The guest turned tracing on: it runs in the TCG engine until it turns
+      // it off, at the first single-step stop where the state is its own.
+      absl::StatusOr<std::optional<RunResult>> end = TraceInTcg(deadline);
+      if (!end.ok()) return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + end.status().ToString());
+      if (*end) return **end;
     }
   }
 }
@@ -477,6 +482,68 @@ void Machine::Mmio(uint64_t gpa, bool write, uint8_t* data, uint32_t len) {
   }
 }
 
+absl::Status Machine::CreateTcg() {
+  VBTS_ASSIGN_OR_RETURN(tcg_, vcpu::TcgCpu::Create({ram_->host_base(), ram_->size(),
+                                                    vcpu::TcgCpu::UnicornModelFor(config_.cpu_model), this}));
+  VBTS_ASSIGN_OR_RETURN(vcpu::Lapic lapic, vcpu::Lapic::Create(vcpu::LapicConfig{}));
+  lapic_ = std::make_unique<vcpu::Lapic>(std::move(lapic));
+  tcg_control_ = std::make_unique<vcpu::TcgControl>(*tcg_, *lapic_, [] { return NowNs(); });
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<RunResult>> Machine::TraceInTcg(double deadline) {
+  // Only at a boundary where nothing is on its way into the guest: KVM's
+  // pending or injected events would not move (the LAPIC's requests do).
+  VBTS_ASSIGN_OR_RETURN(kvm_vcpu_events ev, vcpu_->GetEvents());
+  if (ev.exception.injected || ev.exception.pending || ev.interrupt.injected || ev.nmi.injected || ev.nmi.pending)
+    return std::nullopt;
+  if (!tcg_) {
+    if (absl::Status s = CreateTcg(); !s.ok()) {
+      // The library is not the one vbts pins: trace under KVM, as before.
+      std::fprintf(stderr, "vbts: warning: tracing stays on KVM: %s\n", std::string(s.message()).c_str());
+      switch_engines_ = false;
+      tcg_.reset();
+      return std::nullopt;
+    }
+  }
+  // KVM -> TCG: the whole architectural state, x87/SSE, the LAPIC and the
+  // guest's debug registers (docs/tcg-engine.md, "Switching engines").
+  VBTS_ASSIGN_OR_RETURN(vcpu::CpuState st, vcpu_->GetState(/*with_msrs=*/true));
+  VBTS_ASSIGN_OR_RETURN(vcpu::FpuState fpu, vcpu_->GetFpu());
+  VBTS_ASSIGN_OR_RETURN(kvm_lapic_state lapic, vcpu_->GetLapic());
+  VBTS_ASSIGN_OR_RETURN(kvm_debugregs dr, vcpu_->GetDebugRegs());
+  tcg_->FlushCode();  // guest memory changed under KVM
+  VBTS_RETURN_IF_ERROR(tcg_->SetState(st));
+  tcg_->SetFpu(fpu);
+  VBTS_RETURN_IF_ERROR(tcg_control_->SetLapic(lapic));
+  VBTS_RETURN_IF_ERROR(tcg_control_->SetDebugRegs(dr));
+  tracer_->Rebind(*tcg_control_, [this](uint8_t vector) { return tcg_control_->SendInterrupt(vector); },
+                  /*emulate_data_bps=*/true);
+  tcg_observing_ = tcg_bulk_ = false;
+  in_tcg_ = true;
+  engine_switches_++;
+  const uint64_t deadline_ns = deadline > 0 ? static_cast<uint64_t>(deadline * 1e9) : 0;
+  std::optional<RunResult> end = RunTcgLoop(deadline_ns, /*until_untraced=*/true);
+  if (end) return end;
+  // TCG -> KVM: tracing is off again.
+  UpdateTcgObservation();  // removes the hooks
+  st = tcg_->GetState(/*with_msrs=*/true);
+  fpu = tcg_->GetFpu();
+  VBTS_ASSIGN_OR_RETURN(lapic, tcg_control_->GetLapic());
+  VBTS_ASSIGN_OR_RETURN(dr, tcg_control_->GetDebugRegs());
+  VBTS_RETURN_IF_ERROR(vcpu_->SetState(st, /*with_msrs=*/true));
+  VBTS_RETURN_IF_ERROR(vcpu_->SetFpu(fpu));
+  VBTS_RETURN_IF_ERROR(vcpu_->SetLapic(lapic));
+  VBTS_RETURN_IF_ERROR(vcpu_->SetDebugRegs(dr));
+  in_tcg_ = false;
+  tracer_->Rebind(*vcpu_, [vm = vm_.get()](uint8_t vector) { return vm->SignalMsi(0, vector); },
+                  facts_.emulate_data_breakpoints);
+  engine_switches_++;
+  // The supervisor arms its guards for the free run again.
+  VBTS_ASSIGN_OR_RETURN(vcpu::Supervisor::Verdict v, supervisor_->OnOtherExit(/*interrupted=*/true));
+  return FromVerdict(v);
+}
+
 RunResult Machine::RunTcg() {
   const uint64_t deadline =
       config_.timeout_seconds > 0 ? NowNs() + static_cast<uint64_t>(config_.timeout_seconds * 1e9) : 0;
@@ -489,12 +556,18 @@ RunResult Machine::RunTcg() {
   if (absl::Status s = tcg_control_->SetLapic(*lapic); !s.ok())
     return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + s.ToString());
   in_tcg_ = true;
+  return *RunTcgLoop(deadline, /*until_untraced=*/false);
+}
+
+std::optional<RunResult> Machine::RunTcgLoop(uint64_t deadline, bool until_untraced) {
   // Runs are cut into slices so that --timeout and the LAPIC timer are noticed.
   constexpr uint64_t kSliceNs = 50'000'000;
   for (;;) {
     if (deadline && NowNs() >= deadline)
       return Finish(RunEnd::kTimeout, kExitTimeout,
                     absl::StrFormat("vbts: guest timed out after %g s", config_.timeout_seconds));
+    // Tracing is off and no event waits in the engine: the vCPU can go back.
+    if (until_untraced && !tracer_->WantsEveryInstruction() && !tcg_->EventPending()) return std::nullopt;
     UpdateTcgObservation();
     uint64_t now = NowNs();
     lapic_->Advance(now);

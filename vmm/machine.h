@@ -116,6 +116,16 @@ class Machine : private vcpu::TcgDevices {
   RunResult Finish(RunEnd end, int status, std::string message);
   // The run loop of --engine=tcg.
   RunResult RunTcg();
+  // The TCG engine's run loop from the state it holds; with `until_untraced`
+  // it returns nothing once tracing is off (the vCPU can go back to KVM).
+  // `deadline`: steady-clock ns, 0 for none.
+  std::optional<RunResult> RunTcgLoop(uint64_t deadline, bool until_untraced);
+  absl::Status CreateTcg();
+  // --engine=auto: the guest turned tracing on under KVM; moves the vCPU to
+  // the TCG engine and runs it there until tracing is off, then moves it
+  // back.  A result when the run ended in TCG; nothing when it continues on
+  // KVM (or could not switch here: the next stop tries again).
+  absl::StatusOr<std::optional<RunResult>> TraceInTcg(double deadline);
   // Before the virtual PMU is read or written in block-level observation:
   // the instructions that ran unreported are counted first.
   void FlushTcgBulk();
@@ -162,6 +172,8 @@ class Machine : private vcpu::TcgDevices {
   bool tcg_observing_ = false;         // the instruction hook feeds the tracer
   bool tcg_first_boundary_ = false;
   bool tcg_bulk_ = false;
+  bool switch_engines_ = false;        // --engine=auto on KVM: traced stretches run in TCG
+  uint64_t engine_switches_ = 0;
   vcpu::CpuState tcg_code_state_;      // TcgCpu::GetCodeState's, reused at every block              // block-level observation (Tracer::BulkAllowed) since the last boundary
   absl::Status tcg_error_;             // a failure inside a TCG callback, reported after the run
   uint64_t apic_base_ = 0xFEE00900;    // IA32_APIC_BASE while in TCG (BSP, enabled)
