@@ -57,28 +57,44 @@ absl::StatusOr<bool> KvmVcpu::CompletePendingExit() {
   return absl::ErrnoToStatus(e, "KVM_RUN(immediate_exit) failed");
 }
 
+// The x87/SSE registers travel through KVM_GET/SET_XSAVE's legacy region (the
+// FXSAVE layout: FCW 0, FSW 2, abridged FTW 4, MXCSR 24, ST0-7 from 32, XMM0-15
+// from 160; SDM vol. 1 10.5.1), not KVM_GET/SET_FPU: on the PVM hosts seen so
+// far those drop MXCSR (docs/host-support.md).  A write sets XSTATE_BV's x87
+// and SSE bits (offset 512), without which the kernel keeps its own copy.
+namespace {
+constexpr size_t kXsaveBv = 512;
+}
+
 absl::StatusOr<FpuState> KvmVcpu::GetFpu() {
-  kvm_fpu k{};
-  VBTS_RETURN_IF_ERROR(Ioctl(fd(), KVM_GET_FPU, &k, "KVM_GET_FPU").status());
+  kvm_xsave x{};
+  VBTS_RETURN_IF_ERROR(Ioctl(fd(), KVM_GET_XSAVE, &x, "KVM_GET_XSAVE").status());
+  const auto* r = reinterpret_cast<const uint8_t*>(x.region);
   FpuState f;
-  std::memcpy(f.st, k.fpr, sizeof(f.st));
-  f.fcw = k.fcw;
-  f.fsw = k.fsw;
-  f.ftw = k.ftwx;
-  std::memcpy(f.xmm, k.xmm, sizeof(f.xmm));
-  f.mxcsr = k.mxcsr;
+  std::memcpy(&f.fcw, r + 0, 2);
+  std::memcpy(&f.fsw, r + 2, 2);
+  f.ftw = r[4];
+  std::memcpy(&f.mxcsr, r + 24, 4);
+  std::memcpy(f.st, r + 32, sizeof(f.st));
+  std::memcpy(f.xmm, r + 160, sizeof(f.xmm));
   return f;
 }
 
 absl::Status KvmVcpu::SetFpu(const FpuState& f) {
-  kvm_fpu k{};
-  std::memcpy(k.fpr, f.st, sizeof(f.st));
-  k.fcw = f.fcw;
-  k.fsw = f.fsw;
-  k.ftwx = f.ftw;
-  std::memcpy(k.xmm, f.xmm, sizeof(f.xmm));
-  k.mxcsr = f.mxcsr;
-  return Ioctl(fd(), KVM_SET_FPU, &k, "KVM_SET_FPU").status();
+  kvm_xsave x{};
+  VBTS_RETURN_IF_ERROR(Ioctl(fd(), KVM_GET_XSAVE, &x, "KVM_GET_XSAVE").status());  // keeps AVX and the rest
+  auto* r = reinterpret_cast<uint8_t*>(x.region);
+  std::memcpy(r + 0, &f.fcw, 2);
+  std::memcpy(r + 2, &f.fsw, 2);
+  r[4] = f.ftw;
+  std::memcpy(r + 24, &f.mxcsr, 4);
+  std::memcpy(r + 32, f.st, sizeof(f.st));
+  std::memcpy(r + 160, f.xmm, sizeof(f.xmm));
+  uint64_t bv;
+  std::memcpy(&bv, r + kXsaveBv, 8);
+  bv |= 3;  // x87, SSE
+  std::memcpy(r + kXsaveBv, &bv, 8);
+  return Ioctl(fd(), KVM_SET_XSAVE, &x, "KVM_SET_XSAVE").status();
 }
 
 absl::StatusOr<kvm_regs> KvmVcpu::GetRegs() {

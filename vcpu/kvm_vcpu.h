@@ -51,7 +51,7 @@ class KvmVcpu : public VcpuControl {
   // `with_msrs`. Invalidates nothing the guest did not change.
   absl::Status SetState(const CpuState& st, bool with_msrs = false);
 
-  // The x87/SSE registers (KVM_GET_FPU / KVM_SET_FPU).
+  // The x87/SSE registers (KVM_GET_XSAVE / KVM_SET_XSAVE's legacy region).
   absl::StatusOr<FpuState> GetFpu();
   absl::Status SetFpu(const FpuState& f);
   absl::StatusOr<kvm_regs> GetRegs();

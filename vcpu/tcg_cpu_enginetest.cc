@@ -334,6 +334,38 @@ TEST_F(TcgCpuTest, IretToRing3KeepsTheGsBaseInLongMode) {
   EXPECT_EQ(st.gs.base, 0x12345000u);
 }
 
+TEST_F(TcgCpuTest, FpuStateRoundTripsAndIsTheGuests) {
+  // FXSAVE layout in, the same out; and the guest sees it: ST(0) = 42.0
+  // (80-bit: mantissa 0xA8 << 56, exponent 0x4004) with TOP = 5, so
+  // `fistp dword [0x800]` stores 42 and pops (TOP = 6); `movd eax, xmm3`
+  // reads XMM3's low dword.  CR4.OSFXSR lets SSE run.
+  FpuState f;
+  f.fsw = 5u << 11;
+  f.ftw = 1u << 5;  // physical register 5 = ST(0) in use
+  const uint64_t mant = 0xA8ull << 56;
+  std::memcpy(f.st[0], &mant, 8);
+  f.st[0][8] = 0x04;
+  f.st[0][9] = 0x40;
+  for (int b = 0; b < 16; b++) f.xmm[3][b] = static_cast<uint8_t>(0xA0 + b);
+  f.mxcsr = 0x1F80;
+  CpuState st = Pm32(0);
+  st.cr4 |= 1u << 9;  // OSFXSR
+  VBTS_ASSERT_OK(cpu_->SetState(st));
+  cpu_->SetFpu(f);
+  EXPECT_EQ(cpu_->GetFpu(), f);
+  Code(kCodeRip, {0xdb, 0x1d, 0x00, 0x08, 0x00, 0x00,  // fistp dword [0x800]
+                  0x66, 0x0f, 0x7e, 0xd8,              // movd eax, xmm3
+                  0xf4});
+  auto stop = cpu_->Run(5'000'000);
+  VBTS_ASSERT_OK(stop.status());
+  EXPECT_EQ(stop->kind, TcgStop::kHalted);
+  EXPECT_EQ(Read32(0x800), 42u);
+  EXPECT_EQ(cpu_->GetState().gpr[kRax], 0xA3A2A1A0u);
+  const FpuState after = cpu_->GetFpu();
+  EXPECT_EQ((after.fsw >> 11) & 7, 6);
+  EXPECT_EQ(after.ftw, 0u);  // nothing left on the stack
+}
+
 TEST_F(TcgCpuTest, AnInterruptWaitsForTheStiShadow) {
   // SDM vol. 3A 6.8.3: after STI sets IF, interrupts stay inhibited until the
   // end of the next instruction.  Pending from the start with IF=0, the

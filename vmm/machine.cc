@@ -370,7 +370,9 @@ RunResult Machine::Finish(RunEnd end, int status, std::string message) {
   if (mmio_unclaimed_reads_ || mmio_unclaimed_writes_)
     absl::StrAppendFormat(&r.details, "unclaimed MMIO: %u reads, %u writes\n", mmio_unclaimed_reads_,
                           mmio_unclaimed_writes_);
-  if (supervisor_ && !tcg_) r.details += supervisor_->Statistics();
+  if (supervisor_ && (!tcg_ || switch_engines_)) r.details += supervisor_->Statistics();
+  if (switch_engines_ && engine_switches_)
+    absl::StrAppendFormat(&r.details, "engines: %u moves between KVM and TCG (tracing on and off)\n", engine_switches_);
   if (tcg_) {
     const vcpu::TcgStats& t = tcg_->stats();
     absl::StrAppendFormat(&r.details,

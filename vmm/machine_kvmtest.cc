@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "base/testing/status_matchers.h"
 #include "base/exit_status.h"
 #include "vmm/host_probe.h"
+#include "vmm/kvm_vm.h"
 #include "vmm/machine.h"
 
 namespace vbts::vmm {
@@ -237,6 +239,34 @@ TEST_F(MachineTest, EnablingWrmsrCanOverflowTheCounter) {
 // (the recorder at its limit), vbts stops single-stepping for it. int_lm64
 // runs ~37.8 k instructions (docs/benchmarks.md); with a sink that stops
 // after 10 calls the tracer follows only the instructions up to then.
+// The x87/SSE registers that move with the vCPU between the engines
+// (docs/tcg-engine.md, "Switching engines"): what KVM_SET_FPU takes,
+// KVM_GET_FPU gives back, field by field.
+TEST_F(MachineTest, KvmFpuStateRoundTrips) {
+  absl::StatusOr<std::unique_ptr<Vm>> vm = Vm::Create(*kvm_);
+  ASSERT_THAT(vm, testing::IsOk());
+  absl::StatusOr<std::unique_ptr<vcpu::KvmVcpu>> cpu = (*vm)->CreateVcpu(0, facts_.sync_regs);
+  ASSERT_THAT(cpu, testing::IsOk());
+  vcpu::FpuState f;
+  f.fcw = 0x027F;                  // 53-bit precision, all exceptions masked
+  f.fsw = 6u << 11;                // TOP = 6
+  f.ftw = 0xC0;                    // physical registers 6 and 7 in use
+  for (int i = 0; i < 8; i++)
+    for (int b = 0; b < 10; b++) f.st[i][b] = static_cast<uint8_t>(0x10 * i + b + 1);
+  for (int i = 0; i < 16; i++)
+    for (int b = 0; b < 16; b++) f.xmm[i][b] = static_cast<uint8_t>(i * 16 + b);
+  f.mxcsr = 0x1FA0;                // masks, and the precision flag
+  ASSERT_THAT((*cpu)->SetFpu(f), testing::IsOk());
+  absl::StatusOr<vcpu::FpuState> back = (*cpu)->GetFpu();
+  ASSERT_THAT(back, testing::IsOk());
+  EXPECT_EQ(back->fcw, f.fcw);
+  EXPECT_EQ(back->fsw, f.fsw);
+  EXPECT_EQ(back->ftw, f.ftw);
+  EXPECT_EQ(back->mxcsr, f.mxcsr);
+  for (int i = 0; i < 8; i++) EXPECT_EQ(std::memcmp(back->st[i], f.st[i], 10), 0) << "ST(" << i << ")";
+  for (int i = 0; i < 16; i++) EXPECT_EQ(std::memcmp(back->xmm[i], f.xmm[i], 16), 0) << "XMM" << i;
+}
+
 TEST_F(MachineTest, SinkThatWantsNoMoreStopsTheStepping) {
   auto boundaries = [](const std::string& details) {
     const size_t at = details.find("tracer: ");
