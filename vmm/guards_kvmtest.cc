@@ -59,6 +59,7 @@ class GuardsTest : public ::testing::Test {
     MachineConfig config;
     config.image_path = std::string(VBTS_GUEST_IMAGE_DIR) + "/" + name;
     config.timeout_seconds = 30;
+    config.engine = "kvm";  // the supervisor's guards are the KVM engine's
     config.output_fd = pipefd[1];
     config.exact_cpuid = exact_cpuid;
     RunResult r;
@@ -93,6 +94,7 @@ class GuardsTest : public ::testing::Test {
     MachineConfig config;
     config.image_path = path;
     config.timeout_seconds = 30;
+    config.engine = "kvm";  // the supervisor's guards are the KVM engine's
     RunResult r;
     absl::StatusOr<std::unique_ptr<Machine>> m = Machine::Create(config, *kvm_, facts_);
     EXPECT_THAT(m, testing::IsOk());

@@ -233,7 +233,10 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
     // (Machine::TraceInTcg; docs/tcg-engine.md, "Switching engines").
     const bool every_instruction =
         !config_.branches_path.empty() || !config_.insns_path.empty() || static_cast<bool>(config_.transfer_sink);
-    config_.engine = every_instruction && config_.vpmu != "passthrough" ? "tcg" : "kvm";
+    // On a PVM host KVM runs guest ring 0 and all 32-bit code in its
+    // instruction emulator, which TCG outruns (docs/benchmarks.md).
+    const bool emulated = facts_.kind == vcpu::HostKind::kPvm;
+    config_.engine = (every_instruction || emulated) && config_.vpmu != "passthrough" ? "tcg" : "kvm";
     switch_engines_ = config_.engine == "kvm" && config_.vpmu != "passthrough";
   }
   if (config_.engine == "tcg") {

@@ -242,6 +242,24 @@ TEST_F(MachineTest, EnablingWrmsrCanOverflowTheCounter) {
 // The x87/SSE registers that move with the vCPU between the engines
 // (docs/tcg-engine.md, "Switching engines"): what KVM_SET_FPU takes,
 // KVM_GET_FPU gives back, field by field.
+// --engine=auto for a run that is not traced from its start: the TCG engine
+// on a PVM host (whose KVM runs guest ring 0 and 32-bit code in its
+// instruction emulator, which TCG outruns: docs/benchmarks.md), KVM on
+// VT-x/SVM hosts. `vbts run -v`'s details show the TCG engine's counts only
+// when it ran.
+TEST_F(MachineTest, AutoEngineIsTcgOnPvmHostsAndKvmElsewhere) {
+  MachineConfig config;
+  config.image_path = VBTS_GUEST_IMAGE_DIR "/hello.elf";
+  config.output_fd = open("/dev/null", O_WRONLY);
+  absl::StatusOr<std::unique_ptr<Machine>> m = Machine::Create(config, *kvm_, facts_);
+  ASSERT_THAT(m, testing::IsOk());
+  const RunResult r = (*m)->Run();
+  close(config.output_fd);
+  EXPECT_EQ(r.exit_status, 1) << r.message;
+  const bool tcg = r.details.find("tcg: ") != std::string::npos;
+  EXPECT_EQ(tcg, facts_.kind == vcpu::HostKind::kPvm) << r.details;
+}
+
 TEST_F(MachineTest, KvmFpuStateRoundTrips) {
   absl::StatusOr<std::unique_ptr<Vm>> vm = Vm::Create(*kvm_);
   ASSERT_THAT(vm, testing::IsOk());
