@@ -238,9 +238,23 @@ absl::StatusOr<AccessFault> LinearMemory::ForEachChunk(Gva la, uint64_t len, Acc
     Gpa gpa;
     uint64_t offset, len;
   };
+  const bool wrap32 = PagingModeOf(regs_) != PagingMode::k4Level;
+  if (len > 0 && (la.value & 0xfff) + len <= 4096) {
+    // Within one page (BTS and PEBS records, DS fields): one walk, and a
+    // second only to set accessed/dirty flags that are clear.
+    const Gva addr(wrap32 ? (la.value & 0xffffffffull) : la.value);
+    VBTS_ASSIGN_OR_RETURN(Translation t, Translate(regs_, mem_, addr, access, /*set_accessed_dirty=*/false));
+    if (!t.fault.ok()) return t.fault;
+    if (set_ad && t.ad_pending) {
+      VBTS_ASSIGN_OR_RETURN(t, Translate(regs_, mem_, addr, access, /*set_accessed_dirty=*/true));
+      if (!t.fault.ok())  // cannot happen: the same walk just succeeded
+        return absl::InternalError(absl::StrFormat("paging: walk of 0x%x changed under us", addr.value));
+    }
+    VBTS_RETURN_IF_ERROR(fn(t.gpa, 0, len));
+    return AccessFault{};
+  }
   absl::InlinedVector<Chunk, 2> chunks;
   bool ad_pending = false;
-  const bool wrap32 = PagingModeOf(regs_) != PagingMode::k4Level;
   uint64_t off = 0;
   while (off < len) {
     uint64_t addr = la.value + off;

@@ -1015,7 +1015,7 @@ void TcgCpu::SetFpu(const FpuState& f) {
 }
 
 void TcgCpu::GetCodeState(CpuState& st) {
-  for (int i = 0; i < 16; i++) st.gpr[i] = env_->regs[i];
+  st.gpr[kRsp] = env_->regs[kRsp];
   st.rip = env_->eip;
   st.rflags = env_->eflags;
   st.cs = FromCache(env_->segs[uabi::kCs]);

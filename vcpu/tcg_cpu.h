@@ -108,7 +108,7 @@ class TcgCpu {
   // an empty/full tag each; the conversion follows FXSAVE's layout).
   FpuState GetFpu();
   void SetFpu(const FpuState& f);
-  // What block-level observation needs at each block, cheaply: GPRs, RIP,
+  // What block-level observation needs at each block, cheaply: RSP, RIP,
   // CS and SS, CR0/CR3/CR4, EFER, the interrupt shadow and RFLAGS with its
   // system flags (TF, IF, VM...; the arithmetic flags are not computed).
   // The other fields of `st` are left as they were.
