@@ -160,9 +160,10 @@ int CliMain(int argc, char** argv) {
         ->capture_default_str();
     cmd->add_option("--engine", config.engine,
                     "how the vCPU runs: kvm (the host's KVM; stepped while tracing), tcg (QEMU's TCG through "
-                    "libunicorn, in-process; runs what this host's KVM cannot, e.g. 32-bit paging), or auto (tcg for "
-                    "a run traced from its start: record, --branches, --insns; kvm otherwise). docs/tcg-engine.md")
-        ->check(CLI::IsMember({"auto", "kvm", "tcg"}))
+                    "libunicorn, in-process; runs what this host's KVM cannot, e.g. 32-bit paging), kvm-tcg (kvm, "
+                    "moving to tcg while the guest traces itself), or auto (tcg for a run traced from its start: "
+                    "record, --branches, --insns; tcg on PVM hosts; kvm-tcg otherwise). docs/tcg-engine.md")
+        ->check(CLI::IsMember({"auto", "kvm", "tcg", "kvm-tcg"}))
         ->capture_default_str();
     cmd->add_option("--branches", config.branches_path,
                     "write every control transfer as `0x<from> 0x<to> <kind>` lines to FILE (steps the guest)");

@@ -337,12 +337,17 @@ int RunInfo(bool verbose, const std::string& cpu_model) {
   if (absl::StatusOr<std::pair<double, double>> r = MeasureTcg(); r.ok()) {
     Row(text, "tcg",
         absl::StrFormat("QEMU's TCG in-process (libunicorn 2.0.1): %.0f M instructions/s on a tight loop, "
-                        "%.0f M/s with a hook on every instruction (the tracer then adds ~1 us each)",
+                        "%.0f M/s with a hook on every instruction; traced, ~0.2-0.35 us per translated block "
+                        "(docs/benchmarks.md)",
                         r->first / 1e6, r->second / 1e6));
   } else {
     Row(text, "tcg", absl::StrCat("unavailable: ", r.status().message()));
   }
-  Row(text, "auto (default)", "tcg for a run traced from its start (record, --branches, --insns), kvm otherwise");
+  Row(text, "kvm-tcg", "kvm, moving the vCPU to tcg while the guest traces itself (BTS, LBR, counters...)");
+  Row(text, "auto (default)",
+      facts->kind == vcpu::HostKind::kPvm
+          ? "tcg on this host (PVM: its KVM emulates guest ring 0 and 32-bit code, which tcg outruns)"
+          : "tcg for a run traced from its start (record, --branches, --insns); kvm-tcg otherwise");
   if (model != nullptr) {
     absl::StrAppend(&text, "\n", FormatCpuModel(*model));
     if (facts->needs_cpuid_completion)

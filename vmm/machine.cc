@@ -236,8 +236,11 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
     // On a PVM host KVM runs guest ring 0 and all 32-bit code in its
     // instruction emulator, which TCG outruns (docs/benchmarks.md).
     const bool emulated = facts_.kind == vcpu::HostKind::kPvm;
-    config_.engine = (every_instruction || emulated) && config_.vpmu != "passthrough" ? "tcg" : "kvm";
-    switch_engines_ = config_.engine == "kvm" && config_.vpmu != "passthrough";
+    config_.engine = (every_instruction || emulated) && config_.vpmu != "passthrough" ? "tcg" : "kvm-tcg";
+  }
+  if (config_.engine == "kvm-tcg") {
+    config_.engine = "kvm";
+    switch_engines_ = config_.vpmu != "passthrough";  // the host's LBRs cannot move
   }
   if (config_.engine == "tcg") {
     if (config_.vpmu == "passthrough")

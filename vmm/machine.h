@@ -54,9 +54,10 @@ struct MachineConfig {
   std::string branches_path;
   std::string insns_path;
   // --engine: "kvm" (the host's KVM), "tcg" (vcpu/tcg_cpu.h: QEMU's TCG
-  // in-process, for the whole run; docs/tcg-engine.md) or "auto": tcg when
-  // the run observes every instruction from its start (a recording,
-  // --branches, --insns), kvm otherwise.
+  // in-process, for the whole run; docs/tcg-engine.md), "kvm-tcg" (KVM, and
+  // TCG while the guest traces itself) or "auto": tcg when the run observes
+  // every instruction from its start (a recording, --branches, --insns) or on
+  // a PVM host, kvm-tcg otherwise.
   std::string engine = "auto";
   // Single-step the whole guest on hosts that rewrite CPUID, so that every
   // CPUID answers from the CPU model (docs/completion.md, "CPUID").
