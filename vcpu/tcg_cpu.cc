@@ -1167,9 +1167,10 @@ void TcgCpu::SkipSequential(uint64_t limit, bool across_blocks) {
   skip_cs_ = env_->segs[uabi::kCs].selector;
 }
 
-uint64_t TcgCpu::PrefixBytes(uint64_t linear) {
+uint64_t TcgCpu::PrefixBytes(uint64_t linear, bool* rep) {
   // Legacy prefixes, and REX in 64-bit code.
   const bool code64 = (env_->hflags & (1u << 15)) != 0;  // HF_CS64
+  if (rep) *rep = false;
   uint64_t n = 0;
   for (; n < 14; n++) {
     uint8_t b = 0;
@@ -1177,29 +1178,20 @@ uint64_t TcgCpu::PrefixBytes(uint64_t linear) {
     const bool prefix = b == 0x66 || b == 0x67 || b == 0xF2 || b == 0xF3 || b == 0x2E || b == 0x36 || b == 0x3E ||
                         b == 0x26 || b == 0x64 || b == 0x65 || b == 0xF0 || (code64 && (b & 0xF0) == 0x40);
     if (!prefix) break;
+    if (rep && (b == 0xF2 || b == 0xF3)) *rep = true;
   }
   return n;
 }
 
 bool TcgCpu::IsRepString(uint64_t linear) {
   if (rep_probe_.linear == linear && rep_probe_.cr3 == env_->cr[3]) return rep_probe_.rep;
-  // Legacy prefixes (and REX in 64-bit code), then a string opcode: INS,
-  // OUTS, MOVS, CMPS, STOS, LODS, SCAS (SDM vol. 2, "REP/REPE/REPNE").
-  const bool code64 = (env_->hflags & (1u << 15)) != 0;  // HF_CS64
-  bool rep = false, is = false;
-  for (int i = 0; i < 15; i++) {
-    uint8_t b = 0;
-    if (!ReadCode(linear + i, b)) break;
-    if (b == 0xF2 || b == 0xF3) {
-      rep = true;
-      continue;
-    }
-    if (b == 0x66 || b == 0x67 || b == 0x2E || b == 0x36 || b == 0x3E || b == 0x26 || b == 0x64 || b == 0x65 ||
-        b == 0xF0 || (code64 && (b & 0xF0) == 0x40))
-      continue;
-    is = rep && ((b >= 0xA4 && b <= 0xA7) || (b >= 0xAA && b <= 0xAF) || (b >= 0x6C && b <= 0x6F));
-    break;
-  }
+  // A REP prefix, then a string opcode: INS, OUTS, MOVS, CMPS, STOS, LODS,
+  // SCAS (SDM vol. 2, "REP/REPE/REPNE").
+  bool rep = false;
+  const uint64_t prefixes = PrefixBytes(linear, &rep);
+  uint8_t b = 0;
+  const bool is = rep && ReadCode(linear + prefixes, b) &&
+                  ((b >= 0xA4 && b <= 0xA7) || (b >= 0xAA && b <= 0xAF) || (b >= 0x6C && b <= 0x6F));
   rep_probe_.linear = linear;
   rep_probe_.cr3 = env_->cr[3];
   rep_probe_.rep = is;

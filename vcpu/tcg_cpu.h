@@ -223,8 +223,9 @@ class TcgCpu {
   // A queued event could be taken at the current boundary.
   bool Deliverable() const;
   bool IsRepString(uint64_t linear);
-  // How many prefix bytes the instruction at `linear` starts with.
-  uint64_t PrefixBytes(uint64_t linear);
+  // How many prefix bytes the instruction at `linear` starts with; `rep`:
+  // whether one of them is REP/REPNE (F3/F2).
+  uint64_t PrefixBytes(uint64_t linear, bool* rep = nullptr);
   // An event is about to be delivered: the event hook, while skipping.
   void AnnounceEvent(std::optional<uint64_t> soft_linear);
   friend struct TcgCallbacks;

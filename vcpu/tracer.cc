@@ -136,15 +136,7 @@ std::vector<std::string> Tracer::TakeWarnings() {
 
 Tracer::Boundary Tracer::Capture(const CpuState& st) {
   Boundary b;
-  b.rip = st.rip;
-  b.lin = st.pc_linear();
-  b.rsp = st.gpr[kRsp];
-  b.cs = st.cs.selector;
-  b.cpl = static_cast<uint8_t>(st.cpl());
-  b.mode = ExecModeOf(st);
-  b.ia32e = st.long_mode_active();
-  b.tf = (st.rflags & kRflagsTf) != 0;
-  b.dmode = DecodeModeOf(st);
+  Light(st, b);
   absl::StatusOr<DecodedInsn> insn = DecodeCurrent(st, mem_);
   if (!insn.ok()) return b;  // the fetch faults: the next stop is the #PF/#GP handler
   b.decoded = true;
@@ -597,6 +589,11 @@ bool Tracer::BulkAllowed() const {
 
 bool Tracer::BulkAcrossBlocks() const { return !sink_active_ && pmu_.BranchAgnostic(); }
 
+void Tracer::CountSkipped(uint64_t n, uint8_t cpl) {
+  pmu_.CountSequential(n, cpl);
+  stats_.instructions += n;
+}
+
 uint64_t Tracer::BulkLimit() const { return prev_ ? pmu_.SequentialLimit(prev_->cpl) : 0; }
 
 void Tracer::Light(const CpuState& st, Boundary& b) const {
@@ -737,11 +734,7 @@ absl::Status Tracer::BulkBoundary(CpuState& st, uint64_t skipped, uint64_t last,
   stats_.boundaries++;
   if (prev_) {
     const Boundary& p = *prev_;  // replaced only below
-    if (skipped) {
-      // p and the skipped instructions before `last`: one after another.
-      pmu_.CountSequential(skipped, p.cpl);
-      stats_.instructions += skipped;
-    }
+    CountSkipped(skipped, p.cpl);  // p and the skipped instructions before `last`: one after another
     if (p.emitted && skipped == 0 && p.lin == last) {
       // AfterMsrWrite reported it.
     } else if (!block_start) {
@@ -775,11 +768,8 @@ absl::Status Tracer::BulkBoundary(CpuState& st, uint64_t skipped, uint64_t last,
 absl::Status Tracer::BulkEvent(const CpuState& st, uint64_t skipped, uint64_t last,
                                std::optional<uint64_t> soft_linear, uint64_t code_generation) {
   if (prev_) {
-    const Boundary p = *prev_;
-    if (skipped) {
-      pmu_.CountSequential(skipped, p.cpl);
-      stats_.instructions += skipped;
-    }
+    const Boundary& p = *prev_;  // replaced only below
+    CountSkipped(skipped, p.cpl);
     if (soft_linear) {
       // `last` is the INT n/INT3/INTO: resolved at the handler, as a
       // host-run INT n is (Resolve), from the state before it.
@@ -800,14 +790,12 @@ absl::Status Tracer::BulkEvent(const CpuState& st, uint64_t skipped, uint64_t la
 
 absl::Status Tracer::BulkFlush(uint64_t skipped, uint64_t last) {
   if (!prev_ || skipped == 0) return absl::OkStatus();
-  Boundary p = *prev_;
-  pmu_.CountSequential(skipped, p.cpl);
-  stats_.instructions += skipped;
+  Boundary& p = *prev_;
+  CountSkipped(skipped, p.cpl);
   // `last` is in p's block: it becomes the last reported boundary.
   p.rip = last - (p.lin - p.rip);
   p.lin = last;
   p.decoded = p.emitted = false;
-  prev_ = std::move(p);
   return absl::OkStatus();
 }
 

@@ -158,6 +158,8 @@ class Tracer : public StepObserver {
     std::vector<DataAccess> accesses;
   };
   Boundary Capture(const CpuState& st);
+  // `n` instructions at `cpl` that ran one after another, counted in bulk.
+  void CountSkipped(uint64_t n, uint8_t cpl);
   // The boundary without decoding (bulk mode), written over `b`.
   void Light(const CpuState& st, Boundary& b) const;
   // Bulk mode: the instruction at `last`, in the block of `p`, ran and the
