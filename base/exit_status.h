@@ -8,6 +8,7 @@
 namespace vbts {
 
 inline constexpr int kExitUsage = 2;             // bad command line
+inline constexpr int kExitKilled = 114;          // the debugger ended the run (gdb `kill`)
 inline constexpr int kExitVbtsError = 116;       // bad image, no /dev/kvm, host/KVM failure
 inline constexpr int kExitUnsupported = 118;     // guest needs what neither this host nor vbts can do
 inline constexpr int kExitTripleFault = 120;     // guest shut down (triple fault)

@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 secs=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(loader_fuzz boot_fuzz)
+[ ${#targets[@]} -gt 0 ] || targets=(loader_fuzz boot_fuzz gdb_packet_fuzz)
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -DVBTS_FUZZ=ON -DVBTS_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build-fuzz -j"$(nproc)" --target "${targets[@]}"
 for t in "${targets[@]}"; do

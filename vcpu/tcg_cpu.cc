@@ -207,9 +207,34 @@ struct TcgCallbacks {
     self->stats_.mmio++;
     self->config_.devices->MmioWrite(self->mmio_base() + offset, static_cast<int>(size), value);
   }
+  // A debugger's watched range was accessed: the run ends after this
+  // instruction (TcgCpu::DebugCheck at the next boundary).
+  static void DebugAccess(uc_engine*, uc_mem_type type, uint64_t address, int size, int64_t, void* user) {
+    auto* self = static_cast<TcgCpu*>(user);
+    const bool write = type == UC_MEM_WRITE;
+    for (const TcgCpu::DebugWatch& w : self->debug_watches_) {
+      if (!(write ? w.write : w.read)) continue;
+      const uint64_t len = w.len ? w.len : 1;
+      if (address + static_cast<uint64_t>(size) <= w.addr || address >= w.addr + len) continue;
+      if (self->debug_stop_.kind != TcgCpu::DebugStop::kWatch)
+        self->debug_stop_ = TcgCpu::DebugStop{TcgCpu::DebugStop::kWatch, std::max(address, w.addr), write};
+      self->RequestStop();
+      return;
+    }
+  }
+  // A debugger's breakpoint (a code hook bounded to its address): before
+  // the instruction, unless the catch-all code hook checks it (DebugCheck)
+  // or the run resumes here (its first block starts at the resume address).
+  static void DebugBreakpoint(uc_engine*, uint64_t address, uint32_t, void* user) {
+    auto* self = static_cast<TcgCpu*>(user);
+    if (self->code_hook_ != 0) return;
+    if (address == self->debug_resume_ && self->blocks_in_run_ <= 1) return;
+    self->env_->eip = address - self->env_->segs[uabi::kCs].base;
+    self->DebugBoundary(TcgCpu::DebugStop::kBreakpoint, address);
+  }
   static void Code(uc_engine*, uint64_t address, uint32_t, void* user) {
     auto* self = static_cast<TcgCpu*>(user);
-    if (!self->insn_hook_ && !self->exec_bp_mask_) return;
+    if (!self->insn_hook_ && !self->exec_bp_mask_ && !self->debug_code_) return;
     // Unicorn synced EIP as the linear address; the architectural EIP is
     // the offset in CS.
     self->env_->eip = address - self->env_->segs[uabi::kCs].base;
@@ -218,7 +243,8 @@ struct TcgCallbacks {
       // the hook last reported runs unreported (the one before it did not
       // transfer control), unless something must happen at this boundary.
       bool skip = self->skipped_ < self->skip_limit_ && !self->deliver_now_ && !self->stop_requested_ &&
-                  !self->time_up_.load(std::memory_order_relaxed) && !self->exec_bp_mask_;
+                  !self->time_up_.load(std::memory_order_relaxed) && !self->exec_bp_mask_ &&
+                  !((self->debug_code_ || !self->debug_bps_.empty()) && self->DebugStopsAt(address));
       if (skip && self->block_start_) {
         // A REP string instruction's next iteration (a block of its own) is
         // no new instruction and no transfer.  Past other block boundaries
@@ -251,12 +277,18 @@ struct TcgCallbacks {
       // the instruction ran, a loop came back to it) or instructions ran
       // unreported since.
       if (self->observed_valid_ && address == self->last_observed_ && !self->block_start_at_run_ &&
-          self->last_start_ == address && self->skipped_ == 0)
+          self->last_start_ == address && self->skipped_ == 0) {
+        self->debug_first_ = false;
+        self->debug_progress_ = true;  // the instruction a debugger stopped before runs now
         return;
+      }
     }
     // Before this instruction: a stop or an event a callback asked for
     // during the previous one.
-    if (self->stop_requested_ || self->time_up_) self->Boundary(address);
+    // (A debugger's watchpoint ends the run after the tracer has seen this
+    // boundary, in DebugCheck, as its breakpoints do.)
+    if ((self->stop_requested_ || self->time_up_) && self->debug_stop_.kind != TcgCpu::DebugStop::kWatch)
+      self->Boundary(address);
     if (self->insn_hook_) {
       self->in_code_hook_ = true;
       self->insn_hook_(address);
@@ -265,6 +297,11 @@ struct TcgCallbacks {
       self->observed_valid_ = true;
     }
     self->last_start_ = address;
+    // A debugger's breakpoint or finished step: after the tracer saw this
+    // boundary (it has accounted for the instruction before), before the
+    // instruction runs; when the run resumes here the tracer is not told
+    // twice (first_hook_of_run_ above).
+    if (self->debug_code_ || !self->debug_bps_.empty()) self->DebugCheck(address);
     if (self->exec_bp_mask_) self->CheckInstructionBreakpoints(address);
     // An event the observer raised for this boundary (a PMI, an emulated
     // #DB): leave the block here; QEMU's loop takes it before the
@@ -286,7 +323,12 @@ struct TcgCallbacks {
   static void Block(uc_engine*, uint64_t address, uint32_t, void* user) {
     auto* self = static_cast<TcgCpu*>(user);
     self->block_start_ = true;
+    self->blocks_in_run_++;
     if (!self->kick_.load(std::memory_order_relaxed) && !self->time_up_.load(std::memory_order_relaxed)) return;
+    // With a debugger's checks on, the code hook of this same boundary ends
+    // the run after TcgCpu::DebugCheck, which must see every boundary (a
+    // step ended here would otherwise run one more instruction when resumed).
+    if (self->debug_code_ && self->code_hook_ != 0) return;
     self->Boundary(address);
   }
   // QEMU's check for pending interrupts at a block boundary, for vbts's
@@ -1199,6 +1241,7 @@ bool TcgCpu::IsRepString(uint64_t linear) {
 }
 
 void TcgCpu::AnnounceEvent(std::optional<uint64_t> soft_linear) {
+  debug_progress_ = true;  // a step ends at the handler's first instruction
   if (event_hook_) event_hook_(soft_linear);
   skipping_ = false;
 }
@@ -1212,7 +1255,7 @@ void TcgCpu::SetInstructionHook(std::function<void(uint64_t)> hook) {
 }
 
 void TcgCpu::SyncCodeHook() {
-  const bool want = static_cast<bool>(insn_hook_) || exec_bp_mask_ != 0;
+  const bool want = static_cast<bool>(insn_hook_) || exec_bp_mask_ != 0 || debug_code_;
   if (want && code_hook_ == 0) {
     uc_hook h = 0;
     if (uc_hook_add(uc_, &h, UC_HOOK_CODE, reinterpret_cast<void*>(&TcgCallbacks::Code), this, 1, 0) == UC_ERR_OK) {
@@ -1258,6 +1301,11 @@ absl::StatusOr<TcgStop> TcgCpu::Run(uint64_t timeout_us) {
   delivering_ = -1;
   first_hook_of_run_ = true;
   block_start_at_run_ = block_start_;
+  debug_stop_ = DebugStop{};
+  debug_first_ = true;
+  debug_progress_ = false;
+  blocks_in_run_ = 0;
+  debug_resume_ = env_->segs[uabi::kCs].base + env_->eip;
   TcgCpu* outer = t_running;
   t_running = this;
   timed_out_ = false;
@@ -1286,6 +1334,102 @@ absl::StatusOr<TcgStop> TcgCpu::Run(uint64_t timeout_us) {
   if (stop_requested_) return TcgStop{TcgStop::kRequested};
   if (timed_out_) return TcgStop{TcgStop::kTimeout};
   return TcgStop{TcgStop::kRequested};
+}
+
+// --- A debugger's stops ---
+
+void TcgCpu::SetDebugBreakpoints(std::vector<uint64_t> linear) {
+  std::sort(linear.begin(), linear.end());
+  linear.erase(std::unique(linear.begin(), linear.end()), linear.end());
+  if (linear == debug_bps_) return;  // GDB removes and re-inserts them at every stop
+  for (size_t h : debug_bp_hooks_) uc_hook_del(uc_, h);
+  debug_bp_hooks_.clear();
+  debug_bps_ = std::move(linear);
+  for (uint64_t a : debug_bps_) {
+    uc_hook h = 0;
+    if (uc_hook_add(uc_, &h, UC_HOOK_CODE, reinterpret_cast<void*>(&TcgCallbacks::DebugBreakpoint), this, a, a) ==
+        UC_ERR_OK)
+      debug_bp_hooks_.push_back(h);
+  }
+  UpdateDebugCode();
+  FlushCode();  // code hooks are compiled into the translations
+}
+
+void TcgCpu::SetDebugStep(bool step) {
+  debug_step_ = step;
+  UpdateDebugCode();
+}
+
+void TcgCpu::SetDebugWatchpoints(std::vector<DebugWatch> watches) {
+  if (watches.size() == debug_watches_.size() &&
+      std::equal(watches.begin(), watches.end(), debug_watches_.begin(), [](const DebugWatch& a, const DebugWatch& b) {
+        return a.addr == b.addr && a.len == b.len && a.read == b.read && a.write == b.write;
+      }))
+    return;
+  for (size_t h : debug_mem_hooks_) uc_hook_del(uc_, h);
+  debug_mem_hooks_.clear();
+  debug_watches_ = std::move(watches);
+  for (const DebugWatch& w : debug_watches_) {
+    // Unicorn calls a hook for an access whose start address is in the
+    // hook's range: start early enough for the widest access (a 64-byte
+    // XSAVE area line) that overlaps the watched bytes; the callback checks
+    // the overlap exactly.
+    const uint64_t begin = w.addr >= 64 ? w.addr - 63 : 0;
+    const uint64_t end = w.addr + (w.len ? w.len - 1 : 0);
+    int type = 0;
+    if (w.read) type |= UC_HOOK_MEM_READ;
+    if (w.write) type |= UC_HOOK_MEM_WRITE;
+    uc_hook h = 0;
+    if (type && uc_hook_add(uc_, &h, type, reinterpret_cast<void*>(&TcgCallbacks::DebugAccess), this, begin, end) ==
+                    UC_ERR_OK)
+      debug_mem_hooks_.push_back(h);
+  }
+  UpdateDebugCode();
+  FlushCode();  // memory hooks are compiled into the translations
+}
+
+void TcgCpu::UpdateDebugCode() {
+  // Breakpoints alone need no catch-all hook (DebugBreakpoint); a step and
+  // a watchpoint's stop after its instruction do.
+  debug_code_ = debug_step_ || !debug_watches_.empty();
+  SyncCodeHook();
+}
+
+bool TcgCpu::DebugStopsAt(uint64_t linear) const {
+  return debug_step_ || debug_stop_.kind != DebugStop::kNone ||
+         std::binary_search(debug_bps_.begin(), debug_bps_.end(), linear);
+}
+
+void TcgCpu::DebugCheck(uint64_t linear) {
+  const bool first = debug_first_;
+  debug_first_ = false;
+  // An event the tracer raised for this boundary (a PMI, an emulated #DB)
+  // comes first, as on hardware: a breakpoint here is hit when the handler
+  // returns to it; a step ends at the handler's first instruction.
+  if (deliver_now_ && Deliverable()) {
+    debug_progress_ = true;
+    return;
+  }
+  // A watched access by the previous instruction ended it (RequestStop):
+  // reported as the watchpoint, also when a step ends here.
+  if (debug_stop_.kind == DebugStop::kWatch) Boundary(linear);
+  if (debug_step_ && debug_progress_) DebugBoundary(DebugStop::kStep, linear);
+  if (!(first && linear == debug_resume_) && std::binary_search(debug_bps_.begin(), debug_bps_.end(), linear))
+    DebugBoundary(DebugStop::kBreakpoint, linear);
+  debug_progress_ = true;  // the instruction here starts
+}
+
+void TcgCpu::DebugBoundary(DebugStop::Kind kind, uint64_t linear) {
+  debug_stop_ = DebugStop{kind, linear, false};
+  stop_requested_ = true;
+  Boundary(linear);
+}
+
+void TcgCpu::InvalidateCode(uint64_t gpa, uint64_t len) {
+  if (gpa >= config_.ram_bytes || len == 0) return;
+  const uint64_t end = std::min<uint64_t>(config_.ram_bytes, gpa + len);
+  tb_invalidate_phys_range_x86_64(uc_, gpa & ~0xFFFull, (end + 0xFFF) & ~0xFFFull);
+  rep_probe_.linear = ~0ull;
 }
 
 }  // namespace vbts::vcpu

@@ -22,6 +22,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "vcpu/completer.h"
@@ -180,6 +181,34 @@ class TcgCpu {
   // (its tracer emulates them, with DEBUGCTL.BTF), not by QEMU.
   void SetOwnSingleStep(bool own) { own_single_step_ = own; }
 
+  // --- A debugger's stops (the gdbstub, docs/gdb.md) ---
+  // Guest memory is never patched: the engine checks before each instruction
+  // while any of these is set, so the guest cannot see them.
+  struct DebugWatch {
+    uint64_t addr = 0, len = 1;  // linear
+    bool read = false, write = false;
+  };
+  struct DebugStop {
+    enum Kind { kNone, kBreakpoint, kStep, kWatch } kind = kNone;
+    uint64_t address = 0;  // kBreakpoint: the instruction; kWatch: the watched address accessed
+    bool write = false;    // kWatch: the access was a write
+  };
+  // Run() ends before the instruction at any of these linear addresses,
+  // except at the first instruction of a run that starts there (the one a
+  // debugger resumes from).  Between runs.
+  void SetDebugBreakpoints(std::vector<uint64_t> linear);
+  // Run() ends at the boundary after one instruction (a fault or an event
+  // delivered instead: at the handler's first instruction).  A step's run
+  // must have no time limit: a run cut short would step again when resumed.
+  void SetDebugStep(bool step);
+  // Run() ends after an instruction that read or wrote [addr, addr+len).
+  void SetDebugWatchpoints(std::vector<DebugWatch> watches);
+  // Why the last Run() ended for the debugger (kNone: another reason).
+  DebugStop debug_stop() const { return debug_stop_; }
+  // Guest memory at [gpa, gpa+len) changed (a debugger wrote it): its
+  // translations are dropped.
+  void InvalidateCode(uint64_t gpa, uint64_t len);
+
   // Guest memory changed behind the engine's back (the loader, the KVM
   // engine): drops every translation.
   void FlushCode();
@@ -279,6 +308,25 @@ class TcgCpu {
   uint64_t last_start_ = 0;       // linear address of the last instruction that started
   bool block_start_ = false;      // a block started since the last instruction hook
   bool hook_block_start_ = false;  // ... before the instruction being reported
+  // The debugger's stops (SetDebug*).
+  std::vector<uint64_t> debug_bps_;  // sorted
+  // One Unicorn code hook per breakpoint, bounded to its address: without
+  // the catch-all code hook, only those instructions call into vbts.
+  std::vector<size_t> debug_bp_hooks_;
+  uint64_t blocks_in_run_ = 0;  // translated blocks started in this run
+  bool debug_step_ = false;
+  std::vector<DebugWatch> debug_watches_;
+  std::vector<size_t> debug_mem_hooks_;
+  bool debug_code_ = false;      // the code hook must check before each instruction
+  bool debug_first_ = false;     // no instruction of this run has been checked yet
+  bool debug_progress_ = false;  // an instruction started (or an event came) since the run began
+  uint64_t debug_resume_ = 0;    // linear address the run started at
+  DebugStop debug_stop_;
+  void UpdateDebugCode();
+  // Before the instruction at `linear`: a breakpoint or a finished step ends the run.
+  void DebugCheck(uint64_t linear);
+  bool DebugStopsAt(uint64_t linear) const;  // the bulk path must not skip this boundary
+  [[noreturn]] void DebugBoundary(DebugStop::Kind kind, uint64_t linear);
   uint64_t dr_[8] = {};
   uint64_t cr8_ = 0;
   uint8_t maxphyaddr_ = 36;

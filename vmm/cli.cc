@@ -57,6 +57,7 @@ const char* RunEndName(RunEnd e) {
     case RunEnd::kHaltedIfClear: return "halted-if-clear";
     case RunEnd::kUnsupported: return "unsupported";
     case RunEnd::kError: return "error";
+    case RunEnd::kKilled: return "killed";
   }
   return "error";
 }
@@ -138,7 +139,7 @@ int CliMain(int argc, char** argv) {
       "Exit status of `vbts run`: the guest's isa-debug-exit value v as (v << 1) | 1 (odd);\n"
       "  116 vbts error (bad image, no /dev/kvm, host failure), 118 the guest needs something this\n"
       "  host cannot run, 120 triple fault, 122 halted with interrupts disabled, 124 --timeout,\n"
-      "  2 usage error. See docs/cli.md.");
+      "  114 ended by the debugger (gdb kill), 2 usage error. See docs/cli.md.");
 
   MachineConfig config;
   std::string mem = "128M";
@@ -173,6 +174,15 @@ int CliMain(int argc, char** argv) {
     cmd->add_flag("--exact-cpuid", config.exact_cpuid,
                   "single-step the whole guest so that every CPUID answers from the CPU model, even where this "
                   "host's KVM cannot be guarded (slow; see docs/completion.md)");
+    cmd->add_option("--gdb", config.gdb,
+                    "serve the GDB remote protocol on [HOST:]PORT (default host 127.0.0.1); the run uses the TCG "
+                    "engine. docs/gdb.md");
+    cmd->add_flag("--gdb-wait", config.gdb_wait, "with --gdb: stop before the first instruction until GDB attaches");
+    cmd->add_option("--gdb-arch", config.gdb_arch,
+                    "with --gdb: the registers GDB is given: i386, x86-64, or auto (x86-64 unless the CPU model "
+                    "has no long mode)")
+        ->check(CLI::IsMember({"auto", "i386", "x86-64"}))
+        ->capture_default_str();
     cmd->add_option("IMAGE", config.image_path, "Multiboot v1 image (ELF32 or a.out-kludge)")->required();
   };
   CLI::App* run = app.add_subcommand("run", "Boot a Multiboot image; its COM1 output goes to stdout.");
@@ -225,6 +235,10 @@ int CliMain(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     int rc = app.exit(e);
     return rc == 0 ? 0 : kExitUsage;
+  }
+  if (config.gdb_wait && config.gdb.empty()) {
+    PrintError("vbts: --gdb-wait needs --gdb=[HOST:]PORT");
+    return kExitUsage;
   }
   if (*run) return RunCommand(config, mem);
   if (*record) {

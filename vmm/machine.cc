@@ -227,6 +227,14 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
       }
     }
   }
+  if (!config_.gdb.empty()) {
+    // The debugger's stops (breakpoints the guest cannot see, exact steps,
+    // watchpoints) are the TCG engine's (docs/gdb.md).
+    if (config_.engine == "auto") config_.engine = "tcg";
+    if (config_.engine != "tcg")
+      return absl::InvalidArgumentError(
+          absl::StrFormat("--gdb needs the TCG engine: --engine=%s cannot be debugged (use auto or tcg)", config_.engine));
+  }
   if (config_.engine == "auto") {
     // Traced from the start: the TCG engine for the whole run.  Otherwise KVM,
     // and the TCG engine for as long as the guest turns tracing on
@@ -272,19 +280,47 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
       *file = std::fopen(path->c_str(), "w");
       if (!*file) return absl::NotFoundError(absl::StrFormat("cannot write %s: %s", *path, std::strerror(errno)));
     }
-    if (branches_file_ || insns_file_ || config_.transfer_sink) {
-      tracer_->SetSink([this](const pmu::Branch& b) {
+    InstallSink();
+  }
+  if (!config_.gdb.empty()) {
+    const bool long_mode = (model_->Cpuid(0x80000001, 0).edx >> 29) & 1;  // CPUID.80000001H:EDX.LM
+    gdb::Arch arch = Debugger::ArchForImage(image, long_mode);
+    if (config_.gdb_arch == "i386") arch = gdb::Arch::kI386;
+    else if (config_.gdb_arch == "x86-64") arch = gdb::Arch::kX86_64;
+    else if (config_.gdb_arch != "auto")
+      return absl::InvalidArgumentError(
+          absl::StrFormat("--gdb-arch=%s: expected auto, i386 or x86-64", config_.gdb_arch));
+    VBTS_ASSIGN_OR_RETURN(debugger_, Debugger::Create(*this, config_.gdb, config_.gdb_wait, arch));
+    std::fprintf(stderr, "vbts: gdb: listening on %s (target remote %s)\n", debugger_->address().c_str(),
+                 debugger_->address().c_str());
+  }
+  return SetBootState(img.entry, mbi.info_gpa);
+}
+
+void Machine::InstallSink() {
+  if (!branches_file_ && !insns_file_ && !config_.transfer_sink && !gdb_trace_) {
+    tracer_->SetSink(nullptr);
+    return;
+  }
+  tracer_->SetSink(
+      [this](const pmu::Branch& b) {
         if (config_.transfer_sink && sink_wanted_) sink_wanted_ = config_.transfer_sink(b);
         if (branches_file_ && b.taken())
           std::fprintf(branches_file_, "0x%llx 0x%llx %s\n", static_cast<unsigned long long>(b.from),
                        static_cast<unsigned long long>(b.to), pmu::BranchKindName(b.kind));
         if (insns_file_ && !pmu::IsEventDelivery(b.kind))
           std::fprintf(insns_file_, "0x%llx\n", static_cast<unsigned long long>(b.from));
-        return branches_file_ || insns_file_ || (config_.transfer_sink && sink_wanted_);
-      }, /*every_instruction=*/insns_file_ != nullptr);
-    }
-  }
-  return SetBootState(img.entry, mbi.info_gpa);
+        if (gdb_trace_ && debugger_ && debugger_->tracing()) debugger_->AddTransfer(b, insns_file_ != nullptr);
+        return branches_file_ || insns_file_ || (config_.transfer_sink && sink_wanted_) || gdb_trace_;
+      },
+      /*every_instruction=*/insns_file_ != nullptr);
+}
+
+absl::Status Machine::SetGdbBranchTrace(bool on) {
+  if (!tracer_) return absl::FailedPreconditionError("no tracer in this machine");
+  gdb_trace_ = on;
+  InstallSink();
+  return absl::OkStatus();
 }
 
 absl::Status Machine::SetBootState(uint32_t entry, uint32_t mbi) {
@@ -355,6 +391,7 @@ RunResult Machine::Finish(RunEnd end, int status, std::string message) {
   r.end = end;
   r.exit_status = status;
   r.message = std::move(message);
+  if (debugger_) debugger_->Ended(r);
   if (end != RunEnd::kGuestExit && vcpu_) {
     absl::StatusOr<vcpu::CpuState> st = CurrentState();
     if (st.ok()) {
@@ -568,22 +605,50 @@ RunResult Machine::RunTcg() {
 }
 
 std::optional<RunResult> Machine::RunTcgLoop(uint64_t deadline, bool until_untraced) {
-  // Runs are cut into slices so that --timeout and the LAPIC timer are noticed.
+  // Runs are cut into slices so that --timeout, the LAPIC timer and (with a
+  // GDB client attached, in shorter slices) a Ctrl-C are noticed.
   constexpr uint64_t kSliceNs = 50'000'000;
+  constexpr uint64_t kDebugSliceNs = 10'000'000;
   for (;;) {
+    if (debugger_) {
+      // Time stopped for the client does not count against --timeout.
+      const uint64_t before = debugger_->stopped_ns();
+      std::optional<RunResult> end = debugger_->BetweenRuns(halted_wait_);
+      if (deadline) deadline += debugger_->stopped_ns() - before;
+      if (end) return end;
+    }
     if (deadline && NowNs() >= deadline)
       return Finish(RunEnd::kTimeout, kExitTimeout,
                     absl::StrFormat("vbts: guest timed out after %g s", config_.timeout_seconds));
+    if (halted_wait_) {
+      // Halted until an interrupt: the LAPIC timer's next expiry, or
+      // --timeout (nothing else interrupts a halted vCPU here).  In slices,
+      // so that a debugger's Ctrl-C is seen.
+      lapic_->Advance(NowNs());
+      if (!lapic_->Pending() && !tcg_->NmiPending()) {
+        const uint64_t slice = debugger_ && debugger_->connected() ? kDebugSliceNs : kSliceNs;
+        uint64_t wake = NowNs() + slice;
+        if (std::optional<uint64_t> t = lapic_->NextDeadline()) wake = std::min(wake, *t);
+        if (deadline) wake = std::min(wake, deadline);
+        const uint64_t n = NowNs();
+        if (wake > n) ::usleep(static_cast<useconds_t>(std::min<uint64_t>((wake - n) / 1000 + 1, 50'000)));
+        continue;
+      }
+      halted_wait_ = false;
+    }
     // Tracing is off and no event waits in the engine: the vCPU can go back.
     if (until_untraced && !tracer_->WantsEveryInstruction() && !tcg_->EventPending()) return std::nullopt;
     UpdateTcgObservation();
     uint64_t now = NowNs();
     lapic_->Advance(now);
     tcg_control_->Notify();
-    uint64_t until = now + kSliceNs;
+    uint64_t slice = debugger_ && debugger_->connected() ? kDebugSliceNs : kSliceNs;
+    uint64_t until = now + slice;
     if (std::optional<uint64_t> t = lapic_->NextDeadline()) until = std::min(until, std::max(*t, now + 1000));
     if (deadline) until = std::min(until, std::max(deadline, now) + 1000);
-    absl::StatusOr<vcpu::TcgStop> stop = tcg_->Run((until - now + 999) / 1000);
+    // A debugger's step runs without a time limit (TcgCpu::SetDebugStep).
+    const uint64_t limit_us = debugger_ && debugger_->stepping() ? 0 : (until - now + 999) / 1000;
+    absl::StatusOr<vcpu::TcgStop> stop = tcg_->Run(limit_us);
     PrintWarnings();
     if (!stop.ok()) return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + stop.status().ToString());
     if (!tcg_error_.ok()) return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + tcg_error_.ToString());
@@ -596,23 +661,14 @@ std::optional<RunResult> Machine::RunTcgLoop(uint64_t deadline, bool until_untra
         if (!(st.rflags & vcpu::kRflagsIf) && !tcg_->NmiPending())
           return Finish(RunEnd::kHaltedIfClear, kExitHaltedIfClear,
                         "vbts: guest halted with interrupts disabled (HLT with IF=0)");
-        // Halted until an interrupt: the LAPIC timer's next expiry, or
-        // --timeout (nothing else interrupts a halted vCPU here).
-        for (;;) {
-          lapic_->Advance(NowNs());
-          if (lapic_->Pending() || tcg_->NmiPending()) break;
-          if (deadline && NowNs() >= deadline) break;
-          uint64_t wake = NowNs() + kSliceNs;
-          if (std::optional<uint64_t> t = lapic_->NextDeadline()) wake = std::min(wake, *t);
-          const uint64_t n = NowNs();
-          if (wake > n) ::usleep(static_cast<useconds_t>(std::min<uint64_t>((wake - n) / 1000 + 1, 50'000)));
-        }
+        halted_wait_ = true;
         break;
       }
       case vcpu::TcgStop::kRequested:
       case vcpu::TcgStop::kTimeout:
         break;
     }
+    if (debugger_) debugger_->AfterRun(*stop);
   }
 }
 
@@ -783,11 +839,15 @@ vcpu::TcgDevices::Msr Machine::WriteMsr(uint32_t index, uint64_t value) {
 }
 
 std::optional<uint8_t> Machine::AcknowledgeInterrupt() {
-  if (!lapic_->Pending()) return std::nullopt;
+  if (!InterruptPending()) return std::nullopt;
   return lapic_->Acknowledge();
 }
 
-bool Machine::InterruptPending() { return lapic_->Pending().has_value(); }
+bool Machine::InterruptPending() {
+  // While a debugger steps, external interrupts wait in the LAPIC.
+  if (debugger_ && debugger_->masks_interrupts()) return false;
+  return lapic_->Pending().has_value();
+}
 
 vcpu::TcgDevices::Msr Machine::ReadPmc(uint32_t ecx, uint64_t& value) {
   if (!vpmu_) return Msr::kGp;

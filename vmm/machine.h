@@ -23,6 +23,7 @@
 #include "vcpu/tcg_cpu.h"
 #include "vcpu/tracer.h"
 #include "vmm/debug_exit.h"
+#include "vmm/debugger.h"
 #include "vmm/fw_cfg.h"
 #include "vmm/pc_testdev.h"
 #include "vmm/guest_memory.h"
@@ -67,9 +68,17 @@ struct MachineConfig {
   // (like --branches, it makes vbts step the whole guest). Returning false
   // says it wants no more: vbts stops stepping for it.
   std::function<bool(const pmu::Branch&)> transfer_sink;
+  // --gdb=[HOST:]PORT: a GDB remote-protocol server (vmm/debugger.h,
+  // docs/gdb.md); the run uses the TCG engine.  --gdb-wait: stop before the
+  // first instruction until a client attaches.  gdb_arch: the target
+  // description, "auto" (x86-64 when the CPU model has long mode), "i386" or
+  // "x86-64".
+  std::string gdb;
+  bool gdb_wait = false;
+  std::string gdb_arch = "auto";
 };
 
-enum class RunEnd { kGuestExit, kTimeout, kTripleFault, kHaltedIfClear, kUnsupported, kError };
+enum class RunEnd { kGuestExit, kTimeout, kTripleFault, kHaltedIfClear, kUnsupported, kError, kKilled };
 
 struct RunResult {
   RunEnd end = RunEnd::kError;
@@ -90,6 +99,7 @@ absl::StatusOr<PreparedVm> PrepareVm(const Kvm& kvm, const std::string& vpmu);
 
 class Machine : private vcpu::TcgDevices {
  public:
+  friend class Debugger;
   // Builds the machine and loads the image; errors name the file/field at fault.
   // `prepared` (optional) is a VM from PrepareVm for config.vpmu.
   static absl::StatusOr<std::unique_ptr<Machine>> Create(const MachineConfig& config, const Kvm& kvm,
@@ -130,6 +140,11 @@ class Machine : private vcpu::TcgDevices {
   // Before the virtual PMU is read or written in block-level observation:
   // the instructions that ran unreported are counted first.
   void FlushTcgBulk();
+  // The tracer's transfer sink from what consumes transfers now: --branches,
+  // --insns, vbts record, GDB's branch trace.
+  void InstallSink();
+  // GDB's branch trace on or off (Debugger::SetBranchTrace).
+  absl::Status SetGdbBranchTrace(bool on);
   // The vCPU state from the engine that holds it.
   absl::StatusOr<vcpu::CpuState> CurrentState();
   // vcpu::TcgDevices: what the TCG engine hands to the machine.
@@ -179,6 +194,9 @@ class Machine : private vcpu::TcgDevices {
   absl::Status tcg_error_;             // a failure inside a TCG callback, reported after the run
   uint64_t apic_base_ = 0xFEE00900;    // IA32_APIC_BASE while in TCG (BSP, enabled)
   uint64_t msr_exits_ = 0;
+  std::unique_ptr<Debugger> debugger_;  // --gdb
+  bool gdb_trace_ = false;              // GDB's branch trace is on
+  bool halted_wait_ = false;            // the TCG vCPU waits in HLT for an interrupt
   std::FILE* branches_file_ = nullptr;
   std::FILE* insns_file_ = nullptr;
   PioBus pio_;

@@ -1,0 +1,472 @@
+#!/usr/bin/env python3
+"""gdb-test.py: Debian's gdb against vbts's gdbstub (ctest label gdb, docs/gdb.md).
+
+    gdb-test.py --vbts build/vbts --gdb /usr/bin/gdb --images build/guest-tests CASE
+
+Each CASE starts `vbts run --gdb=127.0.0.1:0 --gdb-wait IMAGE` (port 0: vbts picks a
+free port and names it on stderr), runs `gdb -batch -nx` with the case's commands and
+checks gdb's output, the guest's output and vbts's exit status exactly.  The expected
+values come from the guest's source (guest-tests/gdb/gdb_demo.c): leaf(x) = 3x+1,
+middle(x) = leaf(x) + leaf(x+1) = 6x+5, counter = 5 + 11 + 17 = 33.
+Exit status 0: pass; 1: fail (with the difference on stderr).
+"""
+import argparse
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+ARGS = None
+
+
+def fail(msg, *outputs):
+    sys.stderr.write("FAIL: %s\n" % msg)
+    for name, text in outputs:
+        sys.stderr.write("---- %s ----\n%s\n" % (name, text))
+    sys.exit(1)
+
+
+def symbols(image):
+    """Function and object addresses from the image's symbol table (nm)."""
+    out = subprocess.run(["nm", image], capture_output=True, text=True, check=True).stdout
+    syms = {}
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) == 3:
+            syms[parts[2]] = int(parts[0], 16)
+    return syms
+
+
+class Vbts:
+    """One `vbts run --gdb` process; `port` once it listens."""
+
+    def __init__(self, image, extra=(), wait=True):
+        cmd = [ARGS.vbts, "run", "--gdb=127.0.0.1:0", "--timeout=60"] + list(extra)
+        if wait:
+            cmd.append("--gdb-wait")
+        cmd.append(image)
+        self.cmd = cmd
+        self.out = tempfile.TemporaryFile()
+        self.err = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(cmd, stdout=self.out, stderr=self.err)
+        self.port = None
+        deadline = time.time() + 20
+        while time.time() < deadline and self.port is None:
+            m = re.search(rb"listening on 127\.0\.0\.1:(\d+)", self.read(self.err))
+            if m:
+                self.port = int(m.group(1))
+                break
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.02)
+        if self.port is None:
+            self.proc.kill()
+            fail("vbts did not start listening", ("stderr", self.read(self.err).decode(errors="replace")))
+
+    @staticmethod
+    def read(f):
+        f.seek(0)
+        return f.read()
+
+    def stdout(self):
+        return self.read(self.out).decode(errors="replace")
+
+    def stderr(self):
+        return self.read(self.err).decode(errors="replace")
+
+    def wait(self, timeout=60):
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            fail("vbts did not end", ("stderr", self.stderr()))
+
+
+def run_gdb(vbts, image, commands, interrupt_after=None, arch=None):
+    """Runs gdb -batch with `commands` against `vbts`; returns its output.
+
+    interrupt_after: a callable polled while gdb runs; when it returns true, gdb
+    gets SIGINT once (a user's Ctrl-C: gdb sends 0x03 to the stub)."""
+    # No `set architecture`: gdb takes the target description vbts gives
+    # (i386 for this DWARF-32 image: Debugger::ArchForImage).
+    script = ["set pagination off", "set confirm off", "set width 0"]
+    if arch:
+        script.append("set architecture %s" % arch)
+    script += ["target remote 127.0.0.1:%d" % vbts.port] + commands
+    with tempfile.NamedTemporaryFile("w", suffix=".gdb", delete=False) as f:
+        f.write("\n".join(script) + "\n")
+        path = f.name
+    try:
+        out = tempfile.TemporaryFile()
+        proc = subprocess.Popen([ARGS.gdb, "-batch", "-nx", "-x", path] + ([image] if image else []), stdout=out,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        deadline = time.time() + 90
+        sent = False
+        while proc.poll() is None:
+            if time.time() > deadline:
+                proc.kill()
+                fail("gdb did not end", ("gdb", Vbts.read(out).decode(errors="replace")),
+                     ("vbts stderr", vbts.stderr()))
+            if interrupt_after and not sent and interrupt_after():
+                proc.send_signal(signal.SIGINT)
+                sent = True
+            time.sleep(0.02)
+        return Vbts.read(out).decode(errors="replace")
+    finally:
+        os.unlink(path)
+
+
+def expect(text, patterns, what, *context):
+    """Every regex of `patterns` must match a line of `text`, in this order."""
+    lines = text.splitlines()
+    i = 0
+    for p in patterns:
+        rx = re.compile(p)
+        while i < len(lines) and not rx.search(lines[i]):
+            i += 1
+        if i == len(lines):
+            fail("%s: no line matching %r (in order)" % (what, p), (what, text), *context)
+        i += 1
+
+
+def demo():
+    return os.path.join(ARGS.images, "gdb_demo.elf")
+
+
+DEMO_OUTPUT = "gdb_demo: start\ncounter=33\nnot released\n"
+
+
+def finish_demo(vbts, gdb_out, status=1, output=DEMO_OUTPUT):
+    rc = vbts.wait()
+    ctx = [("gdb", gdb_out), ("vbts stderr", vbts.stderr())]
+    if rc != status:
+        fail("vbts exited %d, expected %d" % (rc, status), *ctx)
+    if vbts.stdout() != output:
+        fail("guest output differs: %r, expected %r" % (vbts.stdout(), output), *ctx)
+
+
+def case_break():
+    # A breakpoint at leaf: the first call is leaf(0) from middle(0); `finish`
+    # shows leaf(0) = 3*0+1 = 1; the next hit is leaf(1) (middle(0)'s second
+    # call).  Then the guest runs to its end: counter=33, exit value 0 ("exited
+    # normally": the stub reports the guest's isa-debug-exit value).
+    v = Vbts(demo())
+    out = run_gdb(v, demo(), ["break leaf", "continue", "finish", "continue", "print x", "delete",
+                              "continue"])
+    expect(out, [r"Breakpoint 1 at 0x[0-9a-f]+: file .*gdb_demo\.c", r"Breakpoint 1, leaf \(x=(x@entry=)?0\)",
+                 r"Value returned is \$1 = 1",
+                 r"Breakpoint 1, leaf \(x=(x@entry=)?1\)", r"^\$2 = 1$", r"\[Inferior 1 \(Remote target\) exited normally\]"],
+           "gdb")
+    finish_demo(v, out)
+
+
+def case_step():
+    # stepi from the entry moves one instruction: _start's `mov $stack_top, %esp`
+    # is 5 bytes (bc imm32), so $pc goes from _start to _start+5.  Then `break
+    # step`, `step` into middle (source stepping: vCont;r range steps),
+    # `next` over its leaf call, and `up` shows the caller.
+    syms = symbols(demo())
+    v = Vbts(demo())
+    out = run_gdb(v, demo(), ["print/x $pc", "stepi", "print/x $pc", "break step", "continue", "step",
+                              "bt 2", "next", "info frame", "delete", "continue"])
+    expect(out, [r"^\$1 = 0x%x$" % syms["_start"], r"^\$2 = 0x%x$" % (syms["_start"] + 5),
+                 r"Breakpoint 1, step \(i=(i@entry=)?0\)", r"^middle \(x=(x@entry=)?0\) at .*gdb_demo\.c", r"^#0\s+middle \(x=(x@entry=)?0\)",
+                 r"^#1\s+0x[0-9a-f]+ in step \(i=(i@entry=)?0\)", r"exited normally"], "gdb")
+    finish_demo(v, out)
+
+
+def case_watch():
+    # A write watchpoint on `counter`: step(0) writes 0 + middle(0) = 5, step(1)
+    # 5 + 11 = 16 (middle(x) = 6x+5).  The stop is after the writing instruction,
+    # inside step().
+    # Then a read watchpoint on spin_limit, which main reads once, after the
+    # three steps (2000000, its initial value), and an access watchpoint on
+    # release, which spin() reads in its loop.
+    v = Vbts(demo())
+    out = run_gdb(v, demo(), ["watch counter", "continue", "continue", "delete", "rwatch spin_limit", "continue",
+                              "bt 1", "delete", "awatch release", "continue", "bt 1", "delete", "continue"])
+    expect(out, [r"Hardware watchpoint 1: counter", r"Old value = 0", r"New value = 5", r"step \(i=(i@entry=)?0\)",
+                 r"Old value = 5", r"New value = 16", r"Hardware read watchpoint 2: spin_limit",
+                 r"Value = 2000000", r"^#0\s+.*main \(", r"Hardware access \(read/write\) watchpoint 3: release",
+                 r"Value = 0", r"^#0\s+.*spin \(", r"exited normally"], "gdb")
+    finish_demo(v, out)
+
+
+def case_interrupt():
+    # spin() runs until `release` is set: the guest would spin ~forever with
+    # spin_limit = 0xffffffff.  Ctrl-C (SIGINT to gdb, which sends 0x03) stops
+    # it in spin() with SIGINT; setting release=1 lets it end ("released").
+    v = Vbts(demo())
+    ready = lambda: "counter=33" in v.stdout()
+    out = run_gdb(v, demo(), ["set var spin_limit = 0xffffffff", "continue", "bt 1", "set var release = 1",
+                              "continue"], interrupt_after=ready)
+    expect(out, [r"Program received signal SIGINT", r"^#0\s+.*spin \(", r"exited normally"], "gdb")
+    finish_demo(v, out, output="gdb_demo: start\ncounter=33\nreleased\n")
+
+
+def case_registers():
+    # At the Multiboot entry (docs/guest-abi.md): EAX = 0x2BADB002, CS = 0x08
+    # flat 32-bit code, CR0 = PE|ET = 0x11, EFER = 0; `monitor info registers`
+    # and `monitor info cpu` answer from vbts; writes of EAX read back.
+    syms = symbols(demo())
+    v = Vbts(demo())
+    out = run_gdb(v, demo(), ["info registers eax eip cs cr0 efer", "set $ebx = 0x1234", "print/x $ebx",
+                              "monitor info cpu", "monitor info pmu", "monitor info registers", "continue"])
+    expect(out, [r"^eax\s+0x2badb002", r"^eip\s+0x%x" % syms["_start"], r"^cs\s+0x8\s", r"^cr0\s+0x11\b",
+                 r"^efer\s+0x0\b", r"^\$1 = 0x1234$", r"^westmere: ", r"CPU model: westmere",
+                 r"IA32_DEBUGCTL\s+0x0000000000000000", r"LBR stack, 16 entries", r"exited normally"], "gdb")
+    finish_demo(v, out)
+
+
+def case_memory():
+    # x/ reads guest memory through the guest's view (no paging here: linear =
+    # physical); the Multiboot magic of start.S sits at 0x100000.  A write
+    # through `set var` changes what the guest then uses (spin_limit = 3 makes
+    # no difference to the output); an address beyond RAM (128 MiB) gives an
+    # error, never a crash.
+    v = Vbts(demo())
+    # (An error ends gdb's batch script: the unreadable address comes last, and
+    # gdb then detaches, so the guest runs to its end on its own.)
+    out = run_gdb(v, demo(), ["x/3wx 0x100000", "print spin_limit", "set var spin_limit = 3", "print spin_limit",
+                              "x/wx 0x9000000"])
+    expect(out, [r"^0x100000.*:\s+0x1badb002\s+0x00000003\s+0xe4524ffb$", r"^\$1 = 2000000$", r"^\$2 = 3$",
+                 r"Cannot access memory at address 0x9000000", r"detached"], "gdb")
+    finish_demo(v, out)
+
+
+def call_history_from_record(image, syms):
+    """The functions entered and returned to between the first and second
+    arrival at step(), from `vbts record` + `vbts report --format=branches`."""
+    with tempfile.TemporaryDirectory() as d:
+        trace = os.path.join(d, "t.vbtr")
+        subprocess.run([ARGS.vbts, "record", "-o", trace, image], capture_output=True, check=False)
+        rep = subprocess.run([ARGS.vbts, "report", "--format=branches", trace], capture_output=True, text=True,
+                             check=True).stdout
+    funcs = sorted((addr, name) for name, addr in syms.items() if name in
+                   ("main", "step", "middle", "leaf", "spin", "puts_com1", "put_dec", "putc_com1", "_start"))
+
+    def fn(addr):
+        best = None
+        for a, n in funcs:
+            if a <= addr:
+                best = n
+        return best
+
+    seq = []
+    arrivals = 0
+    for line in rep.splitlines():
+        frm, to, kind = line.split()[:3]
+        to = int(to, 16)
+        if kind in ("call", "ret", "ind-call"):
+            if to == syms["step"]:
+                arrivals += 1
+                if arrivals == 2:
+                    # GDB stops before step's first instruction: its history
+                    # ends with main's call, the current PC is not in it.
+                    break
+            if arrivals >= 1:
+                seq.append(fn(to))
+    return seq
+
+
+def main_call_to_step(image, syms):
+    """The address of main's call of step(1) (objdump): gcc -O1 unrolls the
+    three-iteration loop into three calls in order, step(0), step(1), step(2)."""
+    dis = subprocess.run(["objdump", "-d", "--no-show-raw-insn", image], capture_output=True, text=True,
+                         check=True).stdout
+    sites = [int(m.group(1), 16) for m in re.finditer(r"^\s*([0-9a-f]+):\s+call\s+%x <step>" % syms["step"], dis,
+                                                       re.M)]
+    if len(sites) != 3:
+        fail("expected three calls of step in the image, found %d" % len(sites))
+    return sites[1]
+
+
+def case_btrace():
+    # `record btrace bts` from step(0)'s entry to step(1)'s: step calls middle,
+    # which calls leaf twice, then main's loop calls step again.  GDB's
+    # function-call history must be exactly the sequence vbts record sees over
+    # the same interval: step middle leaf middle leaf middle step main (the
+    # current PC, step(1)'s first instruction, has not run: GDB leaves it out).
+    # The last instruction that ran is main's `call step`: reverse-stepi goes
+    # back onto it, and `record goto end` returns to step's entry.
+    syms = symbols(demo())
+    expected = call_history_from_record(demo(), syms)
+    if expected != ["step", "middle", "leaf", "middle", "leaf", "middle", "step", "main"]:
+        fail("vbts record's call sequence is %s" % expected)
+    call = main_call_to_step(demo(), syms)
+    v = Vbts(demo())
+    out = run_gdb(v, demo(), ["break step", "continue", "record btrace bts", "continue",
+                              "record function-call-history", "record instruction-history",
+                              "reverse-stepi", "print/x $pc", "record goto end", "print/x $pc", "info record",
+                              "record stop", "delete", "continue"])
+    got = re.findall(r"^\d+\t(\w+)$", out, re.M)
+    if got != expected:
+        fail("function-call-history %s, vbts record %s" % (got, expected), ("gdb", out), ("vbts", v.stderr()))
+    expect(out, [r"Breakpoint 1, step \(i=(i@entry=)?0\)", r"Breakpoint 1, step \(i=(i@entry=)?1\)",
+                 r"^\d+\t\s*0x%08x <main\+\d+>:\s+call\s+0x%x <step>$" % (call, syms["step"]),
+                 r"^\$1 = 0x%x$" % call, r"^\$2 = 0x%x$" % syms["step"],
+                 r"Active record target: record-btrace", r"Recording format: Branch Trace Store",
+                 r"exited normally"], "gdb", ("vbts", v.stderr()))
+    finish_demo(v, out)
+
+
+def case_btrace_guest_bts():
+    # GDB's trace and the guest's own BTS are independent: exp14_9 checks its
+    # own BTS records exactly (PASS lines, exit value 0) while GDB traces the
+    # whole run with record btrace bts, and its output is byte for byte the
+    # output of a run without GDB.
+    image = os.path.join(ARGS.images, "exp14_9.elf")
+    plain = subprocess.run([ARGS.vbts, "run", image], capture_output=True, text=True)
+    v = Vbts(image)
+    out = run_gdb(v, image, ["record btrace bts", "continue"])
+    expect(out, [r"exited normally"], "gdb")
+    rc = v.wait()
+    if rc != plain.returncode or v.stdout() != plain.stdout:
+        fail("exp14_9 under GDB's trace: status %d, output differs from the plain run (status %d)" %
+             (rc, plain.returncode), ("traced", v.stdout()), ("plain", plain.stdout), ("gdb", out))
+    if "PASS" not in plain.stdout or rc != 1:
+        fail("exp14_9 did not pass", ("plain", plain.stdout))
+
+
+def case_lm64():
+    # A 64-bit guest (branchy_lm64: NASM, an ELF32 container of 64-bit code,
+    # so the x86-64 description is asked for with --gdb-arch and gdb is told
+    # the architecture, as docs/gdb.md says).  At main (64-bit code):
+    # CS = SEL_KCODE64 = 0x38 (guest-tests/lib/defs.inc), EFER = LME|LMA
+    # (lm64.inc sets LME, the CPU sets LMA when paging turns on) = 0x500,
+    # RIP = main's address, and a step moves RIP by the first instruction's
+    # length (objdump).
+    image = os.path.join(ARGS.images, "branchy_lm64.elf")
+    syms = symbols(image)
+    dis = subprocess.run(["objdump", "-d", "-M", "x86-64", "-m", "i386:x86-64", "--no-show-raw-insn",
+                          "--start-address=0x%x" % syms["main"], "--stop-address=0x%x" % (syms["main"] + 16), image],
+                         capture_output=True, text=True, check=True).stdout
+    addrs = [int(m.group(1), 16) for m in re.finditer(r"^\s*([0-9a-f]+):", dis, re.M)]
+    v = Vbts(image, extra=["--gdb-arch=x86-64"])
+    out = run_gdb(v, None, ["break *0x%x" % syms["main"], "continue", "info registers rip cs efer",
+                            "stepi", "print/x $rip", "delete", "continue"], arch="i386:x86-64")
+    expect(out, [r"^rip\s+0x%x\s" % syms["main"], r"^cs\s+0x38\s", r"^efer\s+0x500\b",
+                 r"^\$1 = 0x%x$" % addrs[1], r"exited normally"], "gdb", ("vbts", v.stderr()))
+    if v.wait() != 1:
+        fail("branchy_lm64 did not pass under gdb", ("vbts", v.stderr()), ("gdb", out))
+
+
+def case_stops_under_guest_bts():
+    # GDB's stops leave no record in the guest's BTS: exp14_9 checks its own
+    # ten BTS records exactly while GDB stops at j5 (inside the traced jumps),
+    # steps three instructions (j5 -> j6 -> j7 -> j8: each jump is 2 bytes)
+    # and continues; the guest's verdict and output are those of a plain run.
+    image = os.path.join(ARGS.images, "exp14_9.elf")
+    syms = symbols(image)
+    plain = subprocess.run([ARGS.vbts, "run", image], capture_output=True, text=True)
+    v = Vbts(image)
+    out = run_gdb(v, image, ["break *0x%x" % syms["j5"], "continue", "stepi", "stepi", "stepi", "print/x $pc",
+                             "monitor info pmu", "delete", "continue"])
+    expect(out, [r"Breakpoint 1, 0x0*%x in j5" % syms["j5"], r"^\$1 = 0x%x$" % syms["j8"],
+                 r"IA32_DEBUGCTL\s+0x00000000000000c0", r"exited normally"], "gdb")
+    rc = v.wait()
+    if rc != plain.returncode or v.stdout() != plain.stdout or rc != 1:
+        fail("exp14_9 with GDB's stops: status %d, output differs from the plain run (status %d)" %
+             (rc, plain.returncode), ("stopped", v.stdout()), ("plain", plain.stdout), ("gdb", out))
+
+
+def raw(port):
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    return s
+
+
+def packet(payload):
+    return b"$%s#%02x" % (payload, sum(payload) & 0xFF)
+
+
+def recv_reply(s):
+    """One reply packet's payload (after acking it)."""
+    buf = b""
+    while True:
+        m = re.search(rb"\$([^#]*)#([0-9a-f]{2})", buf)
+        if m:
+            s.sendall(b"+")
+            return m.group(1)
+        chunk = s.recv(65536)
+        if not chunk:
+            return None
+        buf += chunk
+
+
+def case_bad_clients():
+    # A client that misbehaves gets the protocol's error reply or a clean
+    # close, and vbts goes on: a bad checksum is NAKed ('-'), a read of memory
+    # beyond RAM is an E reply, an absurd length is bounded, malformed packets
+    # get E replies, garbage between packets is ignored, a good packet after
+    # all that is answered (m100000,4: the Multiboot magic 0x1badb002, little-
+    # endian "02b0ad1b"), and a client that disconnects in the middle of a
+    # packet lets the guest run on to its normal end.
+    v = Vbts(demo())
+    s = raw(v.port)
+    s.sendall(b"$g#00")  # wrong checksum
+    ack = s.recv(1)
+    if ack != b"-":
+        fail("bad checksum answered %r, expected '-'" % ack)
+    replies = {}
+    for p in [b"m9000000,4", b"mffffffffffffffff,ffffffffffffffff", b"Zq,zz,1", b"X100000,4:ab", b"m", b"p999",
+              b"Gzz", b"vCont;q"]:
+        s.sendall(packet(p))
+        replies[p] = recv_reply(s)
+    if not replies[b"m9000000,4"].startswith(b"E"):
+        fail("read beyond RAM answered %r" % replies[b"m9000000,4"])
+    if len(replies[b"mffffffffffffffff,ffffffffffffffff"]) > 0x4000:
+        fail("a huge read answered %d bytes" % len(replies[b"mffffffffffffffff,ffffffffffffffff"]))
+    for p in [b"Zq,zz,1", b"X100000,4:ab", b"m", b"p999", b"Gzz"]:
+        if not replies[p].startswith(b"E") and replies[p] != b"":
+            fail("malformed %r answered %r" % (p, replies[p]))
+    s.sendall(b"\x00\xff garbage ##" + packet(b"m100000,4"))
+    r = recv_reply(s)
+    if r != b"02b0ad1b":
+        fail("m100000,4 after garbage answered %r, expected 02b0ad1b" % r)
+    s.sendall(b"$m100000,4#")  # disconnect in the middle of a packet
+    s.close()
+    finish_demo(v, "(raw client)")
+    if "client disconnected; the guest runs on" not in v.stderr():
+        fail("vbts did not report the disconnect", ("vbts", v.stderr()))
+
+
+def case_detach():
+    # `detach` lets the guest run on without a client: it ends by itself.
+    v = Vbts(demo())
+    out = run_gdb(v, demo(), ["break leaf", "continue", "detach"])
+    expect(out, [r"Breakpoint 1, leaf \(x=(x@entry=)?0\)", r"\[Inferior 1 \(Remote target\) detached\]"], "gdb")
+    finish_demo(v, out)
+
+
+def case_kill():
+    # `kill` ends the run: vbts exits with 114 (docs/cli.md).
+    v = Vbts(demo())
+    out = run_gdb(v, demo(), ["break middle", "continue", "kill"])
+    expect(out, [r"Breakpoint 1, middle \(x=(x@entry=)?0\)"], "gdb")
+    rc = v.wait()
+    if rc != 114:
+        fail("vbts exited %d after kill, expected 114" % rc, ("gdb", out), ("vbts", v.stderr()))
+
+
+CASES = {n[5:]: f for n, f in globals().items() if n.startswith("case_")}
+
+
+def main():
+    global ARGS
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--vbts", required=True)
+    ap.add_argument("--gdb", default="gdb")
+    ap.add_argument("--images", required=True)
+    ap.add_argument("case", choices=sorted(CASES))
+    ARGS = ap.parse_args()
+    CASES[ARGS.case]()
+    print("PASS: gdb.%s" % ARGS.case)
+
+
+if __name__ == "__main__":
+    main()
