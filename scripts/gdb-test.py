@@ -44,8 +44,8 @@ def symbols(image):
 class Vbts:
     """One `vbts run --gdb` process; `port` once it listens."""
 
-    def __init__(self, image, extra=(), wait=True):
-        cmd = [ARGS.vbts, "run", "--gdb=127.0.0.1:0", "--timeout=60"] + list(extra)
+    def __init__(self, image, extra=(), wait=True, command=("run",)):
+        cmd = [ARGS.vbts] + list(command) + ["--gdb=127.0.0.1:0", "--timeout=60"] + list(extra)
         if wait:
             cmd.append("--gdb-wait")
         cmd.append(image)
@@ -239,9 +239,34 @@ def case_memory():
     finish_demo(v, out)
 
 
-def call_history_from_record(image, syms):
-    """The functions entered and returned to between the first and second
-    arrival at step(), from `vbts record` + `vbts report --format=branches`."""
+def blocks_from_record(image, syms):
+    """GDB's BTS blocks (begin, end) oldest first, from `vbts record` over the
+    same interval: a block runs from where a transfer lands to the next
+    transfer's source, from step(0)'s entry to step(1)'s, whose block is only
+    the current PC."""
+    with tempfile.TemporaryDirectory() as d:
+        trace = os.path.join(d, "t.vbtr")
+        subprocess.run([ARGS.vbts, "record", "-o", trace, image], capture_output=True, check=False)
+        rep = subprocess.run([ARGS.vbts, "report", "--format=branches", trace], capture_output=True, text=True,
+                             check=True).stdout
+    blocks, begin = [], None
+    for line in rep.splitlines():
+        frm, to = (int(x, 16) for x in line.split()[:2])
+        if begin is not None:
+            blocks.append((begin, frm))
+            begin = to
+            if to == syms["step"]:
+                blocks.append((to, to))
+                return blocks
+        elif to == syms["step"]:
+            begin = to
+    fail("vbts record: step was not entered twice")
+
+
+def call_history_from_record(image, syms, stop_fn="step", stop_arrival=2):
+    """The functions entered and returned to from the first arrival at step()
+    until arrival number `stop_arrival` at `stop_fn` (the current PC, left
+    out), from `vbts record` + `vbts report --format=branches`."""
     with tempfile.TemporaryDirectory() as d:
         trace = os.path.join(d, "t.vbtr")
         subprocess.run([ARGS.vbts, "record", "-o", trace, image], capture_output=True, check=False)
@@ -258,18 +283,21 @@ def call_history_from_record(image, syms):
         return best
 
     seq = []
+    started = False
     arrivals = 0
     for line in rep.splitlines():
         frm, to, kind = line.split()[:3]
         to = int(to, 16)
         if kind in ("call", "ret", "ind-call"):
-            if to == syms["step"]:
+            if to == syms[stop_fn] and started:
                 arrivals += 1
-                if arrivals == 2:
-                    # GDB stops before step's first instruction: its history
-                    # ends with main's call, the current PC is not in it.
+                if arrivals == stop_arrival - (1 if stop_fn == "step" else 0):
+                    # GDB stops before the function's first instruction: its
+                    # history ends with the call, the current PC is not in it.
                     break
-            if arrivals >= 1:
+            if to == syms["step"]:
+                started = True
+            if started:
                 seq.append(fn(to))
     return seq
 
@@ -301,17 +329,52 @@ def case_btrace():
     call = main_call_to_step(demo(), syms)
     v = Vbts(demo())
     out = run_gdb(v, demo(), ["break step", "continue", "record btrace bts", "continue",
-                              "record function-call-history", "record instruction-history",
+                              "record function-call-history 1,100", "maint btrace packet-history",
+                              "record instruction-history",
                               "reverse-stepi", "print/x $pc", "record goto end", "print/x $pc", "info record",
                               "record stop", "delete", "continue"])
     got = re.findall(r"^\d+\t(\w+)$", out, re.M)
     if got != expected:
         fail("function-call-history %s, vbts record %s" % (got, expected), ("gdb", out), ("vbts", v.stderr()))
+    # The blocks GDB read (newest first in the XML, oldest first here) are
+    # the blocks vbts record's transfers give over the same interval.
+    got_blocks = [(int(b, 16), int(e, 16)) for b, e in
+                  re.findall(r"^\d+\tbegin: (0x[0-9a-f]+), end: (0x[0-9a-f]+)$", out, re.M)]
+    want_blocks = blocks_from_record(demo(), syms)
+    if got_blocks != want_blocks:
+        fail("GDB's blocks %s, vbts record's %s" % ([(hex(a), hex(b)) for a, b in got_blocks],
+                                                    [(hex(a), hex(b)) for a, b in want_blocks]), ("gdb", out))
     expect(out, [r"Breakpoint 1, step \(i=(i@entry=)?0\)", r"Breakpoint 1, step \(i=(i@entry=)?1\)",
                  r"^\d+\t\s*0x%08x <main\+\d+>:\s+call\s+0x%x <step>$" % (call, syms["step"]),
                  r"^\$1 = 0x%x$" % call, r"^\$2 = 0x%x$" % syms["step"],
                  r"Active record target: record-btrace", r"Recording format: Branch Trace Store",
                  r"exited normally"], "gdb", ("vbts", v.stderr()))
+    finish_demo(v, out)
+
+
+def case_btrace_stops():
+    # The trace across several stops (GDB reads a delta at each and stitches
+    # it to what it has): from step(0)'s entry, four stops at leaf
+    # (leaf(0), leaf(1) in middle(0), leaf(1), leaf(2) in middle(1)); at the
+    # first, step's 4 instructions and middle's 6 up to its call have run
+    # (objdump of gdb_demo.elf: 10 instructions in 2 functions); the
+    # whole history must be vbts record's sequence up to the fourth arrival
+    # at leaf: step middle leaf middle leaf middle step main step middle leaf
+    # middle.
+    syms = symbols(demo())
+    expected = call_history_from_record(demo(), syms, stop_fn="leaf", stop_arrival=4)
+    if expected != ["step", "middle", "leaf", "middle", "leaf", "middle", "step", "main", "step", "middle", "leaf",
+                    "middle"]:
+        fail("vbts record's call sequence is %s" % expected)
+    v = Vbts(demo())
+    out = run_gdb(v, demo(), ["break step", "continue", "delete", "record btrace bts", "break leaf", "continue",
+                              "info record", "continue", "continue", "continue", "record function-call-history 1,100",
+                              "record stop", "delete", "continue"])
+    got = re.findall(r"^\d+\t(\w+)$", out, re.M)
+    if got != expected:
+        fail("function-call-history %s, vbts record %s" % (got, expected), ("gdb", out), ("vbts", v.stderr()))
+    expect(out, [r"leaf \(x=(x@entry=)?0\)", r"Recorded 10 instructions in 2 functions",
+                 r"leaf \(x=(x@entry=)?2\)", r"exited normally"], "gdb")
     finish_demo(v, out)
 
 
@@ -354,6 +417,47 @@ def case_lm64():
                  r"^\$1 = 0x%x$" % addrs[1], r"exited normally"], "gdb", ("vbts", v.stderr()))
     if v.wait() != 1:
         fail("branchy_lm64 did not pass under gdb", ("vbts", v.stderr()), ("gdb", out))
+
+
+def case_faults():
+    # Steps across faults and privilege changes (user_fault_pm32): the ring-3
+    # `ud2` at ud_site stops with CS = 0x1b (SEL_UCODE32); one stepi delivers
+    # #UD through the IDT and stops at the first instruction of its ring-0
+    # entry, rt_stub32_6, with CS = 0x08; the ring-3 `int 0x42` at int_site
+    # meets a DPL-0 gate, so its stepi ends at the #GP entry rt_stub32_13.
+    image = os.path.join(ARGS.images, "user_fault_pm32.elf")
+    syms = symbols(image)
+    v = Vbts(image)
+    out = run_gdb(v, image, ["break *0x%x" % syms["ud_site"], "continue", "print/x $cs", "stepi",
+                             "print/x $pc", "print/x $cs", "delete", "break *0x%x" % syms["int_site"], "continue",
+                             "stepi", "print/x $pc", "print/x $cs", "delete", "continue"])
+    expect(out, [r"^\$1 = 0x1b$", r"^\$2 = 0x%x$" % syms["rt_stub32_6"], r"^\$3 = 0x8$",
+                 r"^\$4 = 0x%x$" % syms["rt_stub32_13"], r"^\$5 = 0x8$", r"exited normally"], "gdb",
+           ("vbts", v.stderr()))
+    if v.wait() != 1:
+        fail("user_fault_pm32 did not pass under gdb", ("gdb", out))
+
+
+def case_record():
+    # `vbts record --gdb`: GDB's stops change nothing in the recording; the
+    # transfers (vbts report --format=branches) of a run stopped at every call
+    # of leaf (6 times: middle(0), middle(1) and middle(2) call it twice each)
+    # equal those of a plain recording, byte for byte.
+    with tempfile.TemporaryDirectory() as d:
+        plain, debugged = os.path.join(d, "plain.vbtr"), os.path.join(d, "gdb.vbtr")
+        subprocess.run([ARGS.vbts, "record", "-o", plain, demo()], capture_output=True)
+        v = Vbts(demo(), command=("record", "-o", debugged))
+        out = run_gdb(v, demo(), ["break leaf"] + ["continue"] * 6 + ["delete", "continue"])
+        hits = len(re.findall(r"Breakpoint 1, leaf", out))
+        if hits != 6:
+            fail("leaf was hit %d times, expected 6 (two calls in each of middle(0), middle(1), middle(2))" % hits,
+                 ("gdb", out))
+        finish_demo(v, out)
+        reports = [subprocess.run([ARGS.vbts, "report", "--format=branches", t], capture_output=True, text=True,
+                                  check=True).stdout for t in (plain, debugged)]
+        if reports[0] != reports[1] or not reports[0]:
+            fail("the recording under gdb differs from the plain one (%d vs %d lines)" %
+                 (reports[0].count("\n"), reports[1].count("\n")))
 
 
 def case_stops_under_guest_bts():
