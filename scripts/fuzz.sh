@@ -2,7 +2,7 @@
 # fuzz.sh: build the libFuzzer targets (clang, ASan+UBSan) in build-fuzz/ and run
 # each for SECONDS (default 60) from its seed corpus in fuzz/corpus/TARGET
 # (new inputs go to build-fuzz/corpus/TARGET; crashes to build-fuzz/crash-*).
-#   scripts/fuzz.sh [SECONDS] [TARGET...]      targets: loader_fuzz boot_fuzz
+#   scripts/fuzz.sh [SECONDS] [TARGET...]      targets: loader_fuzz boot_fuzz gdb_packet_fuzz
 # Exit status: 0 if no target found a crash. See docs/security.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."

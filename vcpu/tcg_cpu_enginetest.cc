@@ -578,5 +578,75 @@ TEST_F(TcgCpuTest, AFaultWithNoUsableIdtEndsInATripleFault) {
   RunFrom(st, TcgStop::kTripleFault);
 }
 
+// --- A debugger's stops (TcgCpu::SetDebug*, docs/gdb.md) ---
+
+// mov ecx, 3; L: dec ecx (0x105); jnz L (0x106); mov [0x800], ecx (0x108);
+// hlt (0x10e)
+const std::vector<uint8_t> kDebugLoop = {0xb9, 0x03, 0x00, 0x00, 0x00, 0x49, 0x75, 0xfd,
+                                         0x89, 0x0d, 0x00, 0x08, 0x00, 0x00, 0xf4};
+
+TEST_F(TcgCpuTest, DebugBreakpointStopsBeforeTheInstructionEveryTime) {
+  Code(kCodeRip, kDebugLoop);
+  cpu_->SetDebugBreakpoints({kCodeRip + 5});  // dec ecx, run three times
+  CpuState st = RunFrom(Pm32(0), TcgStop::kRequested);
+  // Before the first dec: ECX is still 3.
+  EXPECT_EQ(cpu_->debug_stop().kind, TcgCpu::DebugStop::kBreakpoint);
+  EXPECT_EQ(cpu_->debug_stop().address, kCodeRip + 5);
+  EXPECT_EQ(st.rip, kCodeRip + 5);
+  EXPECT_EQ(st.gpr[kRcx], 3u);
+  // Resuming at the breakpoint runs it (no second stop there at once); the
+  // loop comes back to it with ECX = 2, then 1.
+  for (uint64_t ecx : {2u, 1u}) {
+    st = RunFrom(st, TcgStop::kRequested);
+    EXPECT_EQ(st.rip, kCodeRip + 5);
+    EXPECT_EQ(st.gpr[kRcx], ecx);
+  }
+  cpu_->SetDebugBreakpoints({});
+  st = RunFrom(st);
+  EXPECT_EQ(st.rip, kCodeRip + 15);  // after the HLT
+  EXPECT_EQ(cpu_->debug_stop().kind, TcgCpu::DebugStop::kNone);
+}
+
+TEST_F(TcgCpuTest, DebugStepRunsOneInstruction) {
+  Code(kCodeRip, kDebugLoop);
+  cpu_->SetDebugStep(true);
+  // mov ecx, 3 (5 bytes), dec ecx, jnz L (taken back to 0x105): one each.
+  CpuState st = Pm32(0);
+  for (uint64_t rip : {kCodeRip + 5, kCodeRip + 6, kCodeRip + 5}) {
+    st = RunFrom(st, TcgStop::kRequested);
+    EXPECT_EQ(cpu_->debug_stop().kind, TcgCpu::DebugStop::kStep);
+    EXPECT_EQ(st.rip, rip);
+  }
+  EXPECT_EQ(st.gpr[kRcx], 2u);
+}
+
+TEST_F(TcgCpuTest, DebugStepIntoAFaultStopsAtTheHandler) {
+  // ud2 at 0x100: one step delivers #UD and stops before the handler's first
+  // instruction (0x600), the fault's frame pushed (SDM vol. 3A 6.12.1).
+  Code(kCodeRip, {0x0f, 0x0b});
+  Code(0x600, {0xf4});
+  Gate32(6, MakeGate(kIntGate32, kCode32K, 0x600, 0));
+  cpu_->SetDebugStep(true);
+  CpuState st = RunFrom(Pm32(0), TcgStop::kRequested);
+  EXPECT_EQ(cpu_->debug_stop().kind, TcgCpu::DebugStop::kStep);
+  EXPECT_EQ(st.rip, 0x600u);
+  EXPECT_EQ(Read32(st.gpr[kRsp]), kCodeRip);  // the frame's EIP: the faulting ud2
+}
+
+TEST_F(TcgCpuTest, DebugWatchpointStopsAfterTheAccess) {
+  Code(kCodeRip, kDebugLoop);
+  cpu_->SetDebugWatchpoints({{0x802, 1, /*read=*/false, /*write=*/true}});
+  // The 4-byte store to 0x800 covers 0x802: the run ends after it, before hlt.
+  CpuState st = RunFrom(Pm32(0), TcgStop::kRequested);
+  EXPECT_EQ(cpu_->debug_stop().kind, TcgCpu::DebugStop::kWatch);
+  EXPECT_EQ(cpu_->debug_stop().address, 0x802u);
+  EXPECT_TRUE(cpu_->debug_stop().write);
+  EXPECT_EQ(st.rip, kCodeRip + 14);
+  // A read watchpoint on the same bytes does not fire for a write.
+  cpu_->SetDebugWatchpoints({{0x800, 4, /*read=*/true, /*write=*/false}});
+  st = RunFrom(Pm32(0));
+  EXPECT_EQ(st.rip, kCodeRip + 15);
+}
+
 }  // namespace
 }  // namespace vbts::vcpu::testing
