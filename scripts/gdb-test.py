@@ -150,17 +150,29 @@ def finish_demo(vbts, gdb_out, status=1, output=DEMO_OUTPUT):
         fail("guest output differs: %r, expected %r" % (vbts.stdout(), output), *ctx)
 
 
+def first_code_byte(fn):
+    """The first byte of function `fn` in gdb_demo.elf (objdump -d)."""
+    dis = subprocess.run(["objdump", "-d", demo()], capture_output=True, text=True, check=True).stdout
+    m = re.search(r"<%s>:\n\s*[0-9a-f]+:\s+([0-9a-f]{2})" % fn, dis)
+    if not m:
+        fail("no code for %s in objdump" % fn)
+    return int(m.group(1), 16)
+
+
 def case_break():
     # A breakpoint at leaf: the first call is leaf(0) from middle(0); `finish`
     # shows leaf(0) = 3*0+1 = 1; the next hit is leaf(1) (middle(0)'s second
     # call).  Then the guest runs to its end: counter=33, exit value 0 ("exited
     # normally": the stub reports the guest's isa-debug-exit value).
+    # The guest reads leaf's first code byte into leaf_byte while the
+    # breakpoint is set: it reads its own byte (objdump), not an INT3 (0xcc).
     v = Vbts(demo())
-    out = run_gdb(v, demo(), ["break leaf", "continue", "finish", "continue", "print x", "delete",
-                              "continue"])
+    out = run_gdb(v, demo(), ["break leaf", "continue", "finish", "continue", "print x", "print/x leaf_byte",
+                              "delete", "continue"])
     expect(out, [r"Breakpoint 1 at 0x[0-9a-f]+: file .*gdb_demo\.c", r"Breakpoint 1, leaf \(x=(x@entry=)?0\)",
                  r"Value returned is \$1 = 1",
-                 r"Breakpoint 1, leaf \(x=(x@entry=)?1\)", r"^\$2 = 1$", r"\[Inferior 1 \(Remote target\) exited normally\]"],
+                 r"Breakpoint 1, leaf \(x=(x@entry=)?1\)", r"^\$2 = 1$", r"^\$3 = 0x%02x$" % first_code_byte("leaf"),
+                 r"\[Inferior 1 \(Remote target\) exited normally\]"],
            "gdb")
     finish_demo(v, out)
 

@@ -22,6 +22,7 @@ packages=(
   python3               # differential and record/report tests (scripts/*.py)
   graphviz              # record.* tests: `dot` must accept vbts report --format=dot
   clang libclang-rt-14-dev  # scripts/fuzz.sh: libFuzzer targets (fuzz/), with ASan/UBSan
+  libseccomp-dev        # the syscall filter vbts runs under after setup (vmm/sandbox.h)
   gdb                   # gdb.* tests: Debian's gdb against vbts's gdbstub (docs/gdb.md)
 )
 missing=()

@@ -1413,9 +1413,11 @@ void TcgCpu::DebugCheck(uint64_t linear) {
   // A watched access by the previous instruction ended it (RequestStop):
   // reported as the watchpoint, also when a step ends here.
   if (debug_stop_.kind == DebugStop::kWatch) Boundary(linear);
-  if (debug_step_ && debug_progress_) DebugBoundary(DebugStop::kStep, linear);
+  // A breakpoint where a step ends is reported as the breakpoint (GDB's
+  // range steps must not step over one).
   if (!(first && linear == debug_resume_) && std::binary_search(debug_bps_.begin(), debug_bps_.end(), linear))
     DebugBoundary(DebugStop::kBreakpoint, linear);
+  if (debug_step_ && debug_progress_) DebugBoundary(DebugStop::kStep, linear);
   debug_progress_ = true;  // the instruction here starts
 }
 

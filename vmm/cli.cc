@@ -17,6 +17,7 @@
 #include "vmm/host_probe.h"
 #include "vmm/info.h"
 #include "vmm/machine.h"
+#include "vmm/sandbox.h"
 #include "record/recorder.h"
 #include "record/report_command.h"
 
@@ -112,6 +113,13 @@ int RunCommand(const MachineConfig& base, const std::string& mem, const RecordOp
       return kExitVbtsError;
     }
   }
+  if (config.sandbox) {
+    // Setup is over: from here vbts only runs the guest (docs/security.md).
+    if (absl::Status s = EnterSandbox(); !s.ok()) {
+      PrintError(absl::StrCat("vbts: cannot enter the syscall filter (--sandbox=off runs without it): ", s.message()));
+      return kExitVbtsError;
+    }
+  }
   if (const std::string& why = (*machine)->supervisor().stepping_reason(); !why.empty() && !config.exact_cpuid)
     PrintError(absl::StrCat("vbts: note: single-stepping the whole guest (slow): ", why));
   RunResult r = (*machine)->Run();
@@ -143,8 +151,9 @@ int CliMain(int argc, char** argv) {
 
   MachineConfig config;
   std::string mem = "128M";
+  std::string sandbox = "on";
   // The options of `vbts run`, which `vbts record` takes too.
-  auto add_run_options = [&config, &mem](CLI::App* cmd) {
+  auto add_run_options = [&config, &mem, &sandbox](CLI::App* cmd) {
     cmd->add_option("--mem", mem, "guest RAM size (bytes, or with K/M/G suffix)")->capture_default_str();
     cmd->add_option("--cpu", config.cpu_model, "guest CPU model (" + pmu::CpuModelNames() + ")")
         ->capture_default_str();
@@ -182,6 +191,11 @@ int CliMain(int argc, char** argv) {
                     "with --gdb: the registers GDB is given: i386, x86-64, or auto (x86-64 unless the CPU model "
                     "has no long mode)")
         ->check(CLI::IsMember({"auto", "i386", "x86-64"}))
+        ->capture_default_str();
+    cmd->add_option("--sandbox", sandbox,
+                    "on: after setup, run under a seccomp-bpf syscall allowlist (a forbidden call ends vbts with "
+                    "status 116); off: without it. docs/security.md")
+        ->check(CLI::IsMember({"on", "off"}))
         ->capture_default_str();
     cmd->add_option("IMAGE", config.image_path, "Multiboot v1 image (ELF32 or a.out-kludge)")->required();
   };
@@ -236,6 +250,7 @@ int CliMain(int argc, char** argv) {
     int rc = app.exit(e);
     return rc == 0 ? 0 : kExitUsage;
   }
+  config.sandbox = sandbox == "on";
   if (config.gdb_wait && config.gdb.empty()) {
     PrintError("vbts: --gdb-wait needs --gdb=[HOST:]PORT");
     return kExitUsage;

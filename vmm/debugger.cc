@@ -240,6 +240,7 @@ void Debugger::AddTransfer(const pmu::Branch& b, bool every_instruction) {
 
 void Debugger::StopFor(const gdb::Stop& stop) {
   stopped_ = true;
+  interrupting_ = false;  // a Ctrl-C's step that met a breakpoint reports the breakpoint
   resume_.reset();
   mask_interrupts_ = false;
   m_.tcg_->SetDebugStep(false);

@@ -14,6 +14,7 @@
 #include "vcpu/descriptors.h"
 #include "vcpu/tcg_cpu.h"
 #include "vmm/host_probe.h"
+#include "vmm/sandbox.h"
 #include "vmm/kvm_vm.h"
 
 namespace vbts::vmm {
@@ -348,6 +349,13 @@ int RunInfo(bool verbose, const std::string& cpu_model) {
       facts->kind == vcpu::HostKind::kPvm
           ? "tcg on this host (PVM: its KVM emulates guest ring 0 and 32-bit code, which tcg outruns)"
           : "tcg for a run traced from its start (record, --branches, --insns); kvm-tcg otherwise");
+  Section(text, "Hardening (docs/security.md)");
+  Row(text, "syscall filter",
+      absl::StrFormat("seccomp-bpf (libseccomp %s) on every thread of `vbts run`/`record` after setup, "
+                      "--sandbox=off to run without; %d calls allowed: %s; any other ends vbts with status 116",
+                      SandboxLibraryVersion(), SandboxAllowedCalls().size(),
+                      absl::StrJoin(SandboxAllowedCalls(), " ")));
+  Row(text, "gdbstub", "--gdb listens on 127.0.0.1 unless given another address; one client (docs/gdb.md)");
   if (model != nullptr) {
     absl::StrAppend(&text, "\n", FormatCpuModel(*model));
     if (facts->needs_cpuid_completion)

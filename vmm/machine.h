@@ -75,6 +75,8 @@ struct MachineConfig {
   // "x86-64".
   std::string gdb;
   bool gdb_wait = false;
+  // --sandbox=on: the syscall filter after setup (vmm/sandbox.h).
+  bool sandbox = true;
   std::string gdb_arch = "auto";
 };
 

@@ -30,6 +30,7 @@ static void put_dec(unsigned v) {
 volatile unsigned counter;  // written once per step() call: a write watchpoint
 volatile unsigned release;  // the Ctrl-C test sets it to 1 to end the spin
 volatile unsigned spin_limit = 2000000;  // the Ctrl-C test makes it endless
+volatile unsigned char leaf_byte;        // leaf's first code byte, as the guest reads it
 
 __attribute__((noinline)) unsigned leaf(unsigned x) { return x * 3 + 1; }
 
@@ -46,6 +47,8 @@ __attribute__((noinline)) unsigned spin(unsigned spins) {
 
 int main(void) {
   puts_com1("gdb_demo: start\n");
+  // A debugger's breakpoint on leaf must not show in the guest's own reads.
+  leaf_byte = *(volatile const unsigned char*)&leaf;
   for (unsigned i = 0; i < 3; i++) step(i);
   // middle(i) = leaf(i) + leaf(i+1) = (3i+1) + (3i+4) = 6i+5: 5 + 11 + 17 = 33.
   puts_com1("counter=");
