@@ -94,7 +94,9 @@ bool Recorder::OnTransfer(const pmu::Branch& b) {
   }
   if (!error_.ok() || limit_reached_) {
     unrecorded_++;
-    return !limit_reached_;
+    // After a write error (a full disk, a file-size limit) nothing more can
+    // be recorded: the guest runs on untraced for it.
+    return error_.ok() && !limit_reached_;
   }
   error_ = writer_.Add(trace::FromBranch(b));
   if (options_.max_records && writer_.records() >= options_.max_records) {
@@ -107,7 +109,7 @@ bool Recorder::OnTransfer(const pmu::Branch& b) {
     last_flush_ns_ = now;
   }
   if (options_.status_out && now - last_status_ns_ >= kStatusPeriodNs) Status(false);
-  return !limit_reached_;
+  return error_.ok() && !limit_reached_;
 }
 
 void Recorder::Status(bool final) {

@@ -88,12 +88,16 @@ def main():
     ap.add_argument("--timing-dependent", action="store_true",
                     help="the guest's path depends on timing: compare with vbts run's output, not its transfers")
     ap.add_argument("--crash", action="store_true", help="kill vbts record mid-run; check the prefix")
+    ap.add_argument("--file-limit", type=int, default=0,
+                    help="record under RLIMIT_FSIZE of this many bytes; check the error and the prefix")
     ap.add_argument("image")
     a = ap.parse_args()
     vbts = os.path.abspath(a.vbts)
     image = os.path.abspath(a.image)
     if a.crash:
         return crash_test(vbts, image)
+    if a.file_limit:
+        return write_error_test(vbts, image, a.file_limit)
     with tempfile.TemporaryDirectory() as d:
         branches, trace = os.path.join(d, "run.branches"), os.path.join(d, "t.vbtr")
         same_run = os.path.join(d, "record.branches")
@@ -238,6 +242,40 @@ def main():
         size = len(data)
         print(f"PASS: {n} transfers, {size} bytes ({size / n:.2f} bytes/transfer); branches identical to vbts run; "
               f"json, drcov ({len(bbs)} blocks), folded, dot, text read back; truncation handled")
+    return 0
+
+
+def write_error_test(vbts, image, limit):
+    """vbts record under a file-size limit (RLIMIT_FSIZE, as a full disk):
+    it ends with status 116 and "recording failed: writing ...", the guest
+    still runs to its end (its output is the plain run's), and the file's
+    complete blocks report: `vbts report --format=branches` of it is a prefix
+    of the full recording's, with exit status 1 and "truncated"."""
+    import resource
+    with tempfile.TemporaryDirectory() as d:
+        full, cut = os.path.join(d, "full.vbtr"), os.path.join(d, "cut.vbtr")
+        r0 = run([vbts, "record", "-o", full, image])
+        want = run([vbts, "report", "--format=branches", full]).stdout.decode().splitlines()
+
+        def limit_fsize():
+            resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+        r = subprocess.run([vbts, "record", "-o", cut, image], capture_output=True, preexec_fn=limit_fsize)
+        err = r.stderr.decode(errors="replace")
+        if r.returncode != 116 or not re.search(r"vbts: recording failed: writing .*: File too large", err):
+            fail(f"recording past a {limit}-byte file limit exited {r.returncode}: {err}")
+        if r.stdout != r0.stdout:
+            fail("the guest's output changed when the recording failed")
+        if os.path.getsize(cut) > limit:
+            fail(f"the file is {os.path.getsize(cut)} bytes, over the {limit}-byte limit")
+        rep = run([vbts, "report", "--format=branches", cut])
+        got = rep.stdout.decode().splitlines()
+        if rep.returncode != 1 or b"truncated" not in rep.stderr:
+            fail(f"report of the cut file exited {rep.returncode}: " + rep.stderr.decode(errors="replace"))
+        if not got or got != want[:len(got)] or len(got) >= len(want):
+            fail(f"the cut file reports {len(got)} transfers, not a proper prefix of the {len(want)} recorded")
+        print(f"PASS: a {limit}-byte file limit ends vbts record with 116; its file reports the first "
+              f"{len(got)} of {len(want)} transfers")
     return 0
 
 
