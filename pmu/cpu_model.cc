@@ -122,6 +122,45 @@ std::vector<CpuModel> MakeModels() {
     models.push_back(std::move(m));
   }
   {
+    // Pentium 4 (Prescott, family 0FH model 03H, stepping 4: NetBurst, 90 nm,
+    // 32-bit only): the CPU the Win32 BTS capture engine of the project's
+    // material was written for (docs/cpu-models.md).  CPUID per SDM vol. 2A
+    // tables 3-10/3-11 and the NetBurst sections of vol. 3B 17.12; no
+    // architectural perfmon (leaf 0AH is beyond its maximum leaf 5).
+    CpuModel m{"pentium4",
+               "Intel Pentium 4 (Prescott, 0F_03H): NetBurst, 32-bit only, MSR_DEBUGCTLA layout, 32-bit DS with "
+               "12-byte BTS records, DS-CPL, 16 LBRs (680H/6C0H, TOS 1DAH), LER 1D7H/1D8H, no arch perfmon",
+               {}};
+    auto& t = m.leaves;
+    t.push_back({0, 0, false, 0x5, Ascii4("Genu"), Ascii4("ntel"), Ascii4("ineI")});
+    // 1.EAX: family 0FH, model 3, stepping 4.  ECX: SSE3 (0), MONITOR (3),
+    // DS-CPL (4), CNXT-ID (10).  EDX: + DS (21), ACPI (22), SS (27), TM (29), PBE (31).
+    t.push_back({1, 0, false, 0x00000F34, 0x00010800, kSse3 | (1u << 3) | kCpuid1EcxDsCpl | (1u << 10),
+                 kBaseEdx | kCpuid1EdxDs | (1u << 22) | (1u << 27) | (1u << 29) | (1u << 31)});
+    t.push_back({2, 0, false, 0x00665B5B, 0, 0, 0x007B7040});  // cache/TLB descriptors (Prescott)
+    t.push_back({5, 0, false, 0x40, 0x40, 0, 0});               // MONITOR/MWAIT: 64-byte lines
+    t.push_back({0x80000000, 0, false, 0x80000008, 0, 0, 0});
+    t.push_back({0x80000001, 0, false, 0, 0, 0, 0});  // no XD, no long mode (EM64T came with later steppings)
+    AddBrand(t, "vbts virtual Intel(R) Pentium(R) 4 CPU 3.00GHz (Prescott)");
+    t.push_back({0x80000008, 0, false, 0x00000024, 0, 0, 0});  // 36-bit physical (PAE)
+    PmuModel& p = m.pmu;
+    p.ds = p.ds_cpl = true;
+    // IA32_MISC_ENABLE (vol. 4 table 2-46, NetBurst): fast strings (0),
+    // performance monitoring available (7), BTS available (11 = 0); PEBS
+    // needs NetBurst's ESCR/CCCR counters, which vbts does not model:
+    // PEBS unavailable (12 = 1).
+    p.misc_enable = 0x1081;
+    p.misc_enable_writable = kMiscEnableArchWritable;
+    // MSR_DEBUGCTLA (17.12.1): LBR, BTF, TR, BTS, BTINT, BTS_OFF_OS, BTS_OFF_USR.
+    p.debugctl_valid = 0x7F;
+    p.netburst_debugctl = true;
+    // 17.12.2: family 0FH model 03H and later, 16 entries as
+    // MSR_LASTBRANCH_n_FROM_IP (680H-68FH) / _TO_IP (6C0H-6CFH), TOS 1DAH,
+    // 32-bit linear addresses (no PERF_CAPABILITIES: format 0); LER at 1D7H/1D8H.
+    p.lbr = {16, 0x680, 0x6C0, 0, 0x1DA, 0, false, false, 0x1D7, 0x1D8};
+    models.push_back(std::move(m));
+  }
+  {
     CpuModel m{"skylake",
                "Intel Core i7-6700 (Skylake, 06_5EH): 64-bit DS, arch perfmon v4, 32 LBRs with LBR_INFO "
                "(format 5), full-width counter writes",

@@ -40,6 +40,10 @@ struct LbrModel {
   // Core Solo/Duo: MSR_LASTBRANCH_0..7 at 40H-47H).
   bool packed = false;
   bool select = false;       // MSR_LBR_SELECT (1C8H) present
+  // MSR_LER_FROM_LIP / MSR_LER_TO_LIP: 1DDH/1DEH on Core and later, 1D7H/1D8H
+  // on NetBurst (SDM vol. 4, table 2-46 and the Core tables).
+  uint32_t ler_from = 0x1DD;
+  uint32_t ler_to = 0x1DE;
 };
 
 // The debug-store, branch-recording and performance-monitoring features of
@@ -54,7 +58,11 @@ struct PmuModel {
   // IA32_MISC_ENABLE bits a WRMSR may change (SDM vol. 4, the model's table);
   // bits 7, 11 and 12 are read-only (writes leave them), all others reserved (#GP).
   uint64_t misc_enable_writable = 0;
-  uint64_t debugctl_valid = 0;  // writable IA32_DEBUGCTL bits; others #GP
+  uint64_t debugctl_valid = 0;  // writable IA32_DEBUGCTL bits; others #GP (in the model's own layout)
+  // NetBurst's MSR_DEBUGCTLA (1D9H, SDM vol. 3B 17.12.1): LBR, BTF, TR, BTS,
+  // BTINT, BTS_OFF_OS, BTS_OFF_USR at bits 0-6, where IA32_DEBUGCTL has TR..
+  // BTS_OFF_USR at bits 6-10.  The virtual PMU converts at the MSR.
+  bool netburst_debugctl = false;
   int perfmon_version = 0;      // CPUID.0AH:EAX[7:0]
   int gp_counters = 0;          // CPUID.0AH:EAX[15:8]
   int gp_width = 0;             // CPUID.0AH:EAX[23:16]

@@ -459,6 +459,8 @@ std::vector<MsrRange> VirtualPmu::InterceptedMsrs() const {
   r.push_back({kMsrMiscEnable, kMsrMiscEnable});
   if (lbr) r.push_back({kMsrLbrSelect, kMsrLbrSelect + 1});  // LBR_SELECT, LASTBRANCH_TOS
   r.push_back({kMsrDebugCtl, kMsrDebugCtl});
+  if (lbr) r.push_back({0x1D7, 0x1D8});           // NetBurst LER (MSR_LER_FROM_LIP/TO_LIP)
+  if (lbr) r.push_back({0x1DA, 0x1DA});           // NetBurst MSR_LASTBRANCH_TOS
   if (lbr) r.push_back({0x1DB, kMsrLerTo});       // LER (1DBH/1DCH on older parts, 1DDH/1DEH)
   r.push_back({kMsrFixedCtr0, kMsrFixedCtr0 + kMaxFixed - 1});
   r.push_back({kMsrPerfCapabilities, kMsrPerfCapabilities});
@@ -492,6 +494,16 @@ bool VirtualPmu::Owns(uint32_t msr) const {
   return false;
 }
 
+namespace {
+
+// MSR_DEBUGCTLA (NetBurst, SDM vol. 3B figure 17-22) <-> IA32_DEBUGCTL
+// (figure 17-3): LBR and BTF stay at bits 0 and 1; TR, BTS, BTINT,
+// BTS_OFF_OS, BTS_OFF_USR move from bits 2-6 to bits 6-10.
+uint64_t DebugCtlFromNetBurst(uint64_t v) { return (v & 3) | ((v >> 2) & 0x1F) << 6; }
+uint64_t DebugCtlToNetBurst(uint64_t v) { return (v & 3) | ((v >> 6) & 0x1F) << 2; }
+
+}  // namespace
+
 MsrResult VirtualPmu::ReadMsr(uint32_t msr) const {
   const State& s = *s_;
   const PmuModel& p = s.pmu;
@@ -499,14 +511,17 @@ MsrResult VirtualPmu::ReadMsr(uint32_t msr) const {
   const MsrResult gp{true, 0};
   int i;
   if (msr == kMsrMiscEnable) return ok(s.misc_enable);
-  if (msr == kMsrDebugCtl) return p.debugctl_valid ? ok(s.debugctl) : gp;
+  if (msr == kMsrDebugCtl) {
+    if (!p.debugctl_valid) return gp;
+    return ok(p.netburst_debugctl ? DebugCtlToNetBurst(s.debugctl) : s.debugctl);
+  }
   if (msr == kMsrDsArea) return p.ds ? ok(s.ds_area) : gp;
   if (msr == kMsrPerfCapabilities) return p.pdcm ? ok(p.perf_capabilities) : gp;
   if (msr == kMsrPebsEnable) return (p.ds && p.pdcm) ? ok(s.pebs_enable) : gp;
   if (msr == p.lbr.tos && p.lbr.entries) return ok(s.tos);
   if (msr == kMsrLbrSelect) return p.lbr.select ? ok(s.lbr_select) : gp;
-  if (msr == kMsrLerFrom && p.lbr.entries) return ok(s.ler_from);
-  if (msr == kMsrLerTo && p.lbr.entries) return ok(s.ler_to);
+  if (msr == p.lbr.ler_from && p.lbr.entries) return ok(s.ler_from);
+  if (msr == p.lbr.ler_to && p.lbr.entries) return ok(s.ler_to);
   if (s.IsLbrFrom(msr, &i)) {
     if (p.lbr.packed) return ok(s.lbr[i].from | (s.lbr[i].to << 32));
     return ok(s.lbr[i].from);
@@ -545,8 +560,8 @@ MsrResult VirtualPmu::WriteMsr(uint32_t msr, uint64_t v) {
     return ok;
   }
   if (msr == kMsrDebugCtl) {
-    if (!p.debugctl_valid || (v & ~p.debugctl_valid)) return gp;  // reserved bits (SDM 17.4.1)
-    s.debugctl = v;
+    if (!p.debugctl_valid || (v & ~p.debugctl_valid)) return gp;  // reserved bits (SDM 17.4.1, 17.12.1)
+    s.debugctl = p.netburst_debugctl ? DebugCtlFromNetBurst(v) : v;
     return ok;
   }
   if (msr == kMsrDsArea) {
@@ -574,7 +589,7 @@ MsrResult VirtualPmu::WriteMsr(uint32_t msr, uint64_t v) {
     s.lbr_select = v;
     return ok;
   }
-  if ((msr == kMsrLerFrom || msr == kMsrLerTo) && p.lbr.entries) return gp;
+  if ((msr == p.lbr.ler_from || msr == p.lbr.ler_to) && p.lbr.entries) return gp;  // read-only
   if (s.IsLbrFrom(msr, &i)) {
     if (p.lbr.packed) {
       s.lbr[i].from = v & 0xFFFFFFFFull;

@@ -661,6 +661,54 @@ TEST_F(CoreDuoTest, ThirtyTwoBitDsFormatAndPackedLbrs) {
   EXPECT_TRUE(pmu_.ReadMsr(0x680).gp);
 }
 
+class Pentium4Test : public VpmuTest {
+ protected:
+  Pentium4Test() : VpmuTest("pentium4") {}
+};
+
+// MSR_DEBUGCTLA (SDM vol. 3B 17.12.1, figure 17-22): LBR 0, BTF 1, TR 2,
+// BTS 3, BTINT 4, BTS_OFF_OS 5, BTS_OFF_USR 6; everything above is reserved.
+TEST_F(Pentium4Test, DebugCtlaHasNetBurstLayout) {
+  constexpr uint64_t kTrA = 1u << 2, kBtsA = 1u << 3, kBtintA = 1u << 4, kOffOsA = 1u << 5;
+  ASSERT_TRUE(mem_.WriteLe<uint32_t>(Gpa(kDsArea), kBuf).ok());
+  ASSERT_TRUE(mem_.WriteLe<uint32_t>(Gpa(kDsArea + 4), kBuf).ok());
+  ASSERT_TRUE(mem_.WriteLe<uint32_t>(Gpa(kDsArea + 8), kBuf + 36).ok());
+  ASSERT_TRUE(mem_.WriteLe<uint32_t>(Gpa(kDsArea + 12), kBuf + 24).ok());  // threshold: 2 records
+  Wr(0x600, kDsArea);
+  Wr(0x1D9, kTrA | kBtsA | kBtintA | kLbr);
+  EXPECT_EQ(Rd(0x1D9), kTrA | kBtsA | kBtintA | kLbr);  // reads back in its own layout
+  // Core's TR|BTS (bits 6, 7) and the freeze bits are reserved here: #GP.
+  EXPECT_TRUE(pmu_.WriteMsr(0x1D9, kTrBts).gp);
+  EXPECT_TRUE(pmu_.WriteMsr(0x1D9, kFreezeLbrs).gp);
+  // BTS in interrupt mode with 12-byte records: two jumps reach the
+  // threshold (base + 24) with the second record: one PMI.
+  EXPECT_FALSE(Obs(Jmp(0x1111, 0x2222)).pmi);
+  EXPECT_TRUE(Obs(Jmp(0x3333, 0x4444)).pmi);
+  EXPECT_EQ(Mem32(kDsArea + 4), kBuf + 24);
+  EXPECT_EQ(Mem32(kBuf + 12), 0x3333u);
+  EXPECT_EQ(Mem32(kBuf + 16), 0x4444u);
+  // LBRs: 16 entries at 680H/6C0H, TOS at 1DAH (not 1C9H).
+  EXPECT_EQ(Rd(0x1DA), 2u);
+  EXPECT_EQ(Rd(0x680 + 2), 0x3333u);
+  EXPECT_EQ(Rd(0x6C0 + 2), 0x4444u);
+  EXPECT_TRUE(pmu_.ReadMsr(0x1C9).gp);
+  // BTS_OFF_OS: a transfer into ring 0 is not stored (DS-CPL, 17.12.1).
+  Wr(0x1D9, kTrA | kBtsA | kOffOsA);
+  EXPECT_EQ(Rd(0x1D9), kTrA | kBtsA | kOffOsA);
+  // No architectural perfmon and no PERF_CAPABILITIES.
+  EXPECT_TRUE(pmu_.ReadMsr(0xC1).gp);
+  EXPECT_TRUE(pmu_.ReadMsr(0x345).gp);
+}
+
+TEST_F(Pentium4Test, LerIsAt1D7And1D8) {
+  Wr(0x1D9, kLbr);
+  Obs(Jmp(0x1000, 0x2000));
+  Obs(Jmp(0x2000, 0x9000, 0, BranchKind::kInterrupt));
+  EXPECT_EQ(Rd(0x1D7), 0x1000u);  // the last branch before the interrupt
+  EXPECT_EQ(Rd(0x1D8), 0x2000u);
+  EXPECT_TRUE(pmu_.WriteMsr(0x1D7, 0).gp);  // read-only
+}
+
 TEST(VpmuModelsTest, WithoutPmuHidesEverything) {
   CpuModel m = FindCpuModel("westmere")->WithoutPmu();
   EXPECT_EQ(m.Cpuid(1, 0).edx & kCpuid1EdxDs, 0u);

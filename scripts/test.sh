@@ -19,5 +19,5 @@ if [ "$heavy_default" -eq 1 ]; then
   cd build-asan
   # Leaks inside libunicorn (not vbts's) are suppressed: scripts/lsan.supp.
   LSAN_OPTIONS="suppressions=$PWD/../scripts/lsan.supp" \
-    ctest --output-on-failure -j2 --timeout 300 -L "unit|kvm|guest|engines" -E "^(diff|record|engines.record)"
+    ctest --output-on-failure -j2 --timeout 300 -L "unit|kvm|guest|engines|gdb" -E "^(diff|record|engines.record)"
 fi

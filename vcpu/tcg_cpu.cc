@@ -771,6 +771,8 @@ int TcgCpu::UnicornModelFor(const std::string& vbts_model) {
   // Core Duo), Skylake client; anything else gets QEMU's generic 64-bit CPU.
   if (vbts_model == "westmere") return UC_CPU_X86_WESTMERE;
   if (vbts_model == "core-duo") return UC_CPU_X86_COREDUO;
+  // No NetBurst in QEMU 5.0: its 32-bit generic CPU (SSE3, no long mode).
+  if (vbts_model == "pentium4") return UC_CPU_X86_QEMU32;
   if (vbts_model == "skylake") return UC_CPU_X86_SKYLAKE_CLIENT;
   return UC_CPU_X86_QEMU64;
 }

@@ -219,12 +219,18 @@ std::string FormatCpuModel(const pmu::CpuModel& m) {
       absl::StrFormat("DS=%d DTES64=%d DS-CPL=%d PDCM=%d", (l1.edx & pmu::kCpuid1EdxDs) ? 1 : 0,
                       (l1.ecx & pmu::kCpuid1EcxDtes64) ? 1 : 0, (l1.ecx & pmu::kCpuid1EcxDsCpl) ? 1 : 0,
                       (l1.ecx & pmu::kCpuid1EcxPdcm) ? 1 : 0));
-  Row(out, "leaf 0xA", regs(la));
-  Row(out, "  perfmon version", absl::StrCat(la.eax & 0xFF));
-  Row(out, "  GP counters x width",
-      absl::StrFormat("%u x %u bits, %u events (unavailable mask 0x%x)", (la.eax >> 8) & 0xFF, (la.eax >> 16) & 0xFF,
-                      (la.eax >> 24) & 0xFF, la.ebx));
-  Row(out, "  fixed counters x width", absl::StrFormat("%u x %u bits", la.edx & 0x1F, (la.edx >> 5) & 0xFF));
+  if (l0.eax < 0xA) {
+    // Leaf 0AH beyond the maximum returns the highest basic leaf's data
+    // (SDM vol. 2A, CPUID): software must not read it as perfmon.
+    Row(out, "leaf 0xA", absl::StrFormat("beyond the maximum basic leaf 0x%x: no architectural perfmon", l0.eax));
+  } else {
+    Row(out, "leaf 0xA", regs(la));
+    Row(out, "  perfmon version", absl::StrCat(la.eax & 0xFF));
+    Row(out, "  GP counters x width",
+        absl::StrFormat("%u x %u bits, %u events (unavailable mask 0x%x)", (la.eax >> 8) & 0xFF,
+                        (la.eax >> 16) & 0xFF, (la.eax >> 24) & 0xFF, la.ebx));
+    Row(out, "  fixed counters x width", absl::StrFormat("%u x %u bits", la.edx & 0x1F, (la.edx >> 5) & 0xFF));
+  }
   Row(out, "leaf 0x80000001", regs(le));
   Row(out, "  extended features",
       absl::StrFormat("LM=%d NX=%d SYSCALL=%d RDTSCP=%d 1G=%d LAHF=%d", (le.edx >> 29) & 1, (le.edx >> 20) & 1,
@@ -243,7 +249,12 @@ std::string FormatCpuModel(const pmu::CpuModel& m) {
           ? absl::StrFormat("record format %u (%s-byte records), PMC0-3, trap-like", pebs_format,
                             pebs_format >= 3 ? "0xC0" : "0xB0")
           : std::string("none"));
-  Row(out, "IA32_DEBUGCTL writable bits", absl::StrFormat("0x%x", p.debugctl_valid));
+  if (p.netburst_debugctl)
+    Row(out, "MSR_DEBUGCTLA writable bits",
+        absl::StrFormat("0x%x (NetBurst layout: LBR 0, BTF 1, TR 2, BTS 3, BTINT 4, BTS_OFF_OS 5, BTS_OFF_USR 6)",
+                        p.debugctl_valid));
+  else
+    Row(out, "IA32_DEBUGCTL writable bits", absl::StrFormat("0x%x", p.debugctl_valid));
   Row(out, "LBR stack",
       p.lbr.entries == 0 ? std::string("none")
       : p.lbr.packed     ? absl::StrFormat("%d entries, MSR_LASTBRANCH_n at 0x%x (FROM 31:0, TO 63:32), TOS 0x%x",
