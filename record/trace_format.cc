@@ -453,6 +453,10 @@ void Reader::Fail(absl::Status s) {
   status_ = absl::Status(s.code(), absl::StrFormat("%s (%u records in %u blocks read before it)", s.message(),
                                                    records_read_, blocks_read_));
   done_ = true;
+  // Nothing of a block that failed (its records may be half decoded) is
+  // ever returned, however often Next() is called afterwards.
+  block_.clear();
+  pos_ = 0;
 }
 
 bool Reader::LoadBlock() {

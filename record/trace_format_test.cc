@@ -318,5 +318,32 @@ TEST(TraceFormat, GarbageNeverCrashes) {
   }
 }
 
+TEST(TraceFormat, NothingAfterTheReaderStopped) {
+  // Found by trace_fuzz: a block with a valid CRC whose payload holds fewer
+  // records than its count fails to decode, and Next() returned false; but a
+  // further Next() returned the records decoded before the failure, from the
+  // block the reader had refused.
+  const std::vector<Record> recs = Workload(5, 1);
+  std::string file = Encode(Header{}, recs);
+  const size_t b = FirstBlock(file);
+  uint32_t len, count;
+  std::memcpy(&len, file.data() + b + 4, 4);
+  std::memcpy(&count, file.data() + b + 8, 4);
+  ASSERT_EQ(count, recs.size());
+  count++;
+  std::memcpy(file.data() + b + 8, &count, 4);
+  uint32_t crc = static_cast<uint32_t>(crc32(0, reinterpret_cast<const Bytef*>(file.data() + b), 12));
+  crc = static_cast<uint32_t>(crc32(crc, reinterpret_cast<const Bytef*>(file.data() + b + 16), len));
+  std::memcpy(file.data() + b + 12, &crc, 4);
+  std::istringstream in(file);
+  VBTS_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Reader> r, Reader::Open(in));
+  Record rec;
+  EXPECT_FALSE(r->Next(&rec));
+  EXPECT_THAT(r->status(), ::vbts::testing::StatusIs(absl::StatusCode::kDataLoss, HasSubstr("corrupt block")));
+  EXPECT_FALSE(r->Next(&rec));
+  EXPECT_FALSE(r->Next(&rec));
+  EXPECT_EQ(r->records_read(), 0u);
+}
+
 }  // namespace
 }  // namespace vbts::record::trace

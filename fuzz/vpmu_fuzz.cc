@@ -1,0 +1,158 @@
+// vpmu_fuzz.cc: libFuzzer target for the virtual PMU (pmu/vpmu.h) driven as
+// a guest and the stepping engine drive it.  The first byte picks the CPU
+// model (with or without its PMU, LBRs emulated or in the kernel); the rest
+// is a sequence of operations: WRMSR/RDMSR of every MSR the model intercepts
+// with random values, RDPMC, writes of random bytes into the 64 KiB guest
+// RAM (a FakePhysMemory: DS save areas, BTS/PEBS buffers, page tables), a
+// change of the paging registers (none, 32-bit, PAE, 4-level, CR3 anywhere),
+// retired instructions and event deliveries (pmu::Branch of every kind,
+// with random addresses, CPLs, modes, vectors and registers, so that BTS,
+// PEBS and LBR records are written through the guest's paging), bulk counts
+// and the passthrough DEBUGCTL read-back.  Checks: no crash or UB, Observe
+// never fails (bad guest programming is the guest's problem: a dropped
+// record and a warning, never an error status), nothing is written outside
+// RAM (the fake refuses such writes, and the model must cope with the
+// refusal), CountSequential never exceeds SequentialLimit.
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "fuzz/fuzz_input.h"
+#include "pmu/cpu_model.h"
+#include "pmu/testing/fake_memory.h"
+#include "pmu/vpmu.h"
+
+namespace {
+
+using namespace vbts::pmu;
+using vbts::fuzz::FuzzInput;
+
+constexpr uint64_t kRam = 64 << 10;
+
+// One of the MSRs the virtual PMU intercepts (n-th over all its ranges), or
+// now and then any MSR.
+uint32_t PickMsr(FuzzInput& in, const std::vector<MsrRange>& ranges) {
+  uint32_t total = 0;
+  for (const MsrRange& r : ranges) total += r.last - r.first + 1;
+  const uint16_t pick = in.U16();
+  if (pick == 0xFFFF) return in.U32();
+  uint32_t i = pick % total;
+  for (const MsrRange& r : ranges) {
+    if (i <= r.last - r.first) return r.first + i;
+    i -= r.last - r.first + 1;
+  }
+  return 0;
+}
+
+PagingRegs Paging(FuzzInput& in) {
+  PagingRegs p;
+  const uint8_t m = in.U8();
+  switch (m % 4) {
+    case 0: break;                                   // no paging
+    case 1: p.cr0 = 0x80000011; break;               // 32-bit
+    case 2: p.cr0 = 0x80000011, p.cr4 = 0x20; break;  // PAE
+    default: p.cr0 = 0x80000011, p.cr4 = 0x20, p.efer = 0x500; break;  // 4-level
+  }
+  if (m & 0x04) p.cr4 |= 1u << 4;    // PSE
+  if (m & 0x08) p.cr0 |= 1u << 16;   // WP
+  if (m & 0x10) p.efer |= 1u << 11;  // NXE
+  if (m & 0x20) p.cr4 |= 1u << 20;   // SMEP
+  if (m & 0x40) p.cr4 |= 1u << 21;   // SMAP
+  p.rflags_ac = m & 0x80;
+  p.cr3 = in.Value() & ~uint64_t{0x7};
+  p.maxphyaddr = 32 + in.U8() % 21;
+  return p;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  FuzzInput in(data, size);
+  const uint8_t m = in.U8();
+  const std::vector<CpuModel>& models = CpuModels();
+  const CpuModel model = (m & 0x80) ? models[m % models.size()].WithoutPmu() : models[m % models.size()];
+  VirtualPmuOptions options;
+  options.lbr_in_kernel = m & 0x40;
+  VirtualPmu pmu(model, options);
+  const std::vector<MsrRange> msrs = pmu.InterceptedMsrs();
+  vbts::testing::FakePhysMemory ram(kRam);
+  PagingRegs paging;
+
+  for (int ops = 0; !in.empty() && ops < 4096; ops++) {
+    switch (in.U8() % 10) {
+      case 0: {  // WRMSR
+        const uint32_t msr = PickMsr(in, msrs);
+        const uint64_t v = in.Value();
+        if (pmu.Owns(msr)) pmu.WriteMsr(msr, v);
+        break;
+      }
+      case 1: {  // RDMSR
+        const uint32_t msr = PickMsr(in, msrs);
+        if (pmu.Owns(msr)) pmu.ReadMsr(msr);
+        break;
+      }
+      case 2: {  // bytes into RAM
+        const uint64_t at = in.U16() % kRam;
+        uint8_t buf[64];
+        const size_t n = in.Bytes(buf, std::min<uint64_t>(in.U8() % 65, kRam - at));
+        std::copy(buf, buf + n, ram.bytes().begin() + at);
+        break;
+      }
+      case 3: {  // one 64-bit value into RAM (a DS field, a page-table entry)
+        const uint64_t at = in.U16() % (kRam - 7);
+        const uint64_t v = in.Value();
+        if (!ram.WriteLe<uint64_t>(vbts::Gpa(at), v).ok()) __builtin_trap();
+        break;
+      }
+      case 4: {  // a retired instruction or event delivery
+        Branch b;
+        b.kind = static_cast<BranchKind>(in.U8() % 19);
+        b.from = in.Value();
+        b.to = in.Value();
+        const uint8_t f = in.U8();
+        b.cpl_from = f & 3;
+        b.cpl_to = (f >> 2) & 3;
+        b.mode_from = static_cast<ExecMode>((f >> 4) & 3);
+        b.mode_to = static_cast<ExecMode>((f >> 6) & 3);
+        b.vector = in.U8();
+        const uint8_t g = in.U8();
+        b.ia32e = g & 1;
+        b.branch_insn = (g & 2) || b.kind != BranchKind::kNone;
+        const bool tf = g & 4;
+        GuestRegs regs;
+        regs.rflags = in.U32();
+        for (uint64_t& r : regs.gpr) r = (g & 8) ? in.Value() : 0;
+        vbts::pmu::LinearMemory lin(ram, paging);
+        absl::StatusOr<PmuEffects> fx = pmu.Observe(b, lin, tf, (g & 16) || pmu.WantsRegs() ? &regs : nullptr);
+        if (!fx.ok()) __builtin_trap();  // guest programming never makes Observe fail
+        break;
+      }
+      case 5: {  // instructions counted in bulk
+        const uint8_t cpl = in.U8() & 3;
+        const uint64_t limit = pmu.SequentialLimit(cpl);
+        const uint64_t n = std::min<uint64_t>(limit, in.U16());
+        pmu.CountSequential(n, cpl);
+        break;
+      }
+      case 6:  // RDPMC
+        pmu.ReadPmc(in.U32());
+        break;
+      case 7:  // MOV CR0/CR3/CR4, WRMSR EFER
+        paging = Paging(in);
+        break;
+      case 8:  // --vpmu=passthrough: DEBUGCTL read back from the host
+        pmu.NoteKernelDebugCtl(in.Value());
+        pmu.KernelDebugCtl();
+        break;
+      default:  // what the engine and `vbts run -v` query
+        pmu.NeedsObservation();
+        pmu.BranchAgnostic();
+        pmu.WantsRegs();
+        pmu.TakeWarnings();
+        break;
+    }
+  }
+  if (ram.size() != kRam) __builtin_trap();
+  return 0;
+}
