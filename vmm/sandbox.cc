@@ -115,17 +115,6 @@ absl::Status EnterSandbox() {
   // glibc fall back to clone, whose flags it can check.
   if (int rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0); rc != 0)
     return fail("clone3", rc);
-#if defined(__SANITIZE_ADDRESS__)
-  // AddressSanitizer's runtime (the VBTS_SANITIZE build, docs/security.md):
-  // LeakSanitizer's exit-time check stops the world from a cloned tracer
-  // (clone without CLONE_THREAD, ptrace, waitpid) and reads /proc/self.
-  for (const char* name : {"ptrace", "wait4", "prctl", "openat", "getdents64", "readlink", "sched_getaffinity",
-                           "pipe2", "dup2", "execve", "fork"}) {
-    const int nr = seccomp_syscall_resolve_name(name);
-    if (nr != __NR_SCMP_ERROR) (void)seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nr, 0);
-  }
-  (void)seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(clone), 1, SCMP_A0(SCMP_CMP_MASKED_EQ, CLONE_THREAD, 0));
-#endif
   if (int rc = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_TSYNC, 1); rc != 0) return fail("thread sync", rc);
   if (int rc = seccomp_load(ctx); rc != 0) return fail("loading the filter", rc);
   seccomp_release(ctx);
