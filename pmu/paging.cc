@@ -264,6 +264,14 @@ absl::StatusOr<AccessFault> LinearMemory::ForEachChunk(Gva la, uint64_t len, Acc
     // Stop each chunk at a 4-KiB boundary whatever the page size, so the
     // 32-bit wrap and page-size corner cases need no special handling.
     uint64_t n = std::min<uint64_t>(len - off, 4096 - (addr & 0xfff));
+    // Every chunk must lie in RAM before any is touched: a record straddling
+    // the end of RAM (or a page mapped beyond it) is refused as a whole, not
+    // written up to the end of RAM (docs/pmu-model.md, "Stores that do not
+    // land in RAM").
+    if (!RangeWithin(t.gpa.value, n, mem_.size()))
+      return absl::OutOfRangeError(absl::StrFormat(
+          "access of %u bytes at linear 0x%x: bytes [0x%x, 0x%x) map to GPA 0x%x, outside RAM (0x%x bytes)", len,
+          la.value, off, off + n, t.gpa.value, mem_.size()));
     chunks.push_back({t.gpa, off, n});
     ad_pending |= t.ad_pending;
     off += n;

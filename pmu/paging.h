@@ -93,7 +93,8 @@ absl::StatusOr<Translation> Translate(const PagingRegs& regs, PhysMemory& mem, G
 
 // Byte-granular reads and writes at linear addresses, splitting at page
 // boundaries.  Every page is translated (and checked) before any byte is
-// written, so a faulting write changes nothing.  Without paging, addresses
+// written, so a faulting write changes nothing; nor does one whose bytes map
+// partly outside RAM (OutOfRange, nothing written).  Without paging, addresses
 // wrap at 4 GiB (SDM 4.1: no paging means linear = physical, 32 bits).
 class LinearMemory {
  public:

@@ -281,6 +281,30 @@ TEST_F(Paging4Test, LinearMemoryWriteFaultOnSecondPageWritesNothing) {
   EXPECT_FALSE(pt_.Get(pt_.EntryAddr(0x1000, 1)) & kPtD);
 }
 
+// A record straddling the end of RAM (found by guest-tests/tiny/hostile_ds_ram.asm: the
+// first page's bytes used to be written before the second was refused).
+TEST(LinearMemoryTest, WriteStraddlingTheEndOfRamWritesNothing) {
+  FakePhysMemory mem(0x2000);
+  LinearMemory lm(mem, {.cr0 = kPe});
+  const uint8_t data[24] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24};
+  EXPECT_THAT(lm.Write(Gva(0x2000 - 12), data, {}),
+              ::vbts::testing::StatusIs(absl::StatusCode::kOutOfRange, ::testing::HasSubstr("outside RAM")));
+  for (uint64_t a = 0x2000 - 12; a < 0x2000; a++) EXPECT_EQ(mem.bytes()[a], 0) << a;
+  uint8_t back[24];
+  EXPECT_THAT(lm.Read(Gva(0x2000 - 12), absl::MakeSpan(back), {}),
+              ::vbts::testing::StatusIs(absl::StatusCode::kOutOfRange, ::testing::_));
+}
+
+TEST_F(Paging4Test, WriteWhoseSecondPageMapsOutsideRamWritesNothing) {
+  pt_.Map(0x1000, 0x8000, kPtW);
+  pt_.Map(0x2000, 0x7000'0000ull, kPtW);  // a page beyond the 16 MiB of RAM
+  LinearMemory lm(mem_, regs_);
+  const uint8_t data[4] = {1, 2, 3, 4};
+  EXPECT_THAT(lm.Write(Gva(0x1ffe), data, {}), ::vbts::testing::StatusIs(absl::StatusCode::kOutOfRange, ::testing::_));
+  EXPECT_EQ(mem_.bytes()[0x8ffe], 0);
+  EXPECT_EQ(mem_.bytes()[0x8fff], 0);
+}
+
 TEST(LinearMemoryTest, NoPagingWrapsAt4G) {
   FakePhysMemory mem(0x2000);
   LinearMemory lm(mem, {.cr0 = kPe});

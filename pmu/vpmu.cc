@@ -397,7 +397,10 @@ struct VirtualPmu::State {
     const bool circular = !(debugctl & kDbgBtint);
     uint64_t at = index;
     if (circular && max - at < rec) at = base;  // wrap before a record that would cross the maximum
-    const uint64_t candidate = at + rec;
+    // The end of the record to store, computed without wrapping: an index in
+    // the last 24 bytes of the 64-bit space must not look like a small one
+    // (guest-tests/tiny/hostile_bts_index.asm).
+    const unsigned __int128 candidate = static_cast<unsigned __int128>(at) + rec;
     if (candidate <= max) {
       uint8_t r[24] = {};
       const uint64_t from = fmt64 ? b.from : (b.from & 0xFFFFFFFFull);
@@ -416,7 +419,7 @@ struct VirtualPmu::State {
                                                                             : "not mapped or read-only"));
         return absl::OkStatus();
       }
-      uint64_t next = candidate;
+      uint64_t next = static_cast<uint64_t>(candidate);  // <= max: no wrap
       if (circular && next >= max) next = base;  // circular: back to base at the maximum (SDM 17.4.9.4? 17.4.5)
       uint8_t ni[8];
       std::memcpy(ni, &next, 8);

@@ -169,6 +169,24 @@ TEST_F(VpmuTest, InterruptModeThresholdRules) {
   for (int k = 1; k <= 8; k++) EXPECT_FALSE(Obs(Jmp(0x100, 0x200)).pmi) << k;
 }
 
+TEST_F(VpmuTest, FullBufferAtTheTopOfTheAddressSpaceDoesNotWrap) {
+  // Interrupt mode, index = max in the last 24 bytes of the 64-bit space
+  // (guest-tests/tiny/hostile_bts_index.asm): index + 24 lies beyond 2^64, not
+  // at a small address, so the buffer is full (nothing stored, no warning)
+  // and the end of the record reaches the threshold (= max): a PMI.
+  const uint64_t top = 0xFFFFFFFFFFFFFFE8ull;
+  Ds64(0xFFFFFFFFFFFFFF00ull, top, top, top);
+  Wr(0x1D9, kTrBts | kBtint);
+  EXPECT_TRUE(Obs(Jmp(0x100, 0x200)).pmi);
+  EXPECT_EQ(Mem64(kDsArea + 8), top);
+  EXPECT_EQ(pmu_.stats().bts_records, 0u);
+  EXPECT_EQ(pmu_.stats().bts_dropped, 0u);
+  EXPECT_TRUE(pmu_.TakeWarnings().empty());
+  // Threshold 2^64 - 1 is below index + 24 = 2^64: reached as well.
+  Ds64(0xFFFFFFFFFFFFFF00ull, top, top, ~0ull);
+  EXPECT_TRUE(Obs(Jmp(0x100, 0x200)).pmi);
+}
+
 TEST_F(VpmuTest, CircularModeThresholdBelowMaxInterruptsOncePerPass) {
   // Book 6.5.6: circular mode, 4 records, threshold after record 2.
   Ds64(kBuf, kBuf, kBuf + 96, kBuf + 48);

@@ -1436,4 +1436,13 @@ void TcgCpu::InvalidateCode(uint64_t gpa, uint64_t len) {
   rep_probe_.linear = ~0ull;
 }
 
+void TcgCpu::InvalidateCodeBytes(uint64_t gpa, uint64_t len) {
+  if (gpa >= config_.ram_bytes || len == 0) return;
+  const uint64_t end = std::min<uint64_t>(config_.ram_bytes, gpa + len);
+  // QEMU's range invalidation is exact within a page: a store next to code
+  // (a DS area in the same page as the loop that branches) keeps it.
+  tb_invalidate_phys_range_x86_64(uc_, gpa, end);
+  rep_probe_.linear = ~0ull;
+}
+
 }  // namespace vbts::vcpu

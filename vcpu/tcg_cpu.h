@@ -208,6 +208,9 @@ class TcgCpu {
   // Guest memory at [gpa, gpa+len) changed (a debugger wrote it): its
   // translations are dropped.
   void InvalidateCode(uint64_t gpa, uint64_t len);
+  // Drops the translations that hold any of the bytes [gpa, gpa+len) (and no
+  // others): for stores vbts makes on the guest's behalf, such as BTS records.
+  void InvalidateCodeBytes(uint64_t gpa, uint64_t len);
 
   // Guest memory changed behind the engine's back (the loader, the KVM
   // engine): drops every translation.

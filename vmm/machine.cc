@@ -1,6 +1,7 @@
 // machine.cc: wiring and the run loop of one guest machine.
 #include "vmm/machine.h"
 
+#include <poll.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -179,11 +180,7 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
           st.message()));
   }
 
-  uart_ = std::make_unique<Uart16550>([fd = config_.output_fd](uint8_t c) {
-    // Unbuffered: the guest's bytes reach stdout as they are written.
-    while (::write(fd, &c, 1) < 0 && errno == EINTR) {
-    }
-  });
+  uart_ = std::make_unique<Uart16550>([this](uint8_t c) { WriteGuestOutput(c); });
   debug_exit_ = std::make_unique<DebugExit>();
   VBTS_RETURN_IF_ERROR(pio_.Register(Uart16550::kCom1Port, Uart16550::kSize, uart_.get(), "COM1 16550"));
   VBTS_RETURN_IF_ERROR(pio_.Register(DebugExit::kPort, DebugExit::kSize, debug_exit_.get(), "isa-debug-exit"));
@@ -258,6 +255,7 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
     return absl::InvalidArgumentError(absl::StrFormat("--engine=%s: expected auto, kvm or tcg", config_.engine));
   }
   supervisor_ = std::make_unique<vcpu::Supervisor>(*vcpu_, *ram_, *model_, facts_, std::move(options));
+  tracer_ram_ = std::make_unique<CodeCoherentMemory>(*this);
   {  // The virtual PMU, its MSR filter and the tracer, in every --vpmu mode.
     feature_msrs_ = std::make_unique<pmu::FeatureMsrs>(*model_);
     vpmu_ = std::make_unique<pmu::VirtualPmu>(
@@ -266,11 +264,11 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
     // unfiltered, KVM answers DEBUGCTL, MISC_ENABLE and some counters itself).
     if (!filtered) VBTS_RETURN_IF_ERROR(vm_->SetMsrFilter(PmuDenyList(config_.vpmu)));
     if (tcg_) {
-      tracer_ = std::make_unique<vcpu::Tracer>(*tcg_control_, *ram_, *vpmu_,
+      tracer_ = std::make_unique<vcpu::Tracer>(*tcg_control_, *tracer_ram_, *vpmu_,
                                                [this](uint8_t vector) { return tcg_control_->SendInterrupt(vector); });
       tracer_->SetEmulateDataBreakpoints(true);  // QEMU's are not used (vcpu/tcg_cpu.cc)
     } else {
-      tracer_ = std::make_unique<vcpu::Tracer>(*vcpu_, *ram_, *vpmu_,
+      tracer_ = std::make_unique<vcpu::Tracer>(*vcpu_, *tracer_ram_, *vpmu_,
                                                [vm = vm_.get()](uint8_t vector) { return vm->SignalMsi(0, vector); });
       tracer_->SetEmulateDataBreakpoints(facts_.emulate_data_breakpoints);
     }
@@ -457,6 +455,8 @@ absl::StatusOr<vcpu::CpuState> Machine::CurrentState() {
 }
 
 RunResult Machine::Run() {
+  if (config_.timeout_seconds > 0)
+    output_deadline_ns_ = NowNs() + static_cast<uint64_t>(config_.timeout_seconds * 1e9);
   if (tcg_) return RunTcg();
   const double deadline = config_.timeout_seconds > 0 ? Now() + config_.timeout_seconds : 0;
   if (absl::Status s = KickTimer::Start(vcpu_->run(), kKickPeriodMs); !s.ok())
@@ -467,7 +467,7 @@ RunResult Machine::Run() {
   for (;;) {
     if (deadline && Now() >= deadline)
       return Finish(RunEnd::kTimeout, kExitTimeout,
-                    absl::StrFormat("vbts: guest timed out after %g s", config_.timeout_seconds));
+                    absl::StrFormat("vbts: guest timed out after %g s%s", config_.timeout_seconds, output_dropped_ ? " (its COM1 output was not being read from then on: dropped)" : ""));
     absl::StatusOr<bool> exited = vcpu_->Run();
     if (!exited.ok()) return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + exited.status().ToString());
     if (!*exited) {
@@ -524,6 +524,45 @@ void Machine::Mmio(uint64_t gpa, bool write, uint8_t* data, uint32_t len) {
   } else {
     std::memset(data, 0xFF, len);
     mmio_unclaimed_reads_++;
+  }
+}
+
+uint64_t Machine::CodeCoherentMemory::size() const { return m_.ram_->size(); }
+
+absl::Status Machine::CodeCoherentMemory::Read(Gpa gpa, absl::Span<uint8_t> out) const {
+  return m_.ram_->Read(gpa, out);
+}
+
+absl::Status Machine::CodeCoherentMemory::Write(Gpa gpa, absl::Span<const uint8_t> data) {
+  VBTS_RETURN_IF_ERROR(m_.ram_->Write(gpa, data));
+  // Only the TCG engine caches translated code; KVM fetches from RAM.  Under
+  // kvm-tcg the engine's translations are flushed when it takes the vCPU back.
+  if (m_.tcg_ && m_.in_tcg_) m_.tcg_->InvalidateCodeBytes(gpa.value, data.size());
+  return absl::OkStatus();
+}
+
+void Machine::WriteGuestOutput(uint8_t c) {
+  // Unbuffered: the guest's bytes reach stdout as they are written, and vbts
+  // keeps none of them, so a guest that floods COM1 costs no memory; it waits
+  // while the reader is slow.  With --timeout it waits no longer than the
+  // deadline: a reader that stopped reading must not keep the run past it
+  // (guest-tests/tiny/hostile_com1_flood.asm).  From then on the output is
+  // dropped and the run loop ends the run with the timeout.
+  if (output_dropped_) return;
+  const int fd = config_.output_fd;
+  for (;;) {
+    if (output_deadline_ns_) {
+      const uint64_t now = NowNs();
+      if (now >= output_deadline_ns_) {
+        output_dropped_ = true;
+        return;
+      }
+      pollfd p{fd, POLLOUT, 0};
+      const int ms = static_cast<int>(std::min<uint64_t>((output_deadline_ns_ - now) / 1'000'000 + 1, 1000));
+      const int r = ::poll(&p, 1, ms);
+      if (r == 0 || (r < 0 && errno == EINTR)) continue;
+    }
+    if (::write(fd, &c, 1) >= 0 || errno != EINTR) return;
   }
 }
 
@@ -615,11 +654,12 @@ std::optional<RunResult> Machine::RunTcgLoop(uint64_t deadline, bool until_untra
       const uint64_t before = debugger_->stopped_ns();
       std::optional<RunResult> end = debugger_->BetweenRuns(halted_wait_);
       if (deadline) deadline += debugger_->stopped_ns() - before;
+      if (output_deadline_ns_) output_deadline_ns_ += debugger_->stopped_ns() - before;
       if (end) return end;
     }
     if (deadline && NowNs() >= deadline)
       return Finish(RunEnd::kTimeout, kExitTimeout,
-                    absl::StrFormat("vbts: guest timed out after %g s", config_.timeout_seconds));
+                    absl::StrFormat("vbts: guest timed out after %g s%s", config_.timeout_seconds, output_dropped_ ? " (its COM1 output was not being read from then on: dropped)" : ""));
     if (halted_wait_) {
       // Halted until an interrupt: the LAPIC timer's next expiry, or
       // --timeout (nothing else interrupts a halted vCPU here).  In slices,
