@@ -215,13 +215,14 @@ struct VirtualPmu::State {
     if (event == 0xC0 && (umask == 0 || umask == 1)) n = 1;                   // instructions retired (01H: INST_RETIRED.ALL, PEBS)
     else if (event == 0xC4 && umask == 0) n = b.branch_insn ? 1 : 0;         // branch instructions retired
     else if (event == 0x3C && (umask == 0 || umask == 1)) n = 1;             // core/reference cycles: 1 per instruction
+    else if (event == 0xA4 && umask == 1) n = 1;  // TOPDOWN.SLOTS (arch event 7, CPUID.0AH:EAX[31:24] = 8): as fixed counter 3
     // CMASK (bits 31:24, SDM 18.2.1.1): when nonzero the counter counts the
     // cycles in which the event occurred at least CMASK times, or (INV, bit
     // 23) fewer times.  vbts's cycle is one instruction, in which an event
     // occurs 0 or 1 times.
     if (const uint64_t cmask = (evtsel >> 24) & 0xFF) {
       const bool inv = (evtsel >> 23) & 1;
-      if (event != 0xC0 && event != 0xC4 && event != 0x3C) return 0;  // an event vbts does not count
+      if (event != 0xC0 && event != 0xC4 && event != 0x3C && event != 0xA4) return 0;  // an event vbts does not count
       return (n >= cmask) != inv ? 1 : 0;
     }
     return n;

@@ -613,6 +613,15 @@ TEST_F(PebsIcelakeTest, MsrRules) {
   Wr(0x30C, 5);
   EXPECT_EQ(pmu_.ReadPmc((1u << 30) | 3).value, 5u);
   EXPECT_TRUE(pmu_.ReadPmc(8).gp);
+  // Architectural event 7, TOPDOWN.SLOTS (A4H/01H; SDM 18.2.1.2 table 18-1, CPUID.0AH:EAX[31:24]
+  // = 8): vbts counts it as its fixed counter 3, one per instruction.
+  Wr(0x38F, 0);
+  Wr(0x4C1, 0);
+  Wr(0x186, 0xA4 | (0x01 << 8) | kEn);
+  Wr(0x38F, 1);
+  Obs(Jmp(0x100, 0x102, 0, BranchKind::kNone));
+  Obs(Jmp(0x102, 0x200, 3, BranchKind::kJmp));
+  EXPECT_EQ(Rd(0xC1), 2u);
 }
 
 TEST(VpmuModels, PebsDataCfgOnlyWithTheBaselineBit) {
