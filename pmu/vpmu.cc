@@ -55,7 +55,7 @@ constexpr uint64_t kEvtInt = 1u << 20;
 constexpr uint64_t kEvtEn = 1u << 22;
 constexpr uint64_t kEvtAdaptive = 1ull << 34;  // Adaptive_Record (SDM 18.9.2.3, models with PEBS_BASELINE)
 
-// MSR_PEBS_DATA_CFG (SDM 18.9.2.3, table 18-?? "MSR_PEBS_DATA_CFG"): the
+// MSR_PEBS_DATA_CFG (SDM 18.9.2.3, the MSR_PEBS_DATA_CFG layout): the
 // record groups after the basic group, and the LBR entry count minus one.
 constexpr uint64_t kCfgMemInfo = 1u << 0, kCfgGprs = 1u << 1, kCfgXmms = 1u << 2, kCfgLbrs = 1u << 3;
 constexpr uint64_t kPebsDataCfgValid = 0xFF00000Full;  // bits 3:0 and 31:24; the rest reserved (#GP)
