@@ -192,6 +192,52 @@ std::vector<CpuModel> MakeModels() {
     p.lbr = {32, 0x680, 0x6C0, 0xDC0, 0x1C9, 5, false, true};
     models.push_back(std::move(m));
   }
+  {
+    // Ice Lake server (3rd generation Xeon Scalable, e.g. Platinum 8380):
+    // family 6, model 6AH (SDM vol. 4 table 2-1 "06_6AH"), stepping 6.
+    // Sunny Cove cores: perfmon v5 with 8 GP counters per logical processor
+    // and 4 fixed counters (SDM vol. 3B 18.9.x "Ice Lake microarchitecture"),
+    // PEBS record format 4 (adaptive PEBS, 18.9.2) on every GP and fixed
+    // counter, legacy LBRs (format 5, 32 entries with LBR_INFO; architectural
+    // LBRs came later).  Instruction-set features as `skylake`
+    // (docs/cpu-models.md).
+    CpuModel m{"icelake-server",
+               "Intel Xeon Platinum 8380 (Ice Lake server, 06_6AH): 64-bit DS, arch perfmon v5 (8 GP, 4 fixed), "
+               "adaptive PEBS (format 4, baseline, PEBS on fixed counters), 32 LBRs with LBR_INFO (format 5)",
+               {}};
+    auto& t = m.leaves;
+    t.push_back({0, 0, false, 0x16, Ascii4("Genu"), Ascii4("ntel"), Ascii4("ineI")});
+    t.push_back({1, 0, false, 0x000606A6, 0x00010800,
+                 kSse3 | kPclmul | kCpuid1EcxDtes64 | kCpuid1EcxDsCpl | kSsse3 | kCx16 | kCpuid1EcxPdcm | kSse41 |
+                     kSse42 | kPopcnt | kAes,
+                 kBaseEdx | kCpuid1EdxDs});
+    // 0xA (SDM vol. 2A CPUID leaf 0AH; vol. 3B 18.2.5 v5): EAX version 5,
+    // 8 GP counters of 48 bits, EBX length 8 (the 7 events of v1 + topdown
+    // slots), EBX 0 (all available); ECX fixed-counter bitmap 0FH (v5);
+    // EDX 4 fixed counters of 48 bits, bit 15 AnyThread deprecated.
+    t.push_back({0xA, 0, false, 0x08300805, 0, 0xF, 0x00008604});
+    t.push_back({0x80000000, 0, false, 0x80000008, 0, 0, 0});
+    t.push_back({0x80000001, 0, false, 0, 0, 1, (1u << 11) | (1u << 20) | (1u << 26) | (1u << 27) | (1u << 29)});
+    AddBrand(t, "vbts virtual Intel(R) Xeon(R) Platinum 8380 (Ice Lake)");
+    t.push_back({0x80000008, 0, false, 0x0000302E, 0, 0, 0});  // 46-bit physical, 48-bit linear
+    PmuModel& p = m.pmu;
+    p.ds = p.dtes64 = p.ds_cpl = p.pdcm = true;
+    // PERF_CAPABILITIES (17.4.8.1, 18.9.2): LBR format 5 [5:0], PEBS trap
+    // (6), PEBS arch regs (7), PEBS record format 4 [11:8], freeze while SMM
+    // (12), full-width writes (13), PEBS_BASELINE (14).  Not set: 15
+    // PERF_METRICS (MSR 329H is not modelled), 16 PEBS output to PT.
+    p.perf_capabilities = 0x74C5;
+    p.misc_enable = 0x81;
+    p.misc_enable_writable = kMiscEnableArchWritable | kMiscEnableTurboDisable;
+    p.debugctl_valid = 0x5FC3;  // as skylake: LBR, BTF, TR..BTS_OFF_USR, FREEZE_LBRS/PERFMON_ON_PMI, FREEZE_WHILE_SMM
+    p.perfmon_version = 5;
+    p.gp_counters = 8;
+    p.gp_width = 48;
+    p.fixed_counters = 4;
+    p.fixed_width = 48;
+    p.lbr = {32, 0x680, 0x6C0, 0xDC0, 0x1C9, 5, false, true};
+    models.push_back(std::move(m));
+  }
   return models;
 }
 

@@ -71,6 +71,7 @@ struct PmuModel {
   LbrModel lbr;
 };
 inline constexpr uint64_t kPerfCapFullWidthWrite = 1ull << 13;
+inline constexpr uint64_t kPerfCapPebsBaseline = 1ull << 14;  // adaptive PEBS (SDM 18.9.2)
 
 struct CpuModel {
   std::string name;

@@ -43,6 +43,57 @@ TEST(CpuModel, ApicIdIsReported) {
   EXPECT_EQ(FindCpuModel("westmere")->Cpuid(1, 0, 5).ebx >> 24, 5u);
 }
 
+// icelake-server: Xeon Platinum 8380.  CPUID.1:EAX = extended model 6 [19:16],
+// family 6 [11:8], model 0AH [7:4], stepping 6 -> 0x000606A6 (SDM vol. 2A
+// CPUID figure 3-6; vol. 4 table 2-1 "06_6AH").
+TEST(CpuModel, IcelakeServerSignatureAndPerfmonV5) {
+  const CpuModel* m = FindCpuModel("icelake-server");
+  ASSERT_NE(m, nullptr);
+  CpuidResult r1 = m->Cpuid(1, 0);
+  EXPECT_EQ(r1.eax, 0x000606A6u);
+  EXPECT_NE(r1.edx & kCpuid1EdxDs, 0u);
+  EXPECT_NE(r1.ecx & kCpuid1EcxDtes64, 0u);
+  EXPECT_NE(r1.ecx & kCpuid1EcxPdcm, 0u);
+  // Leaf 0AH (SDM vol. 2A; vol. 3B 18.2): EAX[7:0] version 5, [15:8] 8 GP
+  // counters, [23:16] width 48, [31:24] EBX vector length 8; EDX[4:0] 4 fixed
+  // counters, [12:5] width 48, bit 15 AnyThread deprecated; ECX (v5) the
+  // fixed-counter bitmap, counters 0-3.
+  CpuidResult ra = m->Cpuid(0xA, 0);
+  EXPECT_EQ(ra.eax & 0xFF, 5u);
+  EXPECT_EQ((ra.eax >> 8) & 0xFF, 8u);
+  EXPECT_EQ((ra.eax >> 16) & 0xFF, 48u);
+  EXPECT_EQ(ra.eax >> 24, 8u);
+  EXPECT_EQ(ra.ebx, 0u);
+  EXPECT_EQ(ra.ecx, 0xFu);
+  EXPECT_EQ(ra.edx & 0x1F, 4u);
+  EXPECT_EQ((ra.edx >> 5) & 0xFF, 48u);
+  EXPECT_EQ((ra.edx >> 15) & 1, 1u);
+  EXPECT_EQ(m->pmu.perfmon_version, 5);
+  EXPECT_EQ(m->pmu.gp_counters, 8);
+  EXPECT_EQ(m->pmu.fixed_counters, 4);
+}
+
+TEST(CpuModel, IcelakeServerPerfCapabilities) {
+  const PmuModel& p = FindCpuModel("icelake-server")->pmu;
+  // SDM 17.4.8.1 / 18.9.2: [5:0] LBR format 5, bit 6 PEBS trap, bit 7 PEBS
+  // arch regs, [11:8] PEBS record format 4, bit 12 freeze while SMM, bit 13
+  // full-width writes, bit 14 PEBS_BASELINE: 5 + 0x40 + 0x80 + 0x400 +
+  // 0x1000 + 0x2000 + 0x4000 = 0x74C5.
+  EXPECT_EQ(p.perf_capabilities, 0x74C5u);
+  EXPECT_EQ(p.perf_capabilities & 0x3F, 5u);
+  EXPECT_EQ((p.perf_capabilities >> 8) & 0xF, 4u);
+  EXPECT_NE(p.perf_capabilities & kPerfCapPebsBaseline, 0u);
+  EXPECT_EQ(p.misc_enable & (1ull << 12), 0u);  // PEBS available
+  // 32 legacy LBRs (17.13 / vol. 4 Ice Lake table): FROM 680H, TO 6C0H, INFO DC0H, TOS 1C9H, LBR_SELECT.
+  EXPECT_EQ(p.lbr.entries, 32);
+  EXPECT_EQ(p.lbr.from_base, 0x680u);
+  EXPECT_EQ(p.lbr.to_base, 0x6C0u);
+  EXPECT_EQ(p.lbr.info_base, 0xDC0u);
+  EXPECT_EQ(p.lbr.tos, 0x1C9u);
+  EXPECT_TRUE(p.lbr.select);
+  EXPECT_EQ(p.debugctl_valid, 0x5FC3u);
+}
+
 TEST(CpuModel, UnknownNameIsNull) { EXPECT_EQ(FindCpuModel("pentium"), nullptr); }
 
 }  // namespace

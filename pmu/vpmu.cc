@@ -31,6 +31,7 @@ constexpr uint32_t kMsrGlobalStatus = 0x38E;
 constexpr uint32_t kMsrGlobalCtrl = 0x38F;
 constexpr uint32_t kMsrGlobalOvfCtrl = 0x390;
 constexpr uint32_t kMsrPebsEnable = 0x3F1;
+constexpr uint32_t kMsrPebsDataCfg = 0x3F2;  // adaptive PEBS (SDM 18.9.2.3)
 constexpr uint32_t kMsrAPmc0 = 0x4C1;
 constexpr uint32_t kMsrDsArea = 0x600;
 // The intercepted ranges reserve room for the largest geometry of any model.
@@ -52,6 +53,15 @@ constexpr uint64_t kEvtUsr = 1u << 16;
 constexpr uint64_t kEvtOs = 1u << 17;
 constexpr uint64_t kEvtInt = 1u << 20;
 constexpr uint64_t kEvtEn = 1u << 22;
+constexpr uint64_t kEvtAdaptive = 1ull << 34;  // Adaptive_Record (SDM 18.9.2.3, models with PEBS_BASELINE)
+
+// MSR_PEBS_DATA_CFG (SDM 18.9.2.3, the MSR_PEBS_DATA_CFG layout): the
+// record groups after the basic group, and the LBR entry count minus one.
+constexpr uint64_t kCfgMemInfo = 1u << 0, kCfgGprs = 1u << 1, kCfgXmms = 1u << 2, kCfgLbrs = 1u << 3;
+constexpr uint64_t kPebsDataCfgValid = 0xFF00000Full;  // bits 3:0 and 31:24; the rest reserved (#GP)
+// Group sizes in bytes (SDM 18.9.2.3, the tables of the record groups).
+constexpr uint64_t kGroupBasic = 0x20, kGroupMemInfo = 0x20, kGroupGprs = 0x90, kGroupXmms = 0x100,
+                   kLbrEntry = 0x18;
 
 // IA32_PERF_GLOBAL_STATUS (SDM 18.2.2, 18.2.4): v4 freeze bits.
 constexpr uint64_t kStatusLbrFrz = 1ull << 58;
@@ -92,7 +102,8 @@ struct VirtualPmu::State {
   uint64_t misc_enable = 0;
   uint64_t lbr_select = 0;
   uint64_t pebs_enable = 0;
-  uint32_t pebs_armed = 0;  // PEBS-enabled counters that overflowed: the next event writes a record
+  uint64_t pebs_armed = 0;  // PEBS-enabled counters that overflowed (GP i: bit i, fixed i: bit 32+i)
+  uint64_t pebs_data_cfg = 0;  // MSR_PEBS_DATA_CFG (adaptive PEBS)
   uint64_t ler_from = 0, ler_to = 0;
   std::array<LbrEntry, kMaxLbr> lbr{};
   uint32_t tos = 0;
@@ -136,9 +147,25 @@ struct VirtualPmu::State {
   // record format is PERF_CAPABILITIES[11:8].
   bool pebs() const { return pmu.ds && pmu.pdcm && !(pmu.misc_enable & (1ull << 12)); }
   int pebs_format() const { return static_cast<int>((pmu.perf_capabilities >> 8) & 0xF); }
+  // Adaptive PEBS: record format 4 with PERF_CAPABILITIES.PEBS_BASELINE
+  // (SDM 18.9.2): MSR_PEBS_DATA_CFG, the Adaptive_Record bits.
+  bool adaptive() const { return pebs() && pebs_format() >= 4 && (pmu.perf_capabilities & kPerfCapPebsBaseline); }
+  // Counters with PEBS: PMC0-3 up to format 3; from format 4 (extended PEBS,
+  // SDM 18.9.2) every GP counter and every fixed counter.
+  int PebsGp() const { return pebs_format() >= 4 ? pmu.gp_counters : std::min(pmu.gp_counters, 4); }
+  int PebsFixed() const { return pebs_format() >= 4 ? pmu.fixed_counters : 0; }
   uint64_t PebsEnableMask() const {
+    if (pebs_format() >= 4) return Mask(PebsGp()) | (Mask(PebsFixed()) << 32);  // PEBS_EN_PMCn, PEBS_EN_FIXEDm (32+m)
     const uint64_t c = Mask(std::min(pmu.gp_counters, 4));
     return c | (c << 32);  // PEBS on PMC0-3, load latency on PMC0-3 (SDM vol. 4, MSR_PEBS_ENABLE)
+  }
+  // IA32_FIXED_CTR_CTRL: 4 bits per counter; with adaptive PEBS also the
+  // per-counter Adaptive_Record bit 32+4i (SDM 18.9.2.3).
+  uint64_t FixedCtrlMask() const {
+    uint64_t m = Mask(4 * pmu.fixed_counters);
+    if (adaptive())
+      for (int i = 0; i < pmu.fixed_counters; i++) m |= 1ull << (32 + 4 * i);
+    return m;
   }
   bool full_width_writes() const { return pmu.pdcm && (pmu.perf_capabilities & kPerfCapFullWidthWrite); }
   uint64_t GlobalCtrlMask() const {
@@ -188,13 +215,14 @@ struct VirtualPmu::State {
     if (event == 0xC0 && (umask == 0 || umask == 1)) n = 1;                   // instructions retired (01H: INST_RETIRED.ALL, PEBS)
     else if (event == 0xC4 && umask == 0) n = b.branch_insn ? 1 : 0;         // branch instructions retired
     else if (event == 0x3C && (umask == 0 || umask == 1)) n = 1;             // core/reference cycles: 1 per instruction
+    else if (event == 0xA4 && umask == 1) n = 1;  // TOPDOWN.SLOTS (arch event 7, CPUID.0AH:EAX[31:24] = 8): as fixed counter 3
     // CMASK (bits 31:24, SDM 18.2.1.1): when nonzero the counter counts the
     // cycles in which the event occurred at least CMASK times, or (INV, bit
     // 23) fewer times.  vbts's cycle is one instruction, in which an event
     // occurs 0 or 1 times.
     if (const uint64_t cmask = (evtsel >> 24) & 0xFF) {
       const bool inv = (evtsel >> 23) & 1;
-      if (event != 0xC0 && event != 0xC4 && event != 0x3C) return 0;  // an event vbts does not count
+      if (event != 0xC0 && event != 0xC4 && event != 0x3C && event != 0xA4) return 0;  // an event vbts does not count
       return (n >= cmask) != inv ? 1 : 0;
     }
     return n;
@@ -204,14 +232,14 @@ struct VirtualPmu::State {
     if (pmu.perfmon_version >= 4 && (global_status & kStatusCtrFrz)) return absl::OkStatus();
     const bool ring0 = b.cpl_from == 0;
     bool overflow_pmi = false;
-    uint32_t assist = 0;  // armed PEBS counters this instruction is the next event of
+    uint64_t assist = 0;  // armed PEBS counters this instruction is the next event of
     for (int i = 0; i < pmu.gp_counters; i++) {
       if (!CounterEnabled(i, false)) continue;
       const uint64_t sel = gp[i].evtsel;
       if (!(sel & (ring0 ? kEvtOs : kEvtUsr))) continue;
       const uint64_t inc = GpIncrement(sel, b);
       if (!inc) continue;
-      if (pebs_armed & (1u << i)) assist |= 1u << i;
+      if (pebs_armed & (1ull << i)) assist |= 1ull << i;
       const uint64_t m = Mask(pmu.gp_width);
       const uint64_t next = (gp[i].value + inc) & m;
       if (next < gp[i].value) {  // wrapped: overflow (SDM 18.2.1.1, 18.2.2)
@@ -219,23 +247,27 @@ struct VirtualPmu::State {
         if (sel & kEvtInt) overflow_pmi = true;
         // A PEBS-enabled counter's overflow arms PEBS; the next event of
         // the counter causes the assist (SDM 18.6.1.1).
-        if (pebs() && (pebs_enable & (1ull << i)) && i < 4) pebs_armed |= 1u << i;
+        if (pebs() && (pebs_enable & (1ull << i)) && i < PebsGp()) pebs_armed |= 1ull << i;
       }
       gp[i].value = next;
     }
-    if (assist) VBTS_RETURN_IF_ERROR(PebsAssist(assist, b, mem, after, fx));
     for (int i = 0; i < pmu.fixed_counters; i++) {
       if (!CounterEnabled(i, true)) continue;
       const uint64_t ctl = (fixed_ctrl >> (4 * i)) & 0xF;
       if (!(ctl & (ring0 ? 1 : 2))) continue;
       const uint64_t m = Mask(pmu.fixed_width);
       const uint64_t next = (fixed[i].value + 1) & m;  // instructions, core and reference cycles alike
+      const uint64_t bit = 1ull << (32 + i);
+      if (pebs_armed & bit) assist |= bit;
       if (next < fixed[i].value) {
-        global_status |= 1ull << (32 + i);
+        global_status |= bit;
         if (ctl & 8) overflow_pmi = true;
+        // PEBS on fixed counters (format 4, PEBS_ENABLE bit 32+i): armed as a GP counter is.
+        if (pebs() && (pebs_enable & bit) && i < PebsFixed()) pebs_armed |= bit;
       }
       fixed[i].value = next;
     }
+    if (assist) VBTS_RETURN_IF_ERROR(PebsAssist(assist, b, mem, after, fx));
     if (overflow_pmi) RequestPmi(fx);
     return absl::OkStatus();
   }
@@ -246,15 +278,36 @@ struct VirtualPmu::State {
   // update, overflow status cleared and the counters reloaded from their
   // reset values, and the PMI with GLOBAL_STATUS.OvfBuffer (bit 62) when the
   // index reaches the threshold. A failed check skips the assist entirely.
-  absl::Status PebsAssist(uint32_t counters, const Branch& b, LinearMemory& mem, const GuestRegs* after,
+  absl::Status PebsAssist(uint64_t counters, const Branch& b, LinearMemory& mem, const GuestRegs* after,
                           PmuEffects& fx) {
     pebs_armed &= ~counters;
     const int format = pebs_format();
-    const uint64_t rec = format >= 3 ? 0xC0 : format >= 1 ? 0xB0 : 0x90;
+    // Format 4 (SDM 18.9.2.3): the record is adaptive when a counter that
+    // caused it has its Adaptive_Record bit set (PERFEVTSELx bit 34,
+    // FIXED_CTR_CTRL bit 32+4i); then the groups PEBS_DATA_CFG selects follow
+    // the basic group, otherwise the basic group alone (docs/pmu-model.md).
+    bool adaptive_rec = false;
+    if (format >= 4 && adaptive()) {
+      for (int i = 0; i < pmu.gp_counters; i++)
+        if ((counters & (1ull << i)) && (gp[i].evtsel & kEvtAdaptive)) adaptive_rec = true;
+      for (int i = 0; i < pmu.fixed_counters; i++)
+        if ((counters & (1ull << (32 + i))) && (fixed_ctrl & (1ull << (32 + 4 * i)))) adaptive_rec = true;
+    }
+    const uint64_t cfg = adaptive_rec ? pebs_data_cfg : 0;
+    const uint64_t lbr_n = (cfg & kCfgLbrs) ? ((cfg >> 24) & 0xFF) + 1 : 0;
+    const uint64_t rec = format >= 4 ? kGroupBasic + ((cfg & kCfgMemInfo) ? kGroupMemInfo : 0) +
+                                           ((cfg & kCfgGprs) ? kGroupGprs : 0) + ((cfg & kCfgXmms) ? kGroupXmms : 0) +
+                                           lbr_n * kLbrEntry
+                     : format >= 3 ? 0xC0
+                     : format >= 1 ? 0xB0
+                                   : 0x90;
     Access acc;
     acc.implicit = true;
-    uint8_t raw[0x60] = {};  // 64-bit DS management area (DTES64 models only have PEBS)
-    absl::StatusOr<AccessFault> rf = mem.Read(Gva(ds_area), absl::MakeSpan(raw), acc);
+    // 64-bit DS management area (DTES64 models only have PEBS); format 4:
+    // reset values of PMC0-7 at 40H-78H and FIXED_CTR0-3 at 80H-98H.
+    uint8_t raw[0xA0] = {};
+    const size_t ds_bytes = format >= 4 ? 0xA0 : 0x60;
+    absl::StatusOr<AccessFault> rf = mem.Read(Gva(ds_area), absl::MakeSpan(raw, ds_bytes), acc);
     auto drop = [&](std::string why) {
       stats.pebs_dropped++;
       Warn(absl::StrCat("PEBS: ", why, "; PEBS assists are skipped"));
@@ -272,30 +325,68 @@ struct VirtualPmu::State {
       return drop(absl::StrFormat("index 0x%x is outside [base 0x%x, maximum 0x%x]", index, base, max));
     if (max - index < rec) return drop(absl::StrFormat("the buffer is full (index 0x%x, maximum 0x%x)", index, max));
     if (!after) return absl::InternalError("PEBS assist without the guest's registers");
-    uint64_t r[0xC0 / 8] = {};
-    const bool full = b.ia32e;  // outside IA-32e mode: 32-bit values, R8-R15 zero
+    const bool full = b.ia32e;  // outside IA-32e mode: 32-bit values, R8-R15 (and XMM8-15) zero
     const uint64_t m32 = full ? ~0ull : 0xFFFFFFFFull;
-    static constexpr int kOrder[8] = {0, 3, 1, 2, 6, 7, 5, 4};  // RAX RBX RCX RDX RSI RDI RBP RSP
-    r[0] = after->rflags & m32;
-    r[1] = b.to & m32;  // trap-like (PERF_CAPABILITIES bit 6): the instruction after the assist
-    for (int k = 0; k < 8; k++) r[2 + k] = after->gpr[kOrder[k]] & m32;
-    for (int k = 0; k < 8; k++) r[10 + k] = full ? after->gpr[8 + k] : 0;
-    if (rec >= 0xB0) r[18] = format >= 3 ? counters : global_status;  // 90H: applicable counters / GLOBAL_STATUS
-    // 98H data linear address, A0H data source, A8H latency: load latency is not modelled (0).
-    if (rec >= 0xC0) r[22] = b.from & m32;  // B0H EventingIP: the instruction that caused the assist
+    std::vector<uint64_t> r(rec / 8, 0);
+    if (format >= 4) {
+      size_t k = 0;
+      // Basic group (SDM 18.9.2.3): [47:0] record format = the effective
+      // PEBS_DATA_CFG, [63:48] record size; the eventing IP (the
+      // instruction that caused the assist); applicable counters; TSC.
+      r[k++] = (rec << 48) | (cfg & Mask(48));
+      r[k++] = b.from & m32;
+      r[k++] = counters;
+      r[k++] = after->tsc;
+      if (cfg & kCfgMemInfo) k += 4;  // data address, data source, latency, TSX info: 0 (no memory events)
+      if (cfg & kCfgGprs) {
+        // RFLAGS, RIP (the next instruction, trap-like), then RAX..R15 in
+        // encoding order.
+        r[k++] = after->rflags & m32;
+        r[k++] = b.to & m32;
+        for (int g = 0; g < 16; g++) r[k++] = (g < 8 || full) ? after->gpr[g] & m32 : 0;
+      }
+      if (cfg & kCfgXmms) {
+        for (int x = 0; x < 16; x++, k += 2)
+          if (x < 8 || full) std::memcpy(&r[k], after->xmm[x], 16);
+      }
+      // LBR group: entry j is the j-th most recent branch (FROM, TO, INFO of
+      // LBR[TOS - j]); entries beyond the stack's depth, and all of them
+      // while the host KVM holds the LBRs, are 0.
+      for (uint64_t j = 0; j < lbr_n; j++, k += 3) {
+        if (options.lbr_in_kernel || pmu.lbr.entries == 0 || j >= static_cast<uint64_t>(pmu.lbr.entries)) continue;
+        const LbrEntry& e = lbr[(tos + pmu.lbr.entries - j) % pmu.lbr.entries];
+        r[k] = e.from;
+        r[k + 1] = e.to;
+        r[k + 2] = e.info;
+      }
+    } else {
+      static constexpr int kOrder[8] = {0, 3, 1, 2, 6, 7, 5, 4};  // RAX RBX RCX RDX RSI RDI RBP RSP
+      r[0] = after->rflags & m32;
+      r[1] = b.to & m32;  // trap-like (PERF_CAPABILITIES bit 6): the instruction after the assist
+      for (int k = 0; k < 8; k++) r[2 + k] = after->gpr[kOrder[k]] & m32;
+      for (int k = 0; k < 8; k++) r[10 + k] = full ? after->gpr[8 + k] : 0;
+      if (rec >= 0xB0) r[18] = format >= 3 ? counters : global_status;  // 90H: applicable counters / GLOBAL_STATUS
+      // 98H data linear address, A0H data source, A8H latency: load latency is not modelled (0).
+      if (rec >= 0xC0) r[22] = b.from & m32;  // B0H EventingIP: the instruction that caused the assist
+    }
     acc.write = true;
     absl::StatusOr<AccessFault> wf =
-        mem.Write(Gva(index), absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(r), rec), acc);
+        mem.Write(Gva(index), absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(r.data()), rec), acc);
     if (!wf.ok() || !wf->ok()) return drop(absl::StrFormat("the record at 0x%x cannot be written", index));
     const uint64_t next = index + rec;
     uint8_t ni[8];
     std::memcpy(ni, &next, 8);
     (void)mem.Write(Gva(ds_area + 0x28), absl::MakeConstSpan(ni, 8), acc);
     stats.pebs_records++;
-    for (int i = 0; i < 4; i++) {
-      if (!(counters & (1u << i))) continue;
+    for (int i = 0; i < pmu.gp_counters; i++) {
+      if (!(counters & (1ull << i))) continue;
       global_status &= ~(1ull << i);
       gp[i].value = field(0x40 + 8 * i) & Mask(pmu.gp_width);
+    }
+    for (int i = 0; i < pmu.fixed_counters; i++) {
+      if (!(counters & (1ull << (32 + i)))) continue;
+      global_status &= ~(1ull << (32 + i));
+      fixed[i].value = field(0x80 + 8 * i) & Mask(pmu.fixed_width);
     }
     if (next >= threshold) {
       global_status |= 1ull << 62;
@@ -468,7 +559,7 @@ std::vector<MsrRange> VirtualPmu::InterceptedMsrs() const {
   r.push_back({kMsrFixedCtr0, kMsrFixedCtr0 + kMaxFixed - 1});
   r.push_back({kMsrPerfCapabilities, kMsrPerfCapabilities});
   r.push_back({kMsrFixedCtrCtrl, kMsrGlobalOvfCtrl});
-  r.push_back({kMsrPebsEnable, kMsrPebsEnable});
+  r.push_back({kMsrPebsEnable, kMsrPebsDataCfg});
   r.push_back({kMsrAPmc0, kMsrAPmc0 + kMaxGp - 1});
   r.push_back({kMsrDsArea, kMsrDsArea});
   if (lbr) {
@@ -521,6 +612,7 @@ MsrResult VirtualPmu::ReadMsr(uint32_t msr) const {
   if (msr == kMsrDsArea) return p.ds ? ok(s.ds_area) : gp;
   if (msr == kMsrPerfCapabilities) return p.pdcm ? ok(p.perf_capabilities) : gp;
   if (msr == kMsrPebsEnable) return (p.ds && p.pdcm) ? ok(s.pebs_enable) : gp;
+  if (msr == kMsrPebsDataCfg) return s.adaptive() ? ok(s.pebs_data_cfg) : gp;
   if (msr == p.lbr.tos && p.lbr.entries) return ok(s.tos);
   if (msr == kMsrLbrSelect) return p.lbr.select ? ok(s.lbr_select) : gp;
   if (msr == p.lbr.ler_from && p.lbr.entries) return ok(s.ler_from);
@@ -576,7 +668,13 @@ MsrResult VirtualPmu::WriteMsr(uint32_t msr, uint64_t v) {
   if (msr == kMsrPebsEnable) {
     if (!(p.ds && p.pdcm) || (v & ~s.PebsEnableMask())) return gp;
     s.pebs_enable = v;  // bits 32-35 (load latency) are accepted; no latency is measured
-    s.pebs_armed &= static_cast<uint32_t>(v);
+    s.pebs_armed &= v;
+    return ok;
+  }
+  if (msr == kMsrPebsDataCfg) {
+    // SDM 18.9.2.3: groups in bits 3:0, LBR entries - 1 in 31:24; reserved bits #GP.
+    if (!s.adaptive() || (v & ~kPebsDataCfgValid)) return gp;
+    s.pebs_data_cfg = v;
     return ok;
   }
   if (msr == p.lbr.tos && p.lbr.entries) {
@@ -615,28 +713,29 @@ MsrResult VirtualPmu::WriteMsr(uint32_t msr, uint64_t v) {
     uint64_t x = v & 0xFFFFFFFFull;
     if (x & 0x80000000ull) x |= ~0xFFFFFFFFull;
     s.gp[msr - kMsrPmc0].value = x & Mask(p.gp_width);
-    s.pebs_armed &= ~(1u << (msr - kMsrPmc0));  // a reloaded counter is no longer armed
+    s.pebs_armed &= ~(1ull << (msr - kMsrPmc0));  // a reloaded counter is no longer armed
     return ok;
   }
   if (msr >= kMsrAPmc0 && msr < kMsrAPmc0 + static_cast<uint32_t>(p.gp_counters) && s.full_width_writes()) {
     if (v & ~Mask(p.gp_width)) return gp;
     s.gp[msr - kMsrAPmc0].value = v;
-    s.pebs_armed &= ~(1u << (msr - kMsrAPmc0));
+    s.pebs_armed &= ~(1ull << (msr - kMsrAPmc0));
     return ok;
   }
   if (msr >= kMsrPerfEvtSel0 && msr < kMsrPerfEvtSel0 + static_cast<uint32_t>(p.gp_counters)) {
-    if (v >> 32) return gp;  // reserved upper half
+    if ((v >> 32) & ~((s.adaptive() ? kEvtAdaptive : 0) >> 32)) return gp;  // reserved upper half (but Adaptive_Record)
     s.gp[msr - kMsrPerfEvtSel0].evtsel = v;
     return ok;
   }
   if (msr >= kMsrFixedCtr0 && msr < kMsrFixedCtr0 + static_cast<uint32_t>(p.fixed_counters)) {
     if (v & ~Mask(p.fixed_width)) return gp;
     s.fixed[msr - kMsrFixedCtr0].value = v;
+    s.pebs_armed &= ~(1ull << (32 + msr - kMsrFixedCtr0));
     return ok;
   }
   if (s.v2()) {
     if (msr == kMsrFixedCtrCtrl && p.fixed_counters) {
-      if (v & ~Mask(4 * p.fixed_counters)) return gp;
+      if (v & ~s.FixedCtrlMask()) return gp;
       s.fixed_ctrl = v;
       return ok;
     }
@@ -662,6 +761,9 @@ bool VirtualPmu::NeedsObservation() const {
 }
 
 bool VirtualPmu::WantsRegs() const { return s_->pebs_armed != 0; }
+bool VirtualPmu::WantsXmm() const {
+  return s_->pebs_armed != 0 && s_->adaptive() && (s_->pebs_data_cfg & kCfgXmms);
+}
 
 uint64_t VirtualPmu::SequentialLimit(uint8_t cpl) const {
   const State& s = *s_;

@@ -51,6 +51,12 @@ struct PmuEffects {
 struct GuestRegs {
   uint64_t rflags = 0;
   uint64_t gpr[16] = {};  // x86 encoding order: RAX, RCX, RDX, RBX, RSP, RBP, RSI, RDI, R8-R15
+  // Adaptive PEBS (format 4) only: the basic group's TSC (the guest's
+  // time-stamp counter as the engine reads it at the stop after the
+  // instruction, docs/pmu-model.md) and XMM0-15 for the XMM group, needed
+  // while WantsXmm().
+  uint64_t tsc = 0;
+  uint8_t xmm[16][16] = {};
 };
 
 // Counts for `vbts run -v` and benchmarks.
@@ -114,6 +120,9 @@ class VirtualPmu {
   // A PEBS-enabled counter has overflowed: the next instruction it counts
   // writes a PEBS record, which needs that instruction's resulting registers.
   bool WantsRegs() const;
+  // ... and the XMM registers too (an adaptive PEBS record with the XMM group
+  // may follow).
+  bool WantsXmm() const;
 
   // Counting in bulk (block-level observation, docs/tracing.md): instructions
   // that retire one after another at CPL `cpl`, none of them a branch

@@ -586,6 +586,188 @@ class PebsSkylakeTest : public PebsTest {
   PebsSkylakeTest() : PebsTest("skylake") {}
 };
 
+// --- Adaptive PEBS, record format 4 (icelake-server). SDM vol. 3B 18.9.2
+// "Adaptive PEBS": MSR_PEBS_DATA_CFG (3F2H) selects record groups after the
+// basic group; the record is adaptive for counters whose Adaptive_Record bit
+// is set (PERFEVTSELx bit 34, IA32_FIXED_CTR_CTRL bit 32+4i); PEBS on all
+// 8 GP counters and on the fixed counters (IA32_PEBS_ENABLE bit 32+i); DS
+// reset values of PMC0-7 at 40H-78H, FIXED_CTR0-3 at 80H-98H.
+class PebsIcelakeTest : public PebsTest {
+ protected:
+  PebsIcelakeTest() : PebsTest("icelake-server") {}
+  // The PEBS fields of the DS area (BTS unused): base = index = kPebs.
+  void PebsDs(uint64_t room, uint64_t threshold) {
+    Ds64(kBuf, kBuf, kBuf + 24 * 4, kBuf + 24 * 4 + 24);
+    ASSERT_TRUE(mem_.WriteLe<uint64_t>(Gpa(kDsArea + 0x20), kPebs).ok());
+    ASSERT_TRUE(mem_.WriteLe<uint64_t>(Gpa(kDsArea + 0x28), kPebs).ok());
+    ASSERT_TRUE(mem_.WriteLe<uint64_t>(Gpa(kDsArea + 0x30), kPebs + room).ok());
+    ASSERT_TRUE(mem_.WriteLe<uint64_t>(Gpa(kDsArea + 0x38), kPebs + threshold).ok());
+  }
+  void Reset(int offset, uint64_t v) { ASSERT_TRUE(mem_.WriteLe<uint64_t>(Gpa(kDsArea + offset), v).ok()); }
+  static constexpr uint64_t kEn = (1u << 16) | (1u << 17) | (1u << 22), kAdaptive = 1ull << 34, kGprsCfg = 2;
+};
+
+TEST_F(PebsIcelakeTest, MsrRules) {
+  // MSR_PEBS_DATA_CFG: MemInfo 0, GPRs 1, XMMs 2, LBRs 3, LBR entries - 1 in
+  // 31:24 (SDM 18.9.2.3); every other bit reserved.
+  Wr(0x3F2, 0xFF00000Full);
+  EXPECT_EQ(Rd(0x3F2), 0xFF00000Full);
+  EXPECT_TRUE(pmu_.WriteMsr(0x3F2, 1u << 4).gp);
+  EXPECT_TRUE(pmu_.WriteMsr(0x3F2, 1u << 23).gp);
+  EXPECT_TRUE(pmu_.WriteMsr(0x3F2, 1ull << 32).gp);
+  // IA32_PEBS_ENABLE: PMC0-7 (bits 7:0) and FIXED_CTR0-3 (bits 35:32).
+  Wr(0x3F1, 0xFF | (0xFull << 32));
+  EXPECT_TRUE(pmu_.WriteMsr(0x3F1, 1u << 8).gp);
+  EXPECT_TRUE(pmu_.WriteMsr(0x3F1, 1ull << 36).gp);
+  // Adaptive_Record: PERFEVTSELx bit 34 (the only upper bit), FIXED_CTR_CTRL bits 32, 36, 40, 44.
+  Wr(0x186 + 7, 0xC0 | kEn | kAdaptive);
+  EXPECT_TRUE(pmu_.WriteMsr(0x186, 1ull << 35).gp);
+  Wr(0x38D, 0xBBBB | (1ull << 32) | (1ull << 36) | (1ull << 40) | (1ull << 44));
+  EXPECT_TRUE(pmu_.WriteMsr(0x38D, 1ull << 33).gp);
+  EXPECT_TRUE(pmu_.WriteMsr(0x38D, 1ull << 16).gp);  // no fixed counter 4
+  // 8 GP and 4 fixed counters: PMC7 (C8H, A_PMC7 4C8H) and FIXED_CTR3 (30CH) exist.
+  Wr(0x4C8, 0xFFFFFFFFFFFFull);
+  EXPECT_EQ(Rd(0xC8), 0xFFFFFFFFFFFFull);
+  Wr(0x30C, 5);
+  EXPECT_EQ(pmu_.ReadPmc((1u << 30) | 3).value, 5u);
+  EXPECT_TRUE(pmu_.ReadPmc(8).gp);
+  // Architectural event 7, TOPDOWN.SLOTS (A4H/01H; SDM 18.2.1.2 table 18-1, CPUID.0AH:EAX[31:24]
+  // = 8): vbts counts it as its fixed counter 3, one per instruction.
+  Wr(0x38F, 0);
+  Wr(0x4C1, 0);
+  Wr(0x186, 0xA4 | (0x01 << 8) | kEn);
+  Wr(0x38F, 1);
+  Obs(Jmp(0x100, 0x102, 0, BranchKind::kNone));
+  Obs(Jmp(0x102, 0x200, 3, BranchKind::kJmp));
+  EXPECT_EQ(Rd(0xC1), 2u);
+}
+
+TEST(VpmuModels, PebsDataCfgOnlyWithTheBaselineBit) {
+  // Skylake (format 3, no PEBS_BASELINE): 3F2H, PERFEVTSEL bit 34 and the
+  // fixed counters' PEBS bits do not exist.
+  VirtualPmu p(*FindCpuModel("skylake"));
+  EXPECT_TRUE(p.ReadMsr(0x3F2).gp);
+  EXPECT_TRUE(p.WriteMsr(0x3F2, 0).gp);
+  EXPECT_TRUE(p.WriteMsr(0x186, 1ull << 34).gp);
+  EXPECT_TRUE(p.WriteMsr(0x38D, 1ull << 32).gp);
+  EXPECT_TRUE(p.WriteMsr(0x3F1, 1ull << 4).gp);
+  EXPECT_TRUE(p.Owns(0x3F2));
+}
+
+// Every group, on PMC5 (a counter beyond the PMC0-3 of formats 1-3), in
+// IA-32e mode, with 2 LBR entries (DATA_CFG[31:24] = 1). Record size
+// (SDM 18.9.2.3): basic 20H + memory info 20H + GPRs 90H + XMMs 100H +
+// 2 x 18H LBR entries = 200H. Offsets: basic 0, memory info 20H, GPRs 40H
+// (RFLAGS 40H, RIP 48H, RAX 50H ... R15 C8H), XMM0 D0H ... XMM15 1C0H,
+// LBR entries 1D0H and 1E8H.
+TEST_F(PebsIcelakeTest, AdaptiveRecordWithEveryGroup) {
+  PebsDs(0x1000, 0x200);  // threshold: one record
+  Reset(0x40 + 8 * 5, 0xFFFFFFFFFF00ull);
+  Wr(0x3F2, 0x0100000F);
+  Wr(0x1D9, kLbr);
+  Wr(0x3F1, 1u << 5);
+  Wr(0x4C1 + 5, 0xFFFFFFFFFFFEull);  // 2^48 - 2 (full-width write)
+  Wr(0x186 + 5, 0xC0 | kEn | kAdaptive);
+  Wr(0x38F, 1u << 5);
+  GuestRegs r;
+  r.rflags = 0x202;
+  r.tsc = 0x123456789ull;
+  for (int i = 0; i < 16; i++) r.gpr[i] = 0xFFFF800000000000ull + i;
+  for (int x = 0; x < 16; x++)
+    for (int j = 0; j < 16; j++) r.xmm[x][j] = static_cast<uint8_t>(16 * x + j);
+  auto jmp = [](uint64_t from, uint64_t to) {
+    Branch b = Jmp(from, to);
+    b.ia32e = true;
+    return b;
+  };
+  Obs(jmp(0x100, 0x110));  // PMC5 -> 2^48 - 1; LBR: (100, 110)
+  Obs(jmp(0x110, 0x120));  // -> 0: overflow, armed; LBR: (110, 120)
+  EXPECT_TRUE(pmu_.WantsXmm());
+  // The PEBS event: its own branch (120 -> 130) is in the LBRs before the assist.
+  EXPECT_TRUE(ObsRegs(jmp(0x120, 0x130), r).pmi);
+  EXPECT_EQ(Mem64(kDsArea + 0x28), kPebs + 0x200);
+  EXPECT_EQ(Mem64(kPebs + 0x00), (0x200ull << 48) | 0x0100000F);  // size 200H, format = DATA_CFG
+  EXPECT_EQ(Mem64(kPebs + 0x08), 0x120u);                          // eventing IP
+  EXPECT_EQ(Mem64(kPebs + 0x10), 1u << 5);                         // applicable counters: PMC5
+  EXPECT_EQ(Mem64(kPebs + 0x18), 0x123456789u);                    // TSC
+  for (int o = 0x20; o < 0x40; o += 8) EXPECT_EQ(Mem64(kPebs + o), 0u) << o;  // memory info: 0
+  EXPECT_EQ(Mem64(kPebs + 0x40), 0x202u);                          // RFLAGS
+  EXPECT_EQ(Mem64(kPebs + 0x48), 0x130u);                          // RIP: the next instruction
+  EXPECT_EQ(Mem64(kPebs + 0x50), 0xFFFF800000000000ull);           // RAX
+  EXPECT_EQ(Mem64(kPebs + 0x58), 0xFFFF800000000001ull);           // RCX (encoding order)
+  EXPECT_EQ(Mem64(kPebs + 0x70), 0xFFFF800000000004ull);           // RSP
+  EXPECT_EQ(Mem64(kPebs + 0xC8), 0xFFFF80000000000Full);           // R15
+  EXPECT_EQ(Mem64(kPebs + 0xD0), 0x0706050403020100ull);           // XMM0 low
+  EXPECT_EQ(Mem64(kPebs + 0xD8), 0x0F0E0D0C0B0A0908ull);           // XMM0 high
+  EXPECT_EQ(Mem64(kPebs + 0x1C8), 0xFFFEFDFCFBFAF9F8ull);          // XMM15 high
+  EXPECT_EQ(Mem64(kPebs + 0x1D0), 0x120u);                         // LBR entry 0: the latest branch
+  EXPECT_EQ(Mem64(kPebs + 0x1D8), 0x130u);
+  EXPECT_EQ(Mem64(kPebs + 0x1E0), 0u);                             // LBR_INFO: 0 (docs/pmu-model.md)
+  EXPECT_EQ(Mem64(kPebs + 0x1E8), 0x110u);                         // entry 1
+  EXPECT_EQ(Mem64(kPebs + 0x1F0), 0x120u);
+  EXPECT_EQ(Rd(0x38E), 1ull << 62);                                // OvfBuffer; PMC5's bit cleared
+  EXPECT_EQ(Rd(0xC1 + 5), 0xFFFFFFFFFF00ull);                      // reloaded from 68H
+}
+
+// A counter without its Adaptive_Record bit writes the basic group alone
+// (20H bytes, record format 0) whatever DATA_CFG says; fixed counter 0 with
+// PEBS (PEBS_ENABLE bit 32) reloads from DS 80H.
+TEST_F(PebsIcelakeTest, FixedCounterWithoutAdaptiveBitWritesTheBasicGroup) {
+  PebsDs(0x1000, 0x40);  // threshold: two basic records
+  Reset(0x80, 0xFFFFFFFFFFFEull);
+  Wr(0x3F2, 0xF);
+  Wr(0x3F1, 1ull << 32);
+  Wr(0x309, 0xFFFFFFFFFFFEull);
+  Wr(0x38D, 0x3);  // OS|USR, no PMI, no Adaptive_Record
+  Wr(0x38F, 1ull << 32);
+  GuestRegs r;
+  r.tsc = 77;
+  EXPECT_FALSE(pmu_.WantsXmm());
+  Obs(Jmp(0x100, 0x102, 0, BranchKind::kNone));  // -> 2^48 - 1
+  Obs(Jmp(0x102, 0x104, 0, BranchKind::kNone));  // -> 0: overflow, armed
+  EXPECT_TRUE(pmu_.WantsRegs());
+  EXPECT_FALSE(ObsRegs(Jmp(0x104, 0x106, 0, BranchKind::kNone), r).pmi);  // record 1 at 0; index 20H < 40H
+  EXPECT_EQ(Mem64(kPebs + 0x00), 0x20ull << 48);
+  EXPECT_EQ(Mem64(kPebs + 0x08), 0x104u);
+  EXPECT_EQ(Mem64(kPebs + 0x10), 1ull << 32);
+  EXPECT_EQ(Mem64(kPebs + 0x18), 77u);
+  EXPECT_EQ(Rd(0x309), 0xFFFFFFFFFFFEull);        // reloaded from 80H
+  Obs(Jmp(0x106, 0x108, 0, BranchKind::kNone));  // -> 2^48 - 1
+  Obs(Jmp(0x108, 0x10A, 0, BranchKind::kNone));  // overflow, armed
+  EXPECT_TRUE(ObsRegs(Jmp(0x10A, 0x10C, 0, BranchKind::kNone), r).pmi);  // record 2: index 40H = threshold
+  EXPECT_EQ(Mem64(kPebs + 0x28), 0x10Au);
+  EXPECT_EQ(Mem64(kDsArea + 0x28), kPebs + 0x40);
+}
+
+// Two counters armed at the same instruction give one record naming both;
+// it is adaptive because one of them (FIXED_CTR1, bit 36) asks for it. In
+// 32-bit mode the GPR group has 32-bit values and R8-R15 = 0: size 20H + 90H = B0H.
+TEST_F(PebsIcelakeTest, OneRecordForTwoCountersThirtyTwoBitGprs) {
+  PebsDs(0x1000, 0x1000);
+  Wr(0x3F2, kGprsCfg);
+  Wr(0x3F1, 1u | (1ull << 33));
+  Wr(0x4C1, 0xFFFFFFFFFFFFull);
+  Wr(0x186, 0xC0 | kEn);  // PMC0: instructions, no Adaptive_Record
+  Wr(0x30A, 0xFFFFFFFFFFFFull);
+  Wr(0x38D, 0x30 | (1ull << 36));  // FIXED_CTR1 OS|USR, Adaptive_Record
+  Wr(0x38F, 1u | (1ull << 33));
+  GuestRegs r;
+  r.rflags = 0x1000000246ull;
+  for (int i = 0; i < 16; i++) r.gpr[i] = 0xAAAA000000000000ull | (0x40 + i);
+  Obs(Jmp(0x100, 0x102, 0, BranchKind::kNone));  // both wrap: armed
+  EXPECT_EQ(Rd(0x38E), 1u | (1ull << 33));
+  EXPECT_FALSE(ObsRegs(Jmp(0x102, 0x104, 0, BranchKind::kNone), r).pmi);
+  EXPECT_EQ(Mem64(kDsArea + 0x28), kPebs + 0xB0);
+  EXPECT_EQ(Mem64(kPebs + 0x00), (0xB0ull << 48) | kGprsCfg);
+  EXPECT_EQ(Mem64(kPebs + 0x10), 1u | (1ull << 33));
+  EXPECT_EQ(Mem64(kPebs + 0x20), 0x246u);  // RFLAGS, 32 bits
+  EXPECT_EQ(Mem64(kPebs + 0x28), 0x104u);  // RIP
+  EXPECT_EQ(Mem64(kPebs + 0x30), 0x40u);   // RAX, 32 bits
+  EXPECT_EQ(Mem64(kPebs + 0x68), 0x47u);   // RDI
+  EXPECT_EQ(Mem64(kPebs + 0x70), 0u);      // R8: not in IA-32e mode
+  EXPECT_EQ(Rd(0x38E), 0u);                // both overflow bits cleared by the assist
+}
+
 TEST_F(PebsSkylakeTest, FormatThreeAddsEventingIpAndApplicableCounters) {
   // Skylake: PERF_CAPABILITIES[11:8] = 3: 0xC0-byte records, 90H = the counters
   // that caused the record, B0H = EventingIP (the instruction that caused it).

@@ -52,7 +52,7 @@ class KvmVcpu : public VcpuControl {
   absl::Status SetState(const CpuState& st, bool with_msrs = false);
 
   // The x87/SSE registers (KVM_GET_XSAVE / KVM_SET_XSAVE's legacy region).
-  absl::StatusOr<FpuState> GetFpu();
+  absl::StatusOr<FpuState> GetFpu() override;
   absl::Status SetFpu(const FpuState& f);
   absl::StatusOr<kvm_regs> GetRegs();
   absl::Status SetRegs(const kvm_regs& r);

@@ -30,6 +30,7 @@ class TcgControl : public VcpuControl {
   // engine refuses: both are Unimplemented.
   absl::Status SetMsrs(absl::Span<const MsrValue> msrs) override;
   absl::StatusOr<uint64_t> GetMsr(uint32_t index) override;
+  absl::StatusOr<FpuState> GetFpu() override { return cpu_.GetFpu(); }
 
   // A fixed interrupt to the LAPIC (the tracer's PMI, a device): it reaches
   // the CPU when the LAPIC lets it (priority) and the CPU accepts it (IF).

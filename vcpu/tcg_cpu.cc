@@ -768,12 +768,13 @@ bool TcgCpu::CpuMsrWriteFaults(uint32_t index, uint64_t value) {
 
 int TcgCpu::UnicornModelFor(const std::string& vbts_model) {
   // Nehalem/Westmere, Yonah (QEMU's "coreduo": 32-bit only, as the real
-  // Core Duo), Skylake client; anything else gets QEMU's generic 64-bit CPU.
+  // Core Duo), Skylake client, Ice Lake server; anything else gets QEMU's generic 64-bit CPU.
   if (vbts_model == "westmere") return UC_CPU_X86_WESTMERE;
   if (vbts_model == "core-duo") return UC_CPU_X86_COREDUO;
   // No NetBurst in QEMU 5.0: its 32-bit generic CPU (SSE3, no long mode).
   if (vbts_model == "pentium4") return UC_CPU_X86_QEMU32;
   if (vbts_model == "skylake") return UC_CPU_X86_SKYLAKE_CLIENT;
+  if (vbts_model == "icelake-server") return UC_CPU_X86_ICELAKE_SERVER;
   return UC_CPU_X86_QEMU64;
 }
 

@@ -12,6 +12,8 @@
 // performs itself arrive through Retired() with their exact transfer.
 #include "vcpu/tracer.h"
 
+#include <x86intrin.h>
+
 #include <cstring>
 #include <set>
 
@@ -194,6 +196,15 @@ absl::Status Tracer::Emit(const pmu::Branch& b, const CpuState& paging_of, std::
     // A PEBS record will hold the registers the instruction left.
     regs.rflags = paging_of.rflags;
     for (int i = 0; i < 16; i++) regs.gpr[i] = paging_of.gpr[i];
+    // Adaptive PEBS's basic group holds the TSC: the guest's IA32_TSC at this
+    // stop (KVM), or the host's TSC, which is the TCG engine's guest TSC
+    // (docs/tcg-engine.md); docs/pmu-model.md.
+    absl::StatusOr<uint64_t> tsc = vcpu_->GetMsr(0x10);
+    regs.tsc = tsc.ok() ? *tsc : __rdtsc();
+    if (pmu_.WantsXmm()) {
+      VBTS_ASSIGN_OR_RETURN(FpuState f, vcpu_->GetFpu());
+      std::memcpy(regs.xmm, f.xmm, sizeof regs.xmm);
+    }
     after = &regs;
   }
   VBTS_ASSIGN_OR_RETURN(pmu::PmuEffects fx, pmu_.Observe(b, lin, event ? false : tf_before, after));

@@ -40,6 +40,8 @@ class VcpuControl {
   virtual absl::Status Nmi() = 0;
   virtual absl::Status SetMsrs(absl::Span<const MsrValue> msrs) = 0;
   virtual absl::StatusOr<uint64_t> GetMsr(uint32_t index) = 0;
+  // x87/SSE state (the XMM registers of an adaptive PEBS record).
+  virtual absl::StatusOr<FpuState> GetFpu() = 0;
 };
 
 }  // namespace vbts::vcpu

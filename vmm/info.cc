@@ -246,8 +246,13 @@ std::string FormatCpuModel(const pmu::CpuModel& m) {
   const unsigned pebs_format = (p.perf_capabilities >> 8) & 0xF;
   Row(out, "PEBS",
       p.ds && p.pdcm && !(p.misc_enable & (1u << 12)) && pebs_format
-          ? absl::StrFormat("record format %u (%s-byte records), PMC0-3, trap-like", pebs_format,
-                            pebs_format >= 3 ? "0xC0" : "0xB0")
+          ? (pebs_format >= 4
+                 ? absl::StrFormat("record format %u (adaptive%s: basic group 0x20 bytes + PEBS_DATA_CFG groups), "
+                                   "PMC0-%d and fixed 0-%d, trap-like",
+                                   pebs_format, (p.perf_capabilities & pmu::kPerfCapPebsBaseline) ? ", baseline" : "",
+                                   p.gp_counters - 1, p.fixed_counters - 1)
+                 : absl::StrFormat("record format %u (%s-byte records), PMC0-3, trap-like", pebs_format,
+                                   pebs_format >= 3 ? "0xC0" : "0xB0"))
           : std::string("none"));
   if (p.netburst_debugctl)
     Row(out, "MSR_DEBUGCTLA writable bits",
