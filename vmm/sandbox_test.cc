@@ -47,6 +47,12 @@ ChildResult InChild(Fn body) {
 }
 
 TEST(SandboxTest, WhatTheRunLoopNeedsStillWorks) {
+#if defined(__SANITIZE_ADDRESS__)
+  // AddressSanitizer's runtime makes calls of its own (pipe2 to probe memory
+  // when a thread starts); the sanitizer build runs vbts without the filter
+  // (docs/security.md), so only the refusals below are checked there.
+  GTEST_SKIP() << "the ASan runtime's own calls are not on the list";
+#endif
   ChildResult r = InChild([] {
     if (!EnterSandbox().ok()) return 10;
     // stdio, memory, a thread (clone with CLONE_THREAD), a clock and a sleep.
