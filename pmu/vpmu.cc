@@ -22,7 +22,6 @@ constexpr uint32_t kMsrPerfEvtSel0 = 0x186;
 constexpr uint32_t kMsrMiscEnable = 0x1A0;
 constexpr uint32_t kMsrLbrSelect = 0x1C8;
 constexpr uint32_t kMsrDebugCtl = 0x1D9;
-constexpr uint32_t kMsrLerFrom = 0x1DD;
 constexpr uint32_t kMsrLerTo = 0x1DE;
 constexpr uint32_t kMsrFixedCtr0 = 0x309;
 constexpr uint32_t kMsrPerfCapabilities = 0x345;
