@@ -244,7 +244,7 @@ struct TcgCallbacks {
       // transfer control), unless something must happen at this boundary.
       bool skip = self->skipped_ < self->skip_limit_ && !self->deliver_now_ && !self->stop_requested_ &&
                   !self->time_up_.load(std::memory_order_relaxed) && !self->exec_bp_mask_ &&
-                  !((self->debug_code_ || !self->debug_bps_.empty()) && self->DebugStopsAt(address));
+                  !(self->DebugChecked() && self->DebugStopsAt(address));
       if (skip && self->block_start_) {
         // A REP string instruction's next iteration (a block of its own) is
         // no new instruction and no transfer.  Past other block boundaries
@@ -301,7 +301,7 @@ struct TcgCallbacks {
     // boundary (it has accounted for the instruction before), before the
     // instruction runs; when the run resumes here the tracer is not told
     // twice (first_hook_of_run_ above).
-    if (self->debug_code_ || !self->debug_bps_.empty()) self->DebugCheck(address);
+    if (self->DebugChecked()) self->DebugCheck(address);
     if (self->exec_bp_mask_) self->CheckInstructionBreakpoints(address);
     // An event the observer raised for this boundary (a PMI, an emulated
     // #DB): leave the block here; QEMU's loop takes it before the
@@ -1257,7 +1257,7 @@ void TcgCpu::SetInstructionHook(std::function<void(uint64_t)> hook) {
   SyncCodeHook();
 }
 
-void TcgCpu::SyncCodeHook() {
+bool TcgCpu::SyncCodeHook() {
   const bool want = static_cast<bool>(insn_hook_) || exec_bp_mask_ != 0 || debug_code_;
   if (want && code_hook_ == 0) {
     uc_hook h = 0;
@@ -1268,12 +1268,13 @@ void TcgCpu::SyncCodeHook() {
     uc_hook_del(uc_, code_hook_);
     code_hook_ = 0;
   } else {
-    return;
+    return false;
   }
   observed_valid_ = false;
   deliver_now_ = code_hook_ != 0 && (At<uint32_t>(cpu_, uabi::kCpuInterruptRequest) != 0 || pending_exception_);
   // Hooks are compiled into the translations: retranslate.
   FlushCode();
+  return true;
 }
 
 // Unicorn 2.0.1's own time limit stops the CPU asynchronously, which can
@@ -1354,8 +1355,9 @@ void TcgCpu::SetDebugBreakpoints(std::vector<uint64_t> linear) {
         UC_ERR_OK)
       debug_bp_hooks_.push_back(h);
   }
-  UpdateDebugCode();
-  FlushCode();  // code hooks are compiled into the translations
+  // Code hooks are compiled into the translations (once, if the catch-all
+  // hook changed too).
+  if (!UpdateDebugCode()) FlushCode();
 }
 
 void TcgCpu::SetDebugStep(bool step) {
@@ -1387,15 +1389,14 @@ void TcgCpu::SetDebugWatchpoints(std::vector<DebugWatch> watches) {
                     UC_ERR_OK)
       debug_mem_hooks_.push_back(h);
   }
-  UpdateDebugCode();
-  FlushCode();  // memory hooks are compiled into the translations
+  if (!UpdateDebugCode()) FlushCode();  // memory hooks are compiled into the translations too
 }
 
-void TcgCpu::UpdateDebugCode() {
+bool TcgCpu::UpdateDebugCode() {
   // Breakpoints alone need no catch-all hook (DebugBreakpoint); a step and
   // a watchpoint's stop after its instruction do.
   debug_code_ = debug_step_ || !debug_watches_.empty();
-  SyncCodeHook();
+  return SyncCodeHook();
 }
 
 bool TcgCpu::DebugStopsAt(uint64_t linear) const {
@@ -1428,13 +1429,6 @@ void TcgCpu::DebugBoundary(DebugStop::Kind kind, uint64_t linear) {
   debug_stop_ = DebugStop{kind, linear, false};
   stop_requested_ = true;
   Boundary(linear);
-}
-
-void TcgCpu::InvalidateCode(uint64_t gpa, uint64_t len) {
-  if (gpa >= config_.ram_bytes || len == 0) return;
-  const uint64_t end = std::min<uint64_t>(config_.ram_bytes, gpa + len);
-  tb_invalidate_phys_range_x86_64(uc_, gpa & ~0xFFFull, (end + 0xFFF) & ~0xFFFull);
-  rep_probe_.linear = ~0ull;
 }
 
 void TcgCpu::InvalidateCodeBytes(uint64_t gpa, uint64_t len) {

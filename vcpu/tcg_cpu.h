@@ -205,11 +205,9 @@ class TcgCpu {
   void SetDebugWatchpoints(std::vector<DebugWatch> watches);
   // Why the last Run() ended for the debugger (kNone: another reason).
   DebugStop debug_stop() const { return debug_stop_; }
-  // Guest memory at [gpa, gpa+len) changed (a debugger wrote it): its
-  // translations are dropped.
-  void InvalidateCode(uint64_t gpa, uint64_t len);
   // Drops the translations that hold any of the bytes [gpa, gpa+len) (and no
-  // others): for stores vbts makes on the guest's behalf, such as BTS records.
+  // others): for stores vbts makes on the guest's behalf, such as BTS records
+  // and a debugger's writes.
   void InvalidateCodeBytes(uint64_t gpa, uint64_t len);
 
   // Guest memory changed behind the engine's back (the loader, the KVM
@@ -251,7 +249,8 @@ class TcgCpu {
   void CheckInstructionBreakpoints(uint64_t linear);
   // Installs the Unicorn code hook while the instruction hook or an
   // instruction breakpoint needs it (between runs).
-  void SyncCodeHook();
+  // Returns whether it changed the hook (and so retranslated everything).
+  bool SyncCodeHook();
   // A queued event could be taken at the current boundary.
   bool Deliverable() const;
   bool IsRepString(uint64_t linear);
@@ -325,7 +324,9 @@ class TcgCpu {
   bool debug_progress_ = false;  // an instruction started (or an event came) since the run began
   uint64_t debug_resume_ = 0;    // linear address the run started at
   DebugStop debug_stop_;
-  void UpdateDebugCode();
+  bool UpdateDebugCode();  // SyncCodeHook's answer
+  // The catch-all code hook checks the debugger's stops at each boundary it sees.
+  bool DebugChecked() const { return debug_code_ || !debug_bps_.empty(); }
   // Before the instruction at `linear`: a breakpoint or a finished step ends the run.
   void DebugCheck(uint64_t linear);
   bool DebugStopsAt(uint64_t linear) const;  // the bulk path must not skip this boundary

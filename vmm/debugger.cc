@@ -116,14 +116,12 @@ std::optional<RunResult> Debugger::BetweenRuns(bool halted) {
     if (!in.empty()) {
       Send(stub_->Receive(in));
       if (stub_->interrupt_requested() && !interrupting_) {
-        interrupting_ = true;
-        resume_ = gdb::Resume{gdb::Resume::kStep};
-        m_.tcg_->SetDebugStep(true);
-        mask_interrupts_ = !halted;
         if (halted) {
           // Nothing runs until an interrupt: stop right here.
-          interrupting_ = false;
           StopFor(gdb::Stop{gdb::Stop::kInterrupted});
+        } else {
+          ResumeWith(gdb::Resume{gdb::Resume::kStep}, halted);
+          interrupting_ = true;
         }
       }
     }
@@ -147,17 +145,21 @@ std::optional<RunResult> Debugger::BetweenRuns(bool halted) {
       break;
     }
     if (std::optional<gdb::Resume> r = stub_->TakeResume()) {
-      resume_ = *r;
+      ResumeWith(*r, halted);
       stopped_ = false;
-      const bool step = r->kind != gdb::Resume::kContinue;
-      m_.tcg_->SetDebugStep(step);
-      // A step of a halted CPU takes the interrupt that wakes it (the step
-      // ends at the handler's first instruction); otherwise interrupts wait.
-      mask_interrupts_ = step && !halted;
     }
   }
   stopped_ns_ += MonoNs() - t0;
   return std::nullopt;
+}
+
+void Debugger::ResumeWith(const gdb::Resume& r, bool halted) {
+  resume_ = r;
+  const bool step = r.kind != gdb::Resume::kContinue;
+  m_.tcg_->SetDebugStep(step);
+  // A step of a halted CPU takes the interrupt that wakes it (the step ends
+  // at the handler's first instruction); otherwise interrupts wait.
+  mask_interrupts_ = step && !halted;
 }
 
 void Debugger::AfterRun(const vcpu::TcgStop& stop) {
@@ -329,36 +331,39 @@ absl::Status Debugger::WriteRegisters(const gdb::Registers& regs) {
   return absl::OkStatus();
 }
 
-size_t Debugger::ReadMemory(uint64_t addr, absl::Span<uint8_t> out) {
-  const vcpu::CpuState st = m_.tcg_->GetState(/*with_msrs=*/false);
+namespace {
+
+// A debugger's access to [addr, addr+len) of guest linear memory: supervisor,
+// no A/D bits set, no protection checks.  Calls access(gpa, offset, n) page
+// by page while each page translates and the access succeeds; returns the
+// bytes done.
+template <typename Fn>
+size_t EachPage(const vcpu::CpuState& st, PhysMemory& mem, uint64_t addr, size_t len, Fn access) {
   size_t done = 0;
-  while (done < out.size()) {
+  while (done < len) {
     const uint64_t la = Linear(st, addr + done);
-    // A debugger's access: supervisor, no A/D bits set, no protection checks.
     absl::StatusOr<pmu::Translation> t =
-        pmu::Translate(st.paging_regs(), *m_.ram_, Gva{la}, pmu::Access{}, /*set_accessed_dirty=*/false);
+        pmu::Translate(st.paging_regs(), mem, Gva{la}, pmu::Access{}, /*set_accessed_dirty=*/false);
     if (!t.ok() || !t->fault.ok()) break;
-    const uint64_t n = std::min<uint64_t>(out.size() - done, 0x1000 - (la & 0xFFF));
-    if (!m_.ram_->Read(t->gpa, out.subspan(done, n)).ok()) break;  // not RAM (the LAPIC page, MMIO)
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(len - done, 0x1000 - (la & 0xFFF)));
+    if (!access(t->gpa, done, n).ok()) break;  // not RAM (the LAPIC page, MMIO)
     done += n;
   }
   return done;
 }
 
+}  // namespace
+
+size_t Debugger::ReadMemory(uint64_t addr, absl::Span<uint8_t> out) {
+  return EachPage(m_.tcg_->GetState(/*with_msrs=*/false), *m_.ram_, addr, out.size(),
+                  [&](Gpa gpa, size_t off, size_t n) { return m_.ram_->Read(gpa, out.subspan(off, n)); });
+}
+
 size_t Debugger::WriteMemory(uint64_t addr, absl::Span<const uint8_t> data) {
-  const vcpu::CpuState st = m_.tcg_->GetState(/*with_msrs=*/false);
-  size_t done = 0;
-  while (done < data.size()) {
-    const uint64_t la = Linear(st, addr + done);
-    absl::StatusOr<pmu::Translation> t =
-        pmu::Translate(st.paging_regs(), *m_.ram_, Gva{la}, pmu::Access{}, /*set_accessed_dirty=*/false);
-    if (!t.ok() || !t->fault.ok()) break;
-    const uint64_t n = std::min<uint64_t>(data.size() - done, 0x1000 - (la & 0xFFF));
-    if (!m_.ram_->Write(t->gpa, data.subspan(done, n)).ok()) break;
-    m_.tcg_->InvalidateCode(t->gpa.value, n);  // the guest may run what GDB wrote
-    done += n;
-  }
-  return done;
+  // Through the machine's code-coherent view of RAM: the TCG engine drops
+  // its translations of the bytes GDB writes, as it does for the tracer's stores.
+  return EachPage(m_.tcg_->GetState(/*with_msrs=*/false), *m_.ram_, addr, data.size(),
+                  [&](Gpa gpa, size_t off, size_t n) { return m_.tracer_ram_->Write(gpa, data.subspan(off, n)); });
 }
 
 absl::Status Debugger::InsertPoint(gdb::PointType type, uint64_t addr, uint64_t len) {

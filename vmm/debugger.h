@@ -91,6 +91,8 @@ class Debugger : public gdb::Target {
   // guest runs on.
   void ClientGone(const char* why);
   void Send(const std::string& bytes) { server_->Write(bytes); }
+  // The engine's debug step and interrupt masking for a resume.
+  void ResumeWith(const gdb::Resume& r, bool halted);
   // Stops the guest for the client with `stop` as the reason.
   void StopFor(const gdb::Stop& stop);
   std::string PmuReport();

@@ -660,13 +660,14 @@ std::optional<RunResult> Machine::RunTcgLoop(uint64_t deadline, bool until_untra
     if (deadline && NowNs() >= deadline)
       return Finish(RunEnd::kTimeout, kExitTimeout,
                     absl::StrFormat("vbts: guest timed out after %g s%s", config_.timeout_seconds, output_dropped_ ? " (its COM1 output was not being read from then on: dropped)" : ""));
+    // (After BetweenRuns: a client may just have attached.)
+    const uint64_t slice = debugger_ && debugger_->connected() ? kDebugSliceNs : kSliceNs;
     if (halted_wait_) {
       // Halted until an interrupt: the LAPIC timer's next expiry, or
       // --timeout (nothing else interrupts a halted vCPU here).  In slices,
       // so that a debugger's Ctrl-C is seen.
       lapic_->Advance(NowNs());
       if (!lapic_->Pending() && !tcg_->NmiPending()) {
-        const uint64_t slice = debugger_ && debugger_->connected() ? kDebugSliceNs : kSliceNs;
         uint64_t wake = NowNs() + slice;
         if (std::optional<uint64_t> t = lapic_->NextDeadline()) wake = std::min(wake, *t);
         if (deadline) wake = std::min(wake, deadline);
@@ -682,7 +683,6 @@ std::optional<RunResult> Machine::RunTcgLoop(uint64_t deadline, bool until_untra
     uint64_t now = NowNs();
     lapic_->Advance(now);
     tcg_control_->Notify();
-    uint64_t slice = debugger_ && debugger_->connected() ? kDebugSliceNs : kSliceNs;
     uint64_t until = now + slice;
     if (std::optional<uint64_t> t = lapic_->NextDeadline()) until = std::min(until, std::max(*t, now + 1000));
     if (deadline) until = std::min(until, std::max(deadline, now) + 1000);

@@ -54,15 +54,7 @@
 
 main:
         BTS_REQUIRE
-        ; raw 32-bit interrupt gate: offset raw_pmi, selector KCODE32, P=1, DPL 0, type 0xE
-        mov eax, raw_pmi
-        mov edx, eax
-        and eax, 0xFFFF
-        or eax, SEL_KCODE32 << 16
-        and edx, 0xFFFF0000
-        or edx, 0x8E00
-        mov [rt_idt32 + PMI_VEC * 8], eax
-        mov [rt_idt32 + PMI_VEC * 8 + 4], edx
+        RAW_GATE32 PMI_VEC, raw_pmi
         APIC_ENABLE
         mov dword [LVT_PERFMON], PMI_VEC
         sti

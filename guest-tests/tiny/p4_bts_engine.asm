@@ -55,15 +55,7 @@ wrmsr_site:
 
 netburst:
         PASS "CPUID.1 family 0FH: NetBurst layout of MSR_DEBUGCTLA"
-        ; raw 32-bit interrupt gate for the PMI: offset raw_isr, selector KCODE32, P=1, DPL 0, type 0xE
-        mov eax, raw_isr
-        mov edx, eax
-        and eax, 0xFFFF
-        or eax, SEL_KCODE32 << 16
-        and edx, 0xFFFF0000
-        or edx, 0x8E00
-        mov [rt_idt32 + PMI_VEC * 8], eax
-        mov [rt_idt32 + PMI_VEC * 8 + 4], edx
+        RAW_GATE32 PMI_VEC, raw_isr
         APIC_ENABLE
         mov dword [LVT_PERFMON], PMI_VEC
         sti
