@@ -191,6 +191,9 @@ absl::StatusOr<DecodedInsn> DecodeBytes(absl::Span<const uint8_t> bytes, DecodeM
   d.writes_dr = zi.mnemonic == ZYDIS_MNEMONIC_MOV && zi.operand_count_visible >= 1 &&
                 ops[0].type == ZYDIS_OPERAND_TYPE_REGISTER &&
                 ZydisRegisterGetClass(ops[0].reg.value) == ZYDIS_REGCLASS_DEBUG;
+  d.loads_ss = (zi.mnemonic == ZYDIS_MNEMONIC_MOV || zi.mnemonic == ZYDIS_MNEMONIC_POP) &&
+               zi.operand_count_visible >= 1 && ops[0].type == ZYDIS_OPERAND_TYPE_REGISTER &&
+               ops[0].reg.value == ZYDIS_REGISTER_SS;
 
   const bool far = zi.meta.branch_type == ZYDIS_BRANCH_TYPE_FAR;
   switch (zi.mnemonic) {

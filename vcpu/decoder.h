@@ -88,6 +88,9 @@ struct DecodedInsn {
   uint8_t data_count = 0;
   DataOperand data[3];
   bool writes_dr = false;  // MOV DRn, r32/r64 (changes the guest's breakpoints)
+  // MOV SS or POP SS: the next instruction runs in their shadow, which holds
+  // debug exceptions until after it (SDM vol. 3A 6.8.3).
+  bool loads_ss = false;
   uint8_t bytes[15] = {};
 
   // Branch classification for tracing (pmu/branch.h): the kind of transfer

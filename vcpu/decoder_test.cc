@@ -42,6 +42,20 @@ TEST(DecoderTest, IntFamily) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("cannot decode ce in lm64")));
 }
 
+// MOV SS and POP SS open the shadow that holds debug exceptions (SDM vol. 3A
+// 6.8.3); loads of other segment registers and stores of SS do not.
+TEST(DecoderTest, SsLoads) {
+  EXPECT_TRUE(Decode({0x8e, 0xd0}, kPm32).loads_ss);        // mov ss, eax
+  EXPECT_TRUE(Decode({0x8e, 0x15, 0, 0, 0, 0}, kPm32).loads_ss);  // mov ss, [disp32]
+  EXPECT_TRUE(Decode({0x8e, 0x14, 0x25, 0, 0, 0, 0}, kLm64).loads_ss);  // mov ss, [disp32] (64-bit, SIB)
+  EXPECT_TRUE(Decode({0x17}, kPm32).loads_ss);              // pop ss
+  EXPECT_TRUE(Decode({0x17}, kReal).loads_ss);
+  EXPECT_FALSE(Decode({0x8e, 0xd8}, kPm32).loads_ss);       // mov ds, eax
+  EXPECT_FALSE(Decode({0x8c, 0xd0}, kPm32).loads_ss);       // mov eax, ss
+  EXPECT_FALSE(Decode({0x1f}, kPm32).loads_ss);             // pop ds
+  EXPECT_FALSE(Decode({0xf1}, kPm32).loads_ss);             // icebp
+}
+
 TEST(DecoderTest, IretOperandSizes) {
   DecodedInsn d = Decode({0xcf}, kPm32);
   EXPECT_EQ(d.kind, InsnKind::kIret);

@@ -211,6 +211,16 @@ absl::Status Tracer::Emit(const pmu::Branch& b, const CpuState& paging_of, std::
   if (fx.pmi) pmi_due_ = true;
   if (pmu_.lbr_in_kernel()) VBTS_RETURN_IF_ERROR(SyncKernelDebugCtl());
   if (event || b.kind == pmu::BranchKind::kSoftInt) {
+    // A #DB delivered here (an exception, or ICEBP's) takes the
+    // data-breakpoint hits a MOV SS shadow held (DebugTrapsAtBoundary); any
+    // other delivery ends the shadow: the held #DB follows at the handler's
+    // first instruction.
+    const bool icebp = b.kind == pmu::BranchKind::kSoftInt && prev_ && prev_->decoded && prev_->lin == b.from &&
+                       prev_->insn.opcode == 0xF1;
+    db_delivered_ = (b.kind == pmu::BranchKind::kException && b.vector == 1) || icebp;
+    ss_shadow_ = false;
+  }
+  if (event || b.kind == pmu::BranchKind::kSoftInt) {
     // Delivery through a gate clears TF (SDM 6.12.1); no trap follows it.
     guest_tf_ = false;
     step_trap_due_ = false;
@@ -255,9 +265,38 @@ absl::Status Tracer::PatchFrameTf(const CpuState& st, uint64_t eflags_la, bool t
 }
 
 void Tracer::NoteRetired(const Boundary& p) {
+  ss_shadow_ = p.decoded && p.insn.loads_ss;
   if (!emulate_data_bps_) return;
   if (guest_bp_ && !p.accesses.empty()) data_hits_ |= DataBreakpointHits(*guest_bp_, p.accesses);
   if (p.decoded && p.insn.writes_dr) guest_bp_.reset();  // read again at the next boundary
+}
+
+absl::Status Tracer::DebugTrapsAtBoundary(const CpuState& st) {
+  // Data-breakpoint hits of the instruction before a #DB delivery that the
+  // MOV SS shadow held (below) join that #DB: one delivery reports both in
+  // DR6 (SDM vol. 3A 6.8.3; kvm-unit-tests debug.flat "MOV SS + watchpoint
+  // + ICEBP" asserts a single handler invocation).
+  if (data_hits_ && db_delivered_) {
+    VBTS_ASSIGN_OR_RETURN(kvm_debugregs d, vcpu_->GetDebugRegs());
+    d.dr6 |= data_hits_;
+    stats_.data_breakpoints++;
+    data_hits_ = 0;
+    VBTS_RETURN_IF_ERROR(vcpu_->SetDebugRegs(d));
+  }
+  db_delivered_ = false;
+  // A data breakpoint hit by MOV SS or POP SS is held until the instruction
+  // in its shadow has run (SDM vol. 3A 6.8.3: debug exceptions are inhibited
+  // across the instruction boundary after the SS load).  Before INT n, INT3
+  // or INTO it is raised at once instead (docs/tracing.md): hardware
+  // delivers it at the handler's first instruction, after the software
+  // interrupt; both handlers run either way.
+  if (data_hits_ && !step_trap_due_ && ss_shadow_) {
+    absl::StatusOr<DecodedInsn> next = DecodeCurrent(st, mem_);
+    const bool soft_int = next.ok() && next->branch == pmu::BranchKind::kSoftInt && next->opcode != 0xF1;
+    if (!soft_int) return absl::OkStatus();
+  }
+  if (step_trap_due_ || data_hits_) VBTS_RETURN_IF_ERROR(RaiseDebugTrap());
+  return absl::OkStatus();
 }
 
 absl::Status Tracer::RaiseDebugTrap() {
@@ -585,7 +624,7 @@ absl::Status Tracer::AtBoundary(CpuState& st, bool& /*dirty*/) {
 }
 
 absl::Status Tracer::BoundaryEvents(const CpuState& st) {
-  if (step_trap_due_ || data_hits_) VBTS_RETURN_IF_ERROR(RaiseDebugTrap());
+  VBTS_RETURN_IF_ERROR(DebugTrapsAtBoundary(st));
   if (pmi_due_) VBTS_RETURN_IF_ERROR(RaisePmi());
   pmi_deliverable_ = pmi_in_flight_.has_value() && (st.rflags & kRflagsIf) && !st.interrupt_shadow;
   return absl::OkStatus();
@@ -833,7 +872,7 @@ absl::Status Tracer::Retired(const CpuState& before, const ControlTransfer& t, C
     VBTS_RETURN_IF_ERROR(PatchFrameTf(after, after.ss.base + after.gpr[kRsp] + 2 * w, guest_tf_));
   }
   VBTS_RETURN_IF_ERROR(Emit(b, after, tf_after));
-  if (step_trap_due_ || data_hits_) VBTS_RETURN_IF_ERROR(RaiseDebugTrap());
+  VBTS_RETURN_IF_ERROR(DebugTrapsAtBoundary(after));
   if (pmi_due_) VBTS_RETURN_IF_ERROR(RaisePmi());
   pmi_deliverable_ = pmi_in_flight_.has_value() && (after.rflags & kRflagsIf) && !after.interrupt_shadow;
   prev_ = Capture(after);

@@ -185,6 +185,9 @@ class Tracer : public StepObserver {
   // Delivers the guest's own debug trap at this boundary: #DB with DR6.BS
   // (single-step) and/or DR6.Bn (data breakpoints hit by the last instruction).
   absl::Status RaiseDebugTrap();
+  // At a boundary: raises the guest's due debug traps, unless a MOV SS
+  // shadow holds them, and merges held ones into a #DB just delivered.
+  absl::Status DebugTrapsAtBoundary(const CpuState& st);
   // The instruction at `p` retired: its data breakpoint hits, and whether it
   // changed the guest's debug registers.
   void NoteRetired(const Boundary& p);
@@ -209,6 +212,8 @@ class Tracer : public StepObserver {
   uint32_t data_hits_ = 0;                    // DR6 B0-B3 due at the next boundary
   std::optional<uint64_t> kernel_debugctl_;  // last DEBUGCTL given to the host KVM (passthrough)
   bool step_trap_due_ = false;  // the guest's single-step trap is due at this boundary
+  bool ss_shadow_ = false;      // the instruction that just retired loaded SS (MOV SS/POP SS shadow)
+  bool db_delivered_ = false;   // the transfer just reported is a #DB delivery
   bool db_in_flight_ = false;   // a #DB vbts injected, not yet seen delivered
   bool guest_tf_ = false;       // the guest's own EFLAGS.TF (KVM hides it while stepping)
   bool fresh_ = false;          // prev_ was set by Retired(), not yet seen by AtBoundary
