@@ -91,6 +91,9 @@ std::vector<CpuModel> MakeModels() {
     p.fixed_counters = 3;
     p.fixed_width = 48;
     p.lbr = {16, 0x680, 0x6C0, 0, 0x1C9, 3, false, true};
+    // Xeon X5650: 256 KB 8-way L2 per core, 12 MB 16-way shared L3 (Intel's
+    // product specification and that CPU's CPUID.4 cache parameters).
+    p.cache = {{512, 8}, {12288, 16}, PairPrefetch::kInnerAndLlc};
     models.push_back(std::move(m));
   }
   {
@@ -119,6 +122,9 @@ std::vector<CpuModel> MakeModels() {
     p.gp_counters = 2;
     p.gp_width = 40;
     p.lbr = {8, 0x40, 0, 0, 0x1C9, 0, true, false};
+    // Core Duo T2500: 32 KB 8-way L1D per core, 2 MB 8-way shared L2 as the
+    // last level (CPUID.4 of Yonah).
+    p.cache = {{64, 8}, {4096, 8}, PairPrefetch::kLlc};
     models.push_back(std::move(m));
   }
   {
@@ -158,6 +164,10 @@ std::vector<CpuModel> MakeModels() {
     // MSR_LASTBRANCH_n_FROM_IP (680H-68FH) / _TO_IP (6C0H-6CFH), TOS 1DAH,
     // 32-bit linear addresses (no PERF_CAPABILITIES: format 0); LER at 1D7H/1D8H.
     p.lbr = {16, 0x680, 0x6C0, 0, 0x1DA, 0, false, false, 0x1D7, 0x1D8};
+    // As the model's CPUID.2 descriptors say (SDM vol. 2A table 3-12): 66H,
+    // 8 KB 4-way L1D; 7BH, 512 KB 8-way L2, the last level (40H: no L3).  No
+    // architectural perfmon: nothing counts LLC events on this model.
+    p.cache = {{32, 4}, {1024, 8}, PairPrefetch::kLlc};
     models.push_back(std::move(m));
   }
   {
@@ -190,6 +200,9 @@ std::vector<CpuModel> MakeModels() {
     p.fixed_counters = 3;
     p.fixed_width = 48;
     p.lbr = {32, 0x680, 0x6C0, 0xDC0, 0x1C9, 5, false, true};
+    // Core i7-6700: 256 KB 4-way L2 per core, 8 MB 16-way shared L3 (CPUID.4
+    // of Skylake client parts).
+    p.cache = {{1024, 4}, {8192, 16}, PairPrefetch::kInnerAndLlc};
     models.push_back(std::move(m));
   }
   {
@@ -236,6 +249,9 @@ std::vector<CpuModel> MakeModels() {
     p.fixed_counters = 4;
     p.fixed_width = 48;
     p.lbr = {32, 0x680, 0x6C0, 0xDC0, 0x1C9, 5, false, true};
+    // Xeon Platinum 8380: 1.25 MB 20-way L2 per core, 60 MB 12-way shared
+    // L3 (40 slices of 1.5 MB; CPUID.4 of Ice Lake server parts).
+    p.cache = {{1024, 20}, {81920, 12}, PairPrefetch::kInnerAndLlc};
     models.push_back(std::move(m));
   }
   return models;

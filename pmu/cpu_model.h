@@ -8,6 +8,8 @@
 #include <string_view>
 #include <vector>
 
+#include "pmu/cache_model.h"
+
 namespace vbts::pmu {
 
 struct CpuidLeaf {
@@ -69,6 +71,8 @@ struct PmuModel {
   int fixed_counters = 0;       // CPUID.0AH:EDX[4:0]
   int fixed_width = 0;          // CPUID.0AH:EDX[12:5]
   LbrModel lbr;
+  // The data caches behind the LLC Reference/Misses events (pmu/cache_model.h).
+  CacheGeometry cache;
 };
 inline constexpr uint64_t kPerfCapFullWidthWrite = 1ull << 13;
 inline constexpr uint64_t kPerfCapPebsBaseline = 1ull << 14;  // adaptive PEBS (SDM 18.9.2)

@@ -91,7 +91,7 @@ struct LbrEntry {
 }  // namespace
 
 struct VirtualPmu::State {
-  State(const CpuModel& m, VirtualPmuOptions o) : model(m), pmu(m.pmu), options(o) {}
+  State(const CpuModel& m, VirtualPmuOptions o) : model(m), pmu(m.pmu), options(o), cache(m.pmu.cache) {}
   const CpuModel& model;
   const PmuModel& pmu;
   VirtualPmuOptions options;
@@ -113,6 +113,8 @@ struct VirtualPmu::State {
   uint64_t fixed_ctrl = 0;
   uint64_t global_ctrl = 0;
   uint64_t global_status = 0;
+
+  CacheModel cache;  // LLC Reference/Misses (docs/pmu-model.md)
 
   std::vector<std::string> warnings;
   std::set<std::string> warned;
@@ -204,6 +206,16 @@ struct VirtualPmu::State {
       if (pmu.perfmon_version >= 4) global_status |= kStatusCtrFrz;
       else global_ctrl = 0;
     }
+  }
+
+  // The architectural LLC events (SDM 18.2.1.2, table 18-1): counted per
+  // data access by CountDataAccess, not per instruction.
+  static bool IsLlcReference(uint64_t evtsel) { return (evtsel & 0xFFFF) == 0x4F2E && !((evtsel >> 24) & 0xFF); }
+  static bool IsLlcMiss(uint64_t evtsel) { return (evtsel & 0xFFFF) == 0x412E && !((evtsel >> 24) & 0xFF); }
+  bool CountsLlc() const {
+    for (int i = 0; i < pmu.gp_counters; i++)
+      if (CounterEnabled(i, false) && (IsLlcReference(gp[i].evtsel) || IsLlcMiss(gp[i].evtsel))) return true;
+    return false;
   }
 
   // What an event select counts for one retired instruction (SDM 18.2.1.2,
@@ -757,6 +769,36 @@ bool VirtualPmu::NeedsObservation() const {
   const State& s = *s_;
   const uint64_t observed = s.options.lbr_in_kernel ? kDbgBtf : (kDbgLbr | kDbgBtf);
   return (s.debugctl & observed) || s.BtsOn() || s.AnyCounterEnabled();
+}
+
+bool VirtualPmu::WantsDataAccesses() const { return s_->CountsLlc(); }
+
+PmuEffects VirtualPmu::ObserveDataAccess(uint64_t pa, uint32_t size, uint8_t cpl) {
+  State& s = *s_;
+  PmuEffects fx;
+  if (size == 0 || !s.CountsLlc()) return fx;
+  if (s.pmu.perfmon_version >= 4 && (s.global_status & kStatusCtrFrz)) return fx;
+  // Every line the access touches (an unaligned one may touch two).
+  const uint64_t first = pa / kCacheLineBytes, last = (pa + size - 1) / kCacheLineBytes;
+  bool overflow_pmi = false;
+  for (uint64_t line = first; line <= last && line >= first; line++) {
+    const CacheModel::Outcome o = s.cache.Access(line * kCacheLineBytes);
+    if (!o.llc_reference) continue;
+    for (int i = 0; i < s.pmu.gp_counters; i++) {
+      if (!s.CounterEnabled(i, false)) continue;
+      const uint64_t sel = s.gp[i].evtsel;
+      if (!(sel & (cpl == 0 ? kEvtOs : kEvtUsr))) continue;
+      if (!(State::IsLlcReference(sel) || (o.llc_miss && State::IsLlcMiss(sel)))) continue;
+      const uint64_t next = (s.gp[i].value + 1) & Mask(s.pmu.gp_width);
+      if (next < s.gp[i].value) {  // wrapped: overflow (SDM 18.2.1.1, 18.2.2)
+        s.global_status |= 1ull << i;
+        if (sel & kEvtInt) overflow_pmi = true;
+      }
+      s.gp[i].value = next;
+    }
+  }
+  if (overflow_pmi) s.RequestPmi(fx);
+  return fx;
 }
 
 bool VirtualPmu::WantsRegs() const { return s_->pebs_armed != 0; }

@@ -117,6 +117,14 @@ class VirtualPmu {
   // WantsRegs() (a PEBS assist is armed), may be null otherwise.
   absl::StatusOr<PmuEffects> Observe(const Branch& b, LinearMemory& mem, bool guest_tf,
                                      const GuestRegs* after = nullptr);
+  // LLC Reference (event 2EH, umask 4FH) and LLC Misses (2EH, 41H) count
+  // data accesses, not instructions (pmu/cache_model.h): while some enabled
+  // counter counts one, the engine reports every data access with its
+  // physical address.  ObserveDataAccess runs the access through the
+  // model's caches and counts it; a counter that overflows requests a PMI,
+  // which the engine delivers at the next instruction boundary it observes.
+  bool WantsDataAccesses() const;
+  PmuEffects ObserveDataAccess(uint64_t pa, uint32_t size, uint8_t cpl);
   // A PEBS-enabled counter has overflowed: the next instruction it counts
   // writes a PEBS record, which needs that instruction's resulting registers.
   bool WantsRegs() const;

@@ -310,6 +310,59 @@ TEST_F(VpmuTest, CounterOverflowAtTheExactInstruction) {
   EXPECT_EQ(Rd(0xC1), 0u);
 }
 
+TEST_F(VpmuTest, LlcEventsCountDataAccessesThroughTheModelsCaches) {
+  // Westmere: 256 KB 8-way L2 (512 sets), 12 MB 16-way L3 (12288 sets).
+  // PMC0 counts LLC references (2EH/4FH), PMC1 LLC misses (2EH/41H), PMC2
+  // instructions, all OS|USR|EN; GLOBAL_CTRL enables the three.
+  constexpr uint64_t kEn = (1u << 16) | (1u << 17) | (1u << 22);
+  EXPECT_FALSE(pmu_.WantsDataAccesses());
+  Wr(0x186, 0x4F2E | kEn);
+  Wr(0x187, 0x412E | kEn);
+  Wr(0x188, 0xC0 | kEn);
+  EXPECT_FALSE(pmu_.WantsDataAccesses());  // GLOBAL_CTRL still 0
+  Wr(0x38F, 7);
+  EXPECT_TRUE(pmu_.WantsDataAccesses());
+  // A load from a new line misses both levels; the same line again hits L2.
+  pmu_.ObserveDataAccess(0x10000, 8, 0);
+  pmu_.ObserveDataAccess(0x10008, 8, 3);
+  EXPECT_EQ(Rd(0xC1), 1u);
+  EXPECT_EQ(Rd(0xC2), 1u);
+  // The miss also brought in the other line of its 128-byte pair (the
+  // spatial prefetcher, not counted): an access that crosses into it hits.
+  pmu_.ObserveDataAccess(0x1003C, 8, 0);
+  EXPECT_EQ(Rd(0xC1), 1u);
+  EXPECT_EQ(Rd(0xC2), 1u);
+  // Eight more lines 32 KB apart share the L2 set of line 0x400 (512 sets of
+  // 64 bytes: 32 KB a way): 9 lines in 8 ways evict 0x400 from L2; in the
+  // 12288-set L3 they use distinct sets, so 0x400 is still there: a
+  // reference, not a miss.
+  for (uint64_t k = 1; k <= 8; k++) pmu_.ObserveDataAccess(0x10000 + k * 0x8000, 4, 0);
+  EXPECT_EQ(Rd(0xC1), 9u);
+  EXPECT_EQ(Rd(0xC2), 9u);
+  pmu_.ObserveDataAccess(0x10000, 4, 0);
+  EXPECT_EQ(Rd(0xC1), 10u);
+  EXPECT_EQ(Rd(0xC2), 9u);
+  // A new line: both count again.
+  pmu_.ObserveDataAccess(0x80000, 4, 0);
+  EXPECT_EQ(Rd(0xC1), 11u);
+  EXPECT_EQ(Rd(0xC2), 10u);
+  // Data accesses are not instructions.
+  EXPECT_EQ(Rd(0xC3), 0u);
+  // OS only: a ring-3 access is not counted.
+  Wr(0x186, 0x4F2E | (1u << 17) | (1u << 22));
+  pmu_.ObserveDataAccess(0x90000, 4, 3);
+  EXPECT_EQ(Rd(0xC1), 11u);
+  EXPECT_EQ(Rd(0xC2), 11u);
+  // Overflow: PMC1 at 2^48 - 1 with INT set wraps on the next miss.
+  Wr(0x187, 0x412E | kEn | (1u << 20));
+  Wr(0xC2, 0xFFFFFFFF);  // sign-extended: 2^48 - 1
+  EXPECT_TRUE(pmu_.ObserveDataAccess(0xA0000, 4, 0).pmi);
+  EXPECT_EQ(Rd(0xC2), 0u);
+  EXPECT_EQ(Rd(0x38E), 2u);
+  Wr(0x38F, 4);  // only the instructions counter: no data accesses wanted
+  EXPECT_FALSE(pmu_.WantsDataAccesses());
+}
+
 TEST_F(VpmuTest, SequentialCountingStopsBeforeTheOverflowingInstruction) {
   // Nothing counts: no limit.
   EXPECT_EQ(pmu_.SequentialLimit(0), UINT64_MAX);

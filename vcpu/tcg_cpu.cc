@@ -222,6 +222,23 @@ struct TcgCallbacks {
       return;
     }
   }
+  // Any data access while a data-access hook is set (SetDataAccessHook).
+  static void DataAccess(uc_engine*, uc_mem_type, uint64_t address, int size, int64_t, void* user) {
+    auto* self = static_cast<TcgCpu*>(user);
+    // Not the frames and table reads of an event delivery: the KVM engine's
+    // tracer, which lists each instruction's own operands, does not see them.
+    if (!self->data_access_hook_ || size <= 0 || self->delivering_ >= 0) return;
+    const uabi::EnvPrefix* env = self->env_;
+    uint64_t pa = address;
+    if (env->cr[0] & kCr0Pg) {
+      RamView ram(self->config_.ram, self->config_.ram_bytes);
+      auto t = pmu::Translate(self->WalkRegs(), ram, Gva{address}, pmu::Access{}, /*set_accessed_dirty=*/false);
+      if (!t.ok() || !t->fault.ok()) return;  // the access faults: the instruction does not retire
+      pa = t->gpa.value;
+    }
+    if (pa >= self->config_.ram_bytes) return;  // MMIO, nothing: not cached
+    self->data_access_hook_(pa, static_cast<uint32_t>(size), static_cast<uint8_t>(env->hflags & uabi::kHfCplMask));
+  }
   // A debugger's breakpoint (a code hook bounded to its address): before
   // the instruction, unless the catch-all code hook checks it (DebugCheck)
   // or the run resumes here (its first block starts at the resume address).
@@ -1390,6 +1407,23 @@ void TcgCpu::SetDebugWatchpoints(std::vector<DebugWatch> watches) {
       debug_mem_hooks_.push_back(h);
   }
   if (!UpdateDebugCode()) FlushCode();  // memory hooks are compiled into the translations too
+}
+
+void TcgCpu::SetDataAccessHook(DataAccessHook hook) {
+  const bool had = static_cast<bool>(data_access_hook_);
+  data_access_hook_ = std::move(hook);
+  if (had == static_cast<bool>(data_access_hook_)) return;
+  if (had) {
+    uc_hook_del(uc_, data_mem_hook_);
+    data_mem_hook_ = 0;
+  } else {
+    uc_hook h = 0;
+    // begin > end: every address.
+    if (uc_hook_add(uc_, &h, UC_HOOK_MEM_READ | UC_HOOK_MEM_WRITE, reinterpret_cast<void*>(&TcgCallbacks::DataAccess),
+                    this, 1, 0) == UC_ERR_OK)
+      data_mem_hook_ = h;
+  }
+  FlushCode();  // memory hooks are compiled into the translations
 }
 
 bool TcgCpu::UpdateDebugCode() {

@@ -203,6 +203,14 @@ class TcgCpu {
   void SetDebugStep(bool step);
   // Run() ends after an instruction that read or wrote [addr, addr+len).
   void SetDebugWatchpoints(std::vector<DebugWatch> watches);
+
+  // Called for every data access to guest RAM by instructions (not those of
+  // event delivery), with its guest-physical address,
+  // size and the CPL, while set (the virtual PMU's LLC events).  Every
+  // memory access then leaves QEMU's fast path.  Set between runs only.
+  using DataAccessHook = std::function<void(uint64_t pa, uint32_t size, uint8_t cpl)>;
+  void SetDataAccessHook(DataAccessHook hook);
+  bool has_data_access_hook() const { return static_cast<bool>(data_access_hook_); }
   // Why the last Run() ended for the debugger (kNone: another reason).
   DebugStop debug_stop() const { return debug_stop_; }
   // Drops the translations that hold any of the bytes [gpa, gpa+len) (and no
@@ -319,6 +327,8 @@ class TcgCpu {
   bool debug_step_ = false;
   std::vector<DebugWatch> debug_watches_;
   std::vector<size_t> debug_mem_hooks_;
+  DataAccessHook data_access_hook_;
+  size_t data_mem_hook_ = 0;
   bool debug_code_ = false;      // the code hook must check before each instruction
   bool debug_first_ = false;     // no instruction of this run has been checked yet
   bool debug_progress_ = false;  // an instruction started (or an event came) since the run began

@@ -103,6 +103,7 @@ void Tracer::Rebind(VcpuControl& vcpu, std::function<absl::Status(uint8_t)> send
   vcpu_ = &vcpu;
   send_msi_ = std::move(send_msi);
   emulate_data_bps_ = emulate_data_bps;
+  data_access_hook_ = false;
   prev_.reset();
   guest_bp_.reset();
   if (emulate_data_bps_) ReadGuestBreakpoints();  // they moved with the vCPU
@@ -146,6 +147,13 @@ Tracer::Boundary Tracer::Capture(const CpuState& st) {
   if (emulate_data_bps_) {
     if (!guest_bp_) ReadGuestBreakpoints();
     if (guest_bp_->AnyData()) b.accesses = DataAccessesOf(b.insn, st);
+  }
+  if (pmu_.WantsDataAccesses() && !data_access_hook_) {
+    // LLC events count data accesses (VirtualPmu::ObserveDataAccess); the
+    // TCG engine reports them itself (ObserveDataAccess).
+    if (b.accesses.empty()) b.accesses = DataAccessesOf(b.insn, st);
+    b.paging = st.paging_regs();
+    b.count_accesses = true;
   }
   const uint64_t mask = IpMask(b.mode, b.insn.operand_size);
   b.fallthrough = FallthroughOf(b.mode, st.rip, b.insn);
@@ -266,6 +274,14 @@ absl::Status Tracer::PatchFrameTf(const CpuState& st, uint64_t eflags_la, bool t
 
 void Tracer::NoteRetired(const Boundary& p) {
   ss_shadow_ = p.decoded && p.insn.loads_ss;
+  if (p.count_accesses && pmu_.WantsDataAccesses()) {
+    for (const DataAccess& a : p.accesses) {
+      absl::StatusOr<pmu::Translation> t =
+          pmu::Translate(p.paging, mem_, Gva(a.linear), pmu::Access{}, /*set_accessed_dirty=*/false);
+      if (!t.ok() || !t->fault.ok()) continue;  // the instruction faulted there; it did not retire
+      if (t->gpa.value < mem_.size()) ObserveDataAccess(t->gpa.value, a.size, p.cpl);  // MMIO is not cached
+    }
+  }
   if (!emulate_data_bps_) return;
   if (guest_bp_ && !p.accesses.empty()) data_hits_ |= DataBreakpointHits(*guest_bp_, p.accesses);
   if (p.decoded && p.insn.writes_dr) guest_bp_.reset();  // read again at the next boundary

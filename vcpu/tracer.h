@@ -126,6 +126,17 @@ class Tracer : public StepObserver {
   void SetEmulateDataBreakpoints(bool on) { emulate_data_bps_ = on; }
   // The guest wrote its debug registers where the engine tells (TCG): read
   // them again now.
+  // The engine reports the guest's data accesses itself through ObserveDataAccess
+  // (TCG); otherwise the tracer derives them from each instruction's
+  // operands while the virtual PMU wants them (LLC events).
+  void SetEngineReportsDataAccesses(bool on) { data_access_hook_ = on; }
+  // One data access of the guest at physical `pa`, by code at `cpl`, for
+  // the virtual PMU's LLC events; a PMI it causes is raised at the next
+  // boundary (true: one is due now).
+  bool ObserveDataAccess(uint64_t pa, uint32_t size, uint8_t cpl) {
+    if (pmu_.ObserveDataAccess(pa, size, cpl).pmi) pmi_due_ = true;
+    return pmi_due_;
+  }
   void RefreshGuestBreakpoints() {
     guest_bp_.reset();
     if (emulate_data_bps_) ReadGuestBreakpoints();
@@ -154,8 +165,11 @@ class Tracer : public StepObserver {
     std::optional<bool> tf_after;
     bool emitted = false;  // already reported as retired (AfterMsrWrite)
     // Data accesses of the instruction (only while the guest has data
-    // breakpoints and the host does not raise them).
+    // breakpoints and the host does not raise them, or while the virtual
+    // PMU counts them and the engine does not report them itself).
     std::vector<DataAccess> accesses;
+    bool count_accesses = false;  // feed `accesses` to the virtual PMU when the instruction retires
+    pmu::PagingRegs paging;       // ... translated with the paging in force
   };
   Boundary Capture(const CpuState& st);
   // `n` instructions at `cpl` that ran one after another, counted in bulk.
@@ -212,6 +226,7 @@ class Tracer : public StepObserver {
   uint32_t data_hits_ = 0;                    // DR6 B0-B3 due at the next boundary
   std::optional<uint64_t> kernel_debugctl_;  // last DEBUGCTL given to the host KVM (passthrough)
   bool step_trap_due_ = false;  // the guest's single-step trap is due at this boundary
+  bool data_access_hook_ = false;  // SetEngineReportsDataAccesses
   bool ss_shadow_ = false;      // the instruction that just retired loaded SS (MOV SS/POP SS shadow)
   bool db_delivered_ = false;   // the transfer just reported is a #DB delivery
   bool db_in_flight_ = false;   // a #DB vbts injected, not yet seen delivered

@@ -713,6 +713,20 @@ std::optional<RunResult> Machine::RunTcgLoop(uint64_t deadline, bool until_untra
 }
 
 void Machine::UpdateTcgObservation() {
+  // LLC events count data accesses, which the engine reports while the
+  // virtual PMU wants them (docs/pmu-model.md, "LLC references and misses").
+  const bool want_data = tracer_ && vpmu_ && vpmu_->WantsDataAccesses();
+  if (want_data != tcg_->has_data_access_hook()) {
+    tracer_->SetEngineReportsDataAccesses(want_data);
+    if (!want_data) {
+      tcg_->SetDataAccessHook(nullptr);
+    } else {
+      tcg_->SetDataAccessHook([this](uint64_t pa, uint32_t size, uint8_t cpl) {
+        // A PMI is due: the next instruction boundary is reported.
+        if (tracer_->ObserveDataAccess(pa, size, cpl)) tcg_->RequestStop();
+      });
+    }
+  }
   const bool want = tracer_ && tracer_->WantsEveryInstruction();
   if (want == tcg_observing_) return;
   if (!want) FlushTcgBulk();
@@ -860,7 +874,9 @@ vcpu::TcgDevices::Msr Machine::WriteMsr(uint32_t index, uint64_t value) {
       if (!s.ok() && tcg_error_.ok()) tcg_error_ = s;
       // Tracing turned on or off: observe from the next instruction on (the
       // engine ends the run right after the WRMSR, TcgCallbacks::LeaveAfterWrmsr).
-      if (!s.ok() || tracer_->WantsEveryInstruction() != tcg_observing_) tcg_->RequestStop();
+      if (!s.ok() || tracer_->WantsEveryInstruction() != tcg_observing_ ||
+          vpmu_->WantsDataAccesses() != tcg_->has_data_access_hook())
+        tcg_->RequestStop();
     }
     return Msr::kDone;
   }
