@@ -53,8 +53,7 @@ uabi::SegCache ToCache(const Segment& s) {
   return uabi::SegCache{s.selector, s.base, s.limit, ToFlags(s)};
 }
 
-Segment FromCache(const uabi::SegCache& c) {
-  Segment s;
+void FromCacheInto(const uabi::SegCache& c, Segment& s) {
   s.selector = static_cast<uint16_t>(c.selector);
   s.base = c.base;
   s.limit = c.limit;
@@ -69,6 +68,11 @@ Segment FromCache(const uabi::SegCache& c) {
   // QEMU keeps no "unusable" bit: a null selector leaves P clear (as
   // QEMU's own KVM code maps it).
   s.unusable = !s.present;
+}
+
+Segment FromCache(const uabi::SegCache& c) {
+  Segment s;
+  FromCacheInto(c, s);
   return s;
 }
 
@@ -1097,8 +1101,8 @@ void TcgCpu::GetCodeState(CpuState& st) {
   st.gpr[kRsp] = env_->regs[kRsp];
   st.rip = env_->eip;
   st.rflags = env_->eflags;
-  st.cs = FromCache(env_->segs[uabi::kCs]);
-  st.ss = FromCache(env_->segs[uabi::kSs]);
+  FromCacheInto(env_->segs[uabi::kCs], st.cs);  // in place: called at every reported block
+  FromCacheInto(env_->segs[uabi::kSs], st.ss);
   st.cr0 = env_->cr[0];
   st.cr3 = env_->cr[3];
   st.cr4 = env_->cr[4];
