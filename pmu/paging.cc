@@ -2,6 +2,7 @@
 #include "pmu/paging.h"
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
@@ -66,10 +67,11 @@ bool IsCanonical(uint64_t la, int width) {
 }
 
 absl::StatusOr<Translation> Translate(const PagingRegs& regs, PhysMemory& mem, Gva gva, Access access,
-                                      bool set_accessed_dirty) {
+                                      bool set_accessed_dirty, WalkRecord* record) {
   Translation t;
   const uint64_t la = gva.value;
   const PagingMode mode = PagingModeOf(regs);
+  if (record != nullptr) record->count = 0;
   if (mode == PagingMode::kNone) {
     // SDM 4.1: without paging the linear address is the physical address;
     // linear addresses are 32 bits wide outside IA-32e mode.
@@ -215,7 +217,7 @@ absl::StatusOr<Translation> Translate(const PagingRegs& regs, PhysMemory& mem, G
 
   // SDM 4.8: A in every entry used; D in the entry that maps the page.
   for (size_t i = 0; i < used.size(); ++i) {
-    const UsedEntry& u = used[i];
+    UsedEntry& u = used[i];
     uint8_t low = static_cast<uint8_t>(u.value);
     uint8_t want = low;
     if (u.has_accessed_flag) want |= kPteA;
@@ -226,9 +228,57 @@ absl::StatusOr<Translation> Translate(const PagingRegs& regs, PhysMemory& mem, G
       break;
     }
     VBTS_RETURN_IF_ERROR(mem.WriteLe<uint8_t>(u.addr, want));
+    u.value = (u.value & ~0xffull) | want;
+  }
+  if (record != nullptr && !t.ad_pending) {
+    record->count = static_cast<int>(used.size());
+    record->entry_bytes = mode == PagingMode::k32Bit ? 4 : 8;
+    for (size_t i = 0; i < used.size(); ++i) {
+      record->addr[i] = used[i].addr;
+      record->value[i] = used[i].value;
+    }
   }
   t.gpa = Gpa(pa);
   return t;
+}
+
+const TranslationCache::Entry* TranslationCache::Find(const PagingRegs& regs, uint64_t page, Access access,
+                                                      const PhysMemory& mem) {
+  for (Entry& e : entries_) {
+    if (!e.valid || e.page != page || !(e.access == access) || !(e.regs == regs)) continue;
+    // The walk would read these entries again: unchanged, it ends where it did.
+    for (int i = 0; i < e.walk.count; i++) {
+      uint8_t b[8] = {};
+      uint64_t v = 0;
+      const bool same = mem.Read(e.walk.addr[i], absl::MakeSpan(b, e.walk.entry_bytes)).ok() &&
+                        (std::memcpy(&v, b, sizeof v), v == e.walk.value[i]);
+      if (!same) {
+        e.valid = false;
+        misses_++;
+        return nullptr;
+      }
+    }
+    hits_++;
+    return &e;
+  }
+  misses_++;
+  return nullptr;
+}
+
+void TranslationCache::Insert(const PagingRegs& regs, uint64_t page, Access access, uint64_t gpa_page,
+                              const WalkRecord& walk) {
+  Entry* slot = nullptr;
+  for (Entry& e : entries_) {
+    if (!e.valid) {
+      slot = &e;
+      break;
+    }
+  }
+  if (slot == nullptr) {
+    slot = &entries_[next_];
+    next_ = (next_ + 1) % kEntries;
+  }
+  *slot = Entry{true, page, access, regs, gpa_page, walk};
 }
 
 template <typename Fn>
@@ -243,13 +293,24 @@ absl::StatusOr<AccessFault> LinearMemory::ForEachChunk(Gva la, uint64_t len, Acc
     // Within one page (BTS and PEBS records, DS fields): one walk, and a
     // second only to set accessed/dirty flags that are clear.
     const Gva addr(wrap32 ? (la.value & 0xffffffffull) : la.value);
-    VBTS_ASSIGN_OR_RETURN(Translation t, Translate(regs_, mem_, addr, access, /*set_accessed_dirty=*/false));
+    const bool cached = cache_ != nullptr && set_ad;
+    if (cached) {
+      if (const TranslationCache::Entry* e = cache_->Find(regs_, addr.value >> 12, access, mem_)) {
+        VBTS_RETURN_IF_ERROR(fn(Gpa(e->gpa_page | (addr.value & 0xfff)), 0, len));
+        return AccessFault{};
+      }
+    }
+    WalkRecord walk;
+    WalkRecord* record = cached ? &walk : nullptr;
+    VBTS_ASSIGN_OR_RETURN(Translation t,
+                          Translate(regs_, mem_, addr, access, /*set_accessed_dirty=*/false, record));
     if (!t.fault.ok()) return t.fault;
     if (set_ad && t.ad_pending) {
-      VBTS_ASSIGN_OR_RETURN(t, Translate(regs_, mem_, addr, access, /*set_accessed_dirty=*/true));
+      VBTS_ASSIGN_OR_RETURN(t, Translate(regs_, mem_, addr, access, /*set_accessed_dirty=*/true, record));
       if (!t.fault.ok())  // cannot happen: the same walk just succeeded
         return absl::InternalError(absl::StrFormat("paging: walk of 0x%x changed under us", addr.value));
     }
+    if (cached) cache_->Insert(regs_, addr.value >> 12, access, t.gpa.value & ~0xfffull, walk);
     VBTS_RETURN_IF_ERROR(fn(t.gpa, 0, len));
     return AccessFault{};
   }

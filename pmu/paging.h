@@ -22,6 +22,7 @@
 #ifndef VBTS_PMU_PAGING_H_
 #define VBTS_PMU_PAGING_H_
 
+#include <array>
 #include <cstdint>
 
 #include "absl/status/statusor.h"
@@ -42,6 +43,7 @@ struct PagingRegs {
   int maxphyaddr = 52;
   // RFLAGS.AC, consulted by SMAP for explicit supervisor accesses (SDM 4.6).
   bool rflags_ac = false;
+  bool operator==(const PagingRegs&) const = default;
 };
 
 // Paging mode chosen by CR0.PG, CR4.PAE and EFER.LME (SDM 4.1.1, table 4-1).
@@ -54,6 +56,7 @@ struct Access {
   bool user = false;      // explicit access at CPL 3 (SDM 4.6 "user-mode access")
   bool fetch = false;     // instruction fetch
   bool implicit = false;  // implicit supervisor access (descriptor tables, TSS)
+  bool operator==(const Access&) const = default;
 };
 
 // #PF error-code bits (SDM 4.7, figure 4-12).
@@ -84,12 +87,58 @@ struct Translation {
 // True if `la` is canonical for a `width`-bit linear address space (SDM 3.3.7.1).
 bool IsCanonical(uint64_t la, int width = 48);
 
+// The paging-structure entries a successful walk read, with the values they
+// hold after it (accessed and dirty flags it set included).
+struct WalkRecord {
+  int count = 0;
+  Gpa addr[4];
+  uint64_t value[4] = {};
+  int entry_bytes = 8;  // 4 under 32-bit paging
+};
+
 // Translates one linear address.  With set_accessed_dirty the A/D flags are
 // updated on success as SDM 4.8 describes; pass false to probe.  The returned
 // status is not OK only for a host-side problem (paging structure outside RAM,
-// unsupported 5-level paging).
+// unsupported 5-level paging).  `record`, if given, receives the entries a
+// successful walk used.
 absl::StatusOr<Translation> Translate(const PagingRegs& regs, PhysMemory& mem, Gva la, Access access,
-                                      bool set_accessed_dirty = true);
+                                      bool set_accessed_dirty = true, WalkRecord* record = nullptr);
+
+// Successful single-page translations of LinearMemory's reads and writes,
+// kept between accesses (the virtual PMU's BTS and PEBS stores go to the
+// same DS area and buffer pages again and again).  An entry is used only
+// while the paging registers and the access are the same and every
+// paging-structure entry its walk read still holds the value the walk left
+// in it (read again at each use): then a new walk would read the same
+// entries, find their accessed and dirty flags already set and end at the
+// same page, so the cache changes no result and no guest memory — a guest
+// that edits its page tables (or clears an A/D flag), loads CR3 or turns
+// paging on or off is seen at the next access.
+class TranslationCache {
+ public:
+  void Clear() { entries_ = {}; }
+  uint64_t hits() const { return hits_; }
+  uint64_t misses() const { return misses_; }
+
+ private:
+  friend class LinearMemory;
+  struct Entry {
+    bool valid = false;
+    uint64_t page = 0;  // linear address >> 12 (after the 32-bit wrap)
+    Access access;
+    PagingRegs regs;
+    uint64_t gpa_page = 0;  // where that 4-KiB page is
+    WalkRecord walk;
+  };
+  // The physical page of linear page `page`, if an entry still holds.
+  const Entry* Find(const PagingRegs& regs, uint64_t page, Access access, const PhysMemory& mem);
+  void Insert(const PagingRegs& regs, uint64_t page, Access access, uint64_t gpa_page, const WalkRecord& walk);
+
+  static constexpr int kEntries = 4;
+  std::array<Entry, kEntries> entries_{};
+  int next_ = 0;  // round-robin replacement
+  uint64_t hits_ = 0, misses_ = 0;
+};
 
 // Byte-granular reads and writes at linear addresses, splitting at page
 // boundaries.  Every page is translated (and checked) before any byte is
@@ -98,7 +147,10 @@ absl::StatusOr<Translation> Translate(const PagingRegs& regs, PhysMemory& mem, G
 // wrap at 4 GiB (SDM 4.1: no paging means linear = physical, 32 bits).
 class LinearMemory {
  public:
-  LinearMemory(PhysMemory& mem, const PagingRegs& regs) : mem_(mem), regs_(regs) {}
+  // `cache`, if given, keeps translations of single-page reads and writes
+  // between LinearMemory objects (TranslationCache; Probe does not use it).
+  LinearMemory(PhysMemory& mem, const PagingRegs& regs, TranslationCache* cache = nullptr)
+      : mem_(mem), regs_(regs), cache_(cache) {}
 
   const PagingRegs& regs() const { return regs_; }
   PhysMemory& phys() { return mem_; }
@@ -116,6 +168,7 @@ class LinearMemory {
 
   PhysMemory& mem_;
   PagingRegs regs_;
+  TranslationCache* cache_;
 };
 
 }  // namespace vbts::pmu

@@ -316,5 +316,131 @@ TEST(LinearMemoryTest, NoPagingWrapsAt4G) {
   EXPECT_THAT(lm.Write(Gva(0x1fff), data, {}), ::vbts::testing::StatusIs(absl::StatusCode::kOutOfRange, ::testing::_));
 }
 
+
+// TranslationCache: what a cached LinearMemory reads and writes is what an
+// uncached one would, whatever the guest does to its paging between two
+// accesses.
+TEST_F(Paging4Test, CachedStoresSeeAPageTableChangeBetweenTwoStores) {
+  pt_.Map(0x7000'1000, 0x5000, kPtW);
+  TranslationCache cache;
+  const uint8_t a[4] = {1, 2, 3, 4}, b[4] = {5, 6, 7, 8};
+  {
+    LinearMemory lm(mem_, regs_, &cache);
+    auto w = lm.Write(Gva(0x7000'1010), a, {.implicit = true});
+    VBTS_ASSERT_OK(w);
+    EXPECT_TRUE(w->ok());
+  }
+  EXPECT_EQ(mem_.bytes()[0x5010], 1);
+  EXPECT_EQ(cache.misses(), 1u);
+  // The guest remaps the page (no INVLPG): the next store lands on the new one.
+  pt_.Set(pt_.EntryAddr(0x7000'1000, 1), 0x6000 | 1 | kPtW);
+  {
+    LinearMemory lm(mem_, regs_, &cache);
+    auto w = lm.Write(Gva(0x7000'1010), b, {.implicit = true});
+    VBTS_ASSERT_OK(w);
+    EXPECT_TRUE(w->ok());
+  }
+  EXPECT_EQ(mem_.bytes()[0x6010], 5);
+  EXPECT_EQ(mem_.bytes()[0x5010], 1);  // the old page keeps the first store
+  EXPECT_EQ(pt_.Get(pt_.EntryAddr(0x7000'1000, 1)), 0x6000u | 1 | kPtW | kPtA | kPtD);
+  EXPECT_EQ(cache.hits(), 0u);
+  EXPECT_EQ(cache.misses(), 2u);
+  // Unchanged tables: the third store uses the cached translation.
+  LinearMemory lm(mem_, regs_, &cache);
+  auto w = lm.Write(Gva(0x7000'1014), a, {.implicit = true});
+  VBTS_ASSERT_OK(w);
+  EXPECT_EQ(mem_.bytes()[0x6014], 1);
+  EXPECT_EQ(cache.hits(), 1u);
+  // The guest makes the page read-only (CR0.WP=1): the store faults as an
+  // uncached one does, and writes nothing.
+  pt_.Set(pt_.EntryAddr(0x7000'1000, 1), 0x6000 | 1 | kPtA | kPtD);
+  auto f = lm.Write(Gva(0x7000'1018), a, {.implicit = true});
+  VBTS_ASSERT_OK(f);
+  EXPECT_EQ(f->kind, AccessFault::Kind::kPageFault);
+  EXPECT_EQ(f->error_code, 0x3u);  // present, write
+  EXPECT_EQ(f->address, 0x7000'1018u);
+  EXPECT_EQ(mem_.bytes()[0x6018], 0);
+}
+
+TEST_F(Paging4Test, CachedStoresSetAccessedAndDirtyTheGuestCleared) {
+  pt_.Map(0x7000'1000, 0x5000, kPtW);
+  TranslationCache cache;
+  LinearMemory lm(mem_, regs_, &cache);
+  const uint8_t a[4] = {1, 2, 3, 4};
+  VBTS_ASSERT_OK(lm.Write(Gva(0x7000'1000), a, {}));
+  VBTS_ASSERT_OK(lm.Write(Gva(0x7000'1004), a, {}));
+  EXPECT_EQ(cache.hits(), 1u);
+  // The guest clears D in the PTE and A in the PML4E: the next store sets both
+  // again (SDM 4.8), as a walk does.
+  pt_.Set(pt_.EntryAddr(0x7000'1000, 1), pt_.Get(pt_.EntryAddr(0x7000'1000, 1)) & ~kPtD);
+  pt_.Set(pt_.EntryAddr(0x7000'1000, 4), pt_.Get(pt_.EntryAddr(0x7000'1000, 4)) & ~kPtA);
+  VBTS_ASSERT_OK(lm.Write(Gva(0x7000'1008), a, {}));
+  EXPECT_TRUE(pt_.Get(pt_.EntryAddr(0x7000'1000, 1)) & kPtD);
+  EXPECT_TRUE(pt_.Get(pt_.EntryAddr(0x7000'1000, 4)) & kPtA);
+  EXPECT_EQ(cache.hits(), 1u);
+  EXPECT_EQ(cache.misses(), 2u);
+  // A read after writes is an access of its own (no D needed), cached apart.
+  uint8_t back[4] = {};
+  VBTS_ASSERT_OK(lm.Read(Gva(0x7000'1008), absl::MakeSpan(back), {}));
+  EXPECT_EQ(back[3], 4);
+  EXPECT_EQ(cache.misses(), 3u);
+}
+
+TEST(LinearMemoryTest, CachedStoresFollowCr3AndPagingOnOrOff) {
+  FakePhysMemory mem(8 << 20);
+  auto put32 = [&](uint64_t a, uint32_t v) { std::memcpy(mem.bytes().data() + a, &v, 4); };
+  // Two 32-bit page directories mapping LA 0x00400000 (PDE 1) to different pages.
+  put32(0x10000 + 1 * 4, 0x11000 | 0x3);
+  put32(0x11000, 0x7000 | 0x3);
+  put32(0x20000 + 1 * 4, 0x21000 | 0x3);
+  put32(0x21000, 0x8000 | 0x3);
+  TranslationCache cache;
+  const uint8_t a[1] = {0xa1}, b[1] = {0xb2}, c[1] = {0xc3};
+  PagingRegs regs{.cr0 = kPe | kPg | kWp, .cr3 = 0x10000};
+  VBTS_ASSERT_OK(LinearMemory(mem, regs, &cache).Write(Gva(0x00400010), a, {}));
+  regs.cr3 = 0x20000;  // MOV CR3
+  VBTS_ASSERT_OK(LinearMemory(mem, regs, &cache).Write(Gva(0x00400010), b, {}));
+  regs.cr0 = kPe;  // paging off: linear = physical
+  VBTS_ASSERT_OK(LinearMemory(mem, regs, &cache).Write(Gva(0x00400010), c, {}));
+  EXPECT_EQ(mem.bytes()[0x7010], 0xa1);
+  EXPECT_EQ(mem.bytes()[0x8010], 0xb2);
+  EXPECT_EQ(mem.bytes()[0x400010], 0xc3);
+  EXPECT_EQ(cache.hits(), 0u);
+  EXPECT_EQ(cache.misses(), 3u);
+  // Back to the first directory: its translation is still cached and still good.
+  regs = {.cr0 = kPe | kPg | kWp, .cr3 = 0x10000};
+  VBTS_ASSERT_OK(LinearMemory(mem, regs, &cache).Write(Gva(0x00400011), a, {}));
+  EXPECT_EQ(mem.bytes()[0x7011], 0xa1);
+  EXPECT_EQ(cache.hits(), 1u);
+  // A store through the cache to a page table (with paging off, at its
+  // physical address) is seen by the next access with paging on.
+  regs.cr0 = kPe;
+  const uint8_t pte[4] = {0x03, 0x90, 0x00, 0x00};  // 0x9000 | P | W
+  VBTS_ASSERT_OK(LinearMemory(mem, regs, &cache).Write(Gva(0x11000), pte, {}));
+  regs.cr0 = kPe | kPg | kWp;
+  VBTS_ASSERT_OK(LinearMemory(mem, regs, &cache).Write(Gva(0x00400012), b, {}));
+  EXPECT_EQ(mem.bytes()[0x9012], 0xb2);
+  EXPECT_EQ(mem.bytes()[0x7012], 0);
+}
+
+TEST(LinearMemoryTest, CachedAccessesWithoutPagingMatchUncachedOnes) {
+  FakePhysMemory mem(0x3000);
+  TranslationCache cache;
+  LinearMemory lm(mem, {.cr0 = kPe}, &cache);
+  const uint8_t data[2] = {0xaa, 0xbb};
+  for (int i = 0; i < 3; i++) {
+    auto w = lm.Write(Gva(0x1'0000'0ffeull), data, {});  // wraps at 4 GiB
+    VBTS_ASSERT_OK(w);
+    EXPECT_TRUE(w->ok());
+  }
+  EXPECT_EQ(mem.bytes()[0xffe], 0xaa);
+  EXPECT_EQ(mem.bytes()[0xfff], 0xbb);
+  EXPECT_EQ(cache.hits(), 2u);
+  // Outside RAM stays a host-side error, cached or not.
+  EXPECT_THAT(lm.Write(Gva(0x3fff), data, {}), ::vbts::testing::StatusIs(absl::StatusCode::kOutOfRange, ::testing::_));
+  EXPECT_THAT(lm.Write(Gva(0x3ffe), data, {}), ::vbts::testing::StatusIs(absl::StatusCode::kOutOfRange, ::testing::_));
+  EXPECT_THAT(lm.Write(Gva(0x3ffe), data, {}), ::vbts::testing::StatusIs(absl::StatusCode::kOutOfRange, ::testing::_));
+}
+
 }  // namespace
 }  // namespace vbts::pmu

@@ -147,6 +147,47 @@ TEST_F(VpmuTest, CircularBtsWrapsAtTheMaximum) {
   EXPECT_EQ(Mem64(kDsArea + 8), kBuf + 24);
 }
 
+TEST_F(VpmuTest, CachedBtsStoresSeeTheGuestsDsAndPageTableWrites) {
+  // The engine's stores keep their translations between records
+  // (TranslationCache): a guest write to the DS area or to its page tables
+  // between two records is seen by the second.  32-bit paging: CR3 = 0x10000,
+  // PDE 0 -> PT 0x11000; PTE 1 maps LA 0x1000 (the DS area) to 0x1000, PTE 2
+  // maps LA 0x2000 (the buffer) to 0x2000.
+  auto put32 = [&](uint64_t a, uint32_t v) { ASSERT_TRUE(mem_.WriteLe<uint32_t>(Gpa(a), v).ok()); };
+  put32(0x10000, 0x11000 | 0x3);
+  put32(0x11000 + 1 * 4, 0x1000 | 0x3);
+  put32(0x11000 + 2 * 4, 0x2000 | 0x3);
+  const PagingRegs paging{.cr0 = 1 | (1ull << 31), .cr3 = 0x10000};
+  TranslationCache cache;
+  auto obs = [&](const Branch& b) {
+    LinearMemory lin(mem_, paging, &cache);  // one per record, as the tracer makes them
+    absl::StatusOr<PmuEffects> fx = pmu_.Observe(b, lin, false);
+    EXPECT_TRUE(fx.ok()) << fx.status();
+  };
+  Ds64(kBuf, kBuf, kBuf + 240, kBuf + 240);
+  Wr(0x1D9, kTrBts);
+  obs(Jmp(0x100000, 0x100010));
+  obs(Jmp(0x100020, 0x100030));
+  EXPECT_EQ(Mem64(kBuf + 24), 0x100020u);
+  EXPECT_EQ(Mem64(kDsArea + 8), kBuf + 48);
+  EXPECT_GT(cache.hits(), 0u);  // the second record reused the first one's translations
+  // The guest moves the index back to record 0 (a store of its own).
+  ASSERT_TRUE(mem_.WriteLe<uint64_t>(Gpa(kDsArea + 8), kBuf).ok());
+  obs(Jmp(0x100040, 0x100050));
+  EXPECT_EQ(Mem64(kBuf), 0x100040u);
+  EXPECT_EQ(Mem64(kDsArea + 8), kBuf + 24);
+  // The guest maps the buffer's page elsewhere (no INVLPG: vbts re-walks
+  // whenever a table entry changed): the next record lands at 0x5000 + 24.
+  put32(0x11000 + 2 * 4, 0x5000 | 0x3);
+  obs(Jmp(0x100060, 0x100070));
+  EXPECT_EQ(Mem64(0x5000 + 24), 0x100060u);
+  EXPECT_EQ(Mem64(0x5000 + 32), 0x100070u);
+  EXPECT_EQ(Mem64(kBuf + 24), 0x100020u);  // the old page's record 1 is still the second jump's
+  EXPECT_EQ(Mem64(kDsArea + 8), kBuf + 48);
+  EXPECT_EQ(Mem32(0x11000 + 2 * 4), 0x5000u | 0x3 | 0x20 | 0x40);  // accessed and dirty set
+  EXPECT_EQ(pmu_.stats().bts_records, 4u);
+}
+
 TEST_F(VpmuTest, InterruptModeThresholdRules) {
   // BTINT=1, 4 records, threshold = max: the 4th record reaches it -> PMI; a
   // full buffer stores nothing more and interrupts at every branch.

@@ -53,8 +53,7 @@ uabi::SegCache ToCache(const Segment& s) {
   return uabi::SegCache{s.selector, s.base, s.limit, ToFlags(s)};
 }
 
-Segment FromCache(const uabi::SegCache& c) {
-  Segment s;
+void FromCacheInto(const uabi::SegCache& c, Segment& s) {
   s.selector = static_cast<uint16_t>(c.selector);
   s.base = c.base;
   s.limit = c.limit;
@@ -69,6 +68,11 @@ Segment FromCache(const uabi::SegCache& c) {
   // QEMU keeps no "unusable" bit: a null selector leaves P clear (as
   // QEMU's own KVM code maps it).
   s.unusable = !s.present;
+}
+
+Segment FromCache(const uabi::SegCache& c) {
+  Segment s;
+  FromCacheInto(c, s);
   return s;
 }
 
@@ -392,6 +396,19 @@ struct TcgCallbacks {
       return true;
     }
     return false;
+  }
+  // QEMU linked the first translation into the RAM page at `ram_addr`
+  // (tlb_protect_code) or dropped its last one (tlb_unprotect_code).
+  static void CodePage(void* uc, uint64_t ram_addr, bool has_code) {
+    TcgCpu* self = t_running;
+    if (self == nullptr || static_cast<void*>(self->uc_) != uc) {
+      self = nullptr;
+      std::lock_guard<std::mutex> lock(g_engines_mu);
+      for (TcgCpu* e : Engines()) {
+        if (static_cast<void*>(e->uc_) == uc) self = e;
+      }
+    }
+    if (self != nullptr) self->NoteCodePage(ram_addr >> 12, has_code);
   }
   static TcgCpu* Running(void* env) {
     TcgCpu* t = t_running;
@@ -751,6 +768,25 @@ void tlb_flush_page_by_mmuidx_x86_64(void* cpu, uint64_t addr, uint16_t idxmap) 
   original(cpu, addr, idxmap);
 }
 
+// QEMU write-protects a RAM page for code when it links the first
+// translation into it and unprotects it when the last one is dropped (the
+// only two places either is called; Unicorn 2.0.1's unprotect does nothing
+// itself): vbts keeps the same set of pages, so that its own stores to pages
+// without code skip QEMU's invalidation (TcgCpu::InvalidateCodeBytes).
+void tlb_protect_code_x86_64(void* uc, uint64_t ram_addr) {
+  using Fn = void (*)(void*, uint64_t);
+  static const auto original = vbts::vcpu::Original<Fn>("tlb_protect_code_x86_64");
+  TcgCallbacks::CodePage(uc, ram_addr, true);
+  original(uc, ram_addr);
+}
+
+void tlb_unprotect_code_x86_64(void* uc, uint64_t ram_addr) {
+  using Fn = void (*)(void*, uint64_t);
+  static const auto original = vbts::vcpu::Original<Fn>("tlb_unprotect_code_x86_64");
+  original(uc, ram_addr);
+  TcgCallbacks::CodePage(uc, ram_addr, false);
+}
+
 void qemu_system_reset_request(void* uc) {
   static const auto original = vbts::vcpu::Original<vbts::vcpu::ResetFn>("qemu_system_reset_request");
   if (vbts::vcpu::TcgCpu* self = vbts::vcpu::t_running) TcgCallbacks::TripleFault(self);
@@ -806,7 +842,7 @@ bool TcgCpu::OwnsMsr(uint32_t index) {
   }
 }
 
-TcgCpu::TcgCpu(const Config& config) : config_(config) {}
+TcgCpu::TcgCpu(const Config& config) : config_(config), code_pages_((config.ram_bytes / 4096 + 63) / 64, 0) {}
 
 TcgCpu::~TcgCpu() {
   {
@@ -936,6 +972,8 @@ absl::Status TcgCpu::SelfCheck() {
                                    {"helper_iret_protected_x86_64", reinterpret_cast<void*>(&helper_iret_protected_x86_64)},
                                    {"helper_lret_protected_x86_64", reinterpret_cast<void*>(&helper_lret_protected_x86_64)},
                                    {"tlb_flush_page_by_mmuidx_x86_64", reinterpret_cast<void*>(&tlb_flush_page_by_mmuidx_x86_64)},
+                                   {"tlb_protect_code_x86_64", reinterpret_cast<void*>(&tlb_protect_code_x86_64)},
+                                   {"tlb_unprotect_code_x86_64", reinterpret_cast<void*>(&tlb_unprotect_code_x86_64)},
                                    {"helper_raise_interrupt_x86_64", reinterpret_cast<void*>(&helper_raise_interrupt_x86_64)},
                                    {"helper_into_x86_64", reinterpret_cast<void*>(&helper_into_x86_64)},
                                    {"x86_cpu_exec_interrupt_x86_64", reinterpret_cast<void*>(&x86_cpu_exec_interrupt_x86_64)},
@@ -1080,8 +1118,8 @@ void TcgCpu::GetCodeState(CpuState& st) {
   st.gpr[kRsp] = env_->regs[kRsp];
   st.rip = env_->eip;
   st.rflags = env_->eflags;
-  st.cs = FromCache(env_->segs[uabi::kCs]);
-  st.ss = FromCache(env_->segs[uabi::kSs]);
+  FromCacheInto(env_->segs[uabi::kCs], st.cs);  // in place: called at every reported block
+  FromCacheInto(env_->segs[uabi::kSs], st.ss);
   st.cr0 = env_->cr[0];
   st.cr3 = env_->cr[3];
   st.cr4 = env_->cr[4];
@@ -1466,12 +1504,29 @@ void TcgCpu::DebugBoundary(DebugStop::Kind kind, uint64_t linear) {
 }
 
 void TcgCpu::InvalidateCodeBytes(uint64_t gpa, uint64_t len) {
+  rep_probe_.linear = ~0ull;
   if (gpa >= config_.ram_bytes || len == 0) return;
   const uint64_t end = std::min<uint64_t>(config_.ram_bytes, gpa + len);
+  // Most stores vbts makes (BTS and PEBS records, DS fields) land in pages
+  // no translation comes from: nothing to drop.  QEMU's range invalidation
+  // allocates and frees as it goes, so it is called only for pages that may
+  // hold code.
+  bool code = false;
+  for (uint64_t page = gpa >> 12; page <= (end - 1) >> 12 && !code; page++) code = MayHoldCode(page);
+  if (!code) return;
+  stats_.code_invalidations++;
   // QEMU's range invalidation is exact within a page: a store next to code
   // (a DS area in the same page as the loop that branches) keeps it.
   tb_invalidate_phys_range_x86_64(uc_, gpa, end);
-  rep_probe_.linear = ~0ull;
 }
+
+void TcgCpu::NoteCodePage(uint64_t page, bool has_code) {
+  if (page >= config_.ram_bytes >> 12) return;  // not guest RAM: InvalidateCodeBytes ignores it
+  const uint64_t bit = 1ull << (page & 63);
+  if (has_code) code_pages_[page >> 6] |= bit;
+  else code_pages_[page >> 6] &= ~bit;
+}
+
+bool TcgCpu::MayHoldCode(uint64_t page) const { return (code_pages_[page >> 6] >> (page & 63)) & 1; }
 
 }  // namespace vbts::vcpu

@@ -77,11 +77,12 @@ struct TcgStats {
   uint64_t runs = 0;        // Run() calls
   uint64_t exceptions = 0;  // exceptions and INT n delivered through the IDT
   uint64_t port_io = 0, mmio = 0, msr = 0, cpuid = 0, halts = 0;
-  uint64_t unassigned_walks = 0;
+  uint64_t unassigned_walks = 0;  // pages whose tables are not in RAM (mapped to nothing)
   uint64_t icebp = 0;  // ICEBPs delivered as #DB (QEMU 5.0 raises #UD)
-  uint64_t interrupts = 0, nmis = 0, injected = 0;
+  uint64_t interrupts = 0, nmis = 0, injected = 0;  // external interrupts, NMIs, queued exceptions delivered
   uint64_t breakpoints = 0;  // the guest's instruction breakpoints raised
-  uint64_t completed = 0;    // SYSCALL/SYSENTER performed by vbts's completion engine  // external interrupts, NMIs, queued exceptions delivered  // pages whose tables are not in RAM (mapped to nothing)
+  uint64_t completed = 0;    // SYSCALL/SYSENTER performed by vbts's completion engine
+  uint64_t code_invalidations = 0;  // InvalidateCodeBytes calls that reached a page holding translations
 };
 
 class TcgCpu {
@@ -341,6 +342,14 @@ class TcgCpu {
   void DebugCheck(uint64_t linear);
   bool DebugStopsAt(uint64_t linear) const;  // the bulk path must not skip this boundary
   [[noreturn]] void DebugBoundary(DebugStop::Kind kind, uint64_t linear);
+  // The pages of guest RAM that QEMU's translations come from (one bit a
+  // page): set when QEMU write-protects a page for the code it translated
+  // from it (tlb_protect_code), cleared when it drops the page's last
+  // translation (tlb_unprotect_code).  A store to a page outside it has no
+  // translation to invalidate.
+  std::vector<uint64_t> code_pages_;
+  void NoteCodePage(uint64_t page, bool has_code);
+  bool MayHoldCode(uint64_t page) const;
   uint64_t dr_[8] = {};
   uint64_t cr8_ = 0;
   uint8_t maxphyaddr_ = 36;

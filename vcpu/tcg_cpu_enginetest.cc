@@ -430,6 +430,43 @@ TEST_F(TcgCpuTest, AnExceptionQueuedFromTheInstructionHookComesBeforeThatInstruc
   EXPECT_EQ(cpu_->stats().injected, 1u);
 }
 
+TEST_F(TcgCpuTest, VbtsStoresInvalidateTranslationsOnlyInPagesThatHoldThem) {
+  // InvalidateCodeBytes (BTS/PEBS records, a debugger's writes): QEMU's
+  // invalidation runs only for a page some translation came from; the
+  // next run then executes the bytes stored.
+  constexpr uint64_t kData = 0x10000;  // a page no code runs from
+  Code(kCodeRip, {0xb8, 0x01, 0x00, 0x00, 0x00, 0xf4});  // mov eax, 1; hlt
+  CpuState st = RunFrom(Pm32(0));
+  EXPECT_EQ(st.gpr[kRax], 1u);
+  cpu_->InvalidateCodeBytes(kData, 24);
+  cpu_->InvalidateCodeBytes(kData + 0xff8, 16);  // two pages, neither with code
+  EXPECT_EQ(cpu_->stats().code_invalidations, 0u);
+  mem_.bytes()[kCodeRip + 1] = 2;  // mov eax, 2
+  cpu_->InvalidateCodeBytes(kCodeRip + 1, 1);
+  EXPECT_EQ(cpu_->stats().code_invalidations, 1u);
+  st = RunFrom(Pm32(0));
+  EXPECT_EQ(st.gpr[kRax], 2u);
+  // A store that ends in the code's page counts too.
+  mem_.bytes()[kCodeRip + 1] = 3;
+  cpu_->InvalidateCodeBytes(0, kCodeRip + 2);
+  EXPECT_EQ(cpu_->stats().code_invalidations, 2u);
+  st = RunFrom(Pm32(0));
+  EXPECT_EQ(st.gpr[kRax], 3u);
+  // Once every translation of the page is dropped, a store there has
+  // nothing to invalidate; when code runs there again, it has.
+  cpu_->FlushCode();
+  mem_.bytes()[kCodeRip + 1] = 4;
+  cpu_->InvalidateCodeBytes(kCodeRip + 1, 1);
+  EXPECT_EQ(cpu_->stats().code_invalidations, 2u);
+  st = RunFrom(Pm32(0));
+  EXPECT_EQ(st.gpr[kRax], 4u);
+  mem_.bytes()[kCodeRip + 1] = 5;
+  cpu_->InvalidateCodeBytes(kCodeRip + 1, 1);
+  EXPECT_EQ(cpu_->stats().code_invalidations, 3u);
+  st = RunFrom(Pm32(0));
+  EXPECT_EQ(st.gpr[kRax], 5u);
+}
+
 // Block-level observation (TcgCpu::SkipSequential): a loop of 5 iterations,
 //   mov ecx, 5 / L: nop / nop / dec ecx / jnz L / hlt
 // QEMU translates [mov .. jnz] as one block, [L .. jnz] as another (the

@@ -105,6 +105,7 @@ void Tracer::Rebind(VcpuControl& vcpu, std::function<absl::Status(uint8_t)> send
   emulate_data_bps_ = emulate_data_bps;
   data_access_hook_ = false;
   prev_.reset();
+  store_translations_.Clear();
   guest_bp_.reset();
   if (emulate_data_bps_) ReadGuestBreakpoints();  // they moved with the vCPU
   kernel_debugctl_.reset();
@@ -197,23 +198,24 @@ absl::Status Tracer::Emit(const pmu::Branch& b, const CpuState& paging_of, std::
   // The guest's TF as the instruction started (SDM 17.3.1.4: the trap follows
   // an instruction that began with TF=1; one that sets TF is not trapped).
   const bool tf_before = guest_tf_;
-  pmu::LinearMemory lin(mem_, paging_of.paging_regs());
-  pmu::GuestRegs regs;
+  pmu::LinearMemory lin(mem_, paging_of.paging_regs(), &store_translations_);
+  std::optional<pmu::GuestRegs> regs;
   const pmu::GuestRegs* after = nullptr;
   if (!event && pmu_.WantsRegs()) {
     // A PEBS record will hold the registers the instruction left.
-    regs.rflags = paging_of.rflags;
-    for (int i = 0; i < 16; i++) regs.gpr[i] = paging_of.gpr[i];
+    regs.emplace();
+    regs->rflags = paging_of.rflags;
+    for (int i = 0; i < 16; i++) regs->gpr[i] = paging_of.gpr[i];
     // Adaptive PEBS's basic group holds the TSC: the guest's IA32_TSC at this
     // stop (KVM), or the host's TSC, which is the TCG engine's guest TSC
     // (docs/tcg-engine.md); docs/pmu-model.md.
     absl::StatusOr<uint64_t> tsc = vcpu_->GetMsr(0x10);
-    regs.tsc = tsc.ok() ? *tsc : __rdtsc();
+    regs->tsc = tsc.ok() ? *tsc : __rdtsc();
     if (pmu_.WantsXmm()) {
       VBTS_ASSIGN_OR_RETURN(FpuState f, vcpu_->GetFpu());
-      std::memcpy(regs.xmm, f.xmm, sizeof regs.xmm);
+      std::memcpy(regs->xmm, f.xmm, sizeof regs->xmm);
     }
-    after = &regs;
+    after = &*regs;
   }
   VBTS_ASSIGN_OR_RETURN(pmu::PmuEffects fx, pmu_.Observe(b, lin, event ? false : tf_before, after));
   if (fx.pmi) pmi_due_ = true;

@@ -246,6 +246,9 @@ class Tracer : public StepObserver {
     DecodedInsn insn;
   };
   std::vector<CachedInsn> insn_cache_;
+  // Translations of the virtual PMU's stores (BTS and PEBS records, DS
+  // fields), each checked against the page tables when used.
+  pmu::TranslationCache store_translations_;
   DecodedInsn uncached_insn_;
   std::vector<std::string> warnings_;
   std::set<std::string> warned_;  // every warning once per run
