@@ -61,6 +61,12 @@ expect_status=$(cfg_one expect_status "")
 expected=$(cfg_one expected "")
 mapfile -t expect_output < <(cfg_get expect_output)
 timeout_s=$(cfg_one timeout 10)
+expect_stderr=()
+expect_warnings=""
+if [[ $monitor == vbts ]]; then
+  mapfile -t expect_stderr < <(cfg_get expect_stderr)
+  expect_warnings=$(cfg_one expect_warnings "")
+fi
 if [[ $monitor == qemu ]]; then
   [[ $(cfg_one qemu yes) == yes ]] || { echo "run-image.sh: [$name] has qemu = no" >&2; exit 2; }
   expect_status=$(cfg_one qemu_expect_status "$expect_status")
@@ -124,6 +130,19 @@ for want in "${expect_output[@]}"; do
     problems+=("stdout lacks: $want")
   fi
 done
+for want in "${expect_stderr[@]}"; do
+  if ! grep -qF -- "$want" "$tmp/stderr"; then
+    ok=0
+    problems+=("stderr lacks: $want")
+  fi
+done
+if [[ -n $expect_warnings ]]; then
+  warnings=$(grep -c '^vbts: warning:' "$tmp/stderr")
+  if [[ $warnings != "$expect_warnings" ]]; then
+    ok=0
+    problems+=("$warnings 'vbts: warning:' lines on stderr, expected $expect_warnings")
+  fi
+fi
 
 if [[ $ok == 1 ]]; then
   echo "ok: $monitor.$name: status $status, ${elapsed}s"

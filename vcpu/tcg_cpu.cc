@@ -107,12 +107,58 @@ class RamView : public PhysMemory {
   uint64_t size_;
 };
 
+// Guest-physical memory as QEMU's own page walk reads it, for the walk vbts
+// repeats (TcgCallbacks::PhysicalPage): RAM; from the end of RAM to 4 GiB the
+// MMIO region, i.e. the machine's devices (where nothing is mapped a read
+// returns all ones, as on an empty PC bus); above 4 GiB nothing (Unicorn's
+// unassigned memory reads 0).  Both walks then read the same entries and
+// reach the same physical page, also when the guest's page tables (or CR3)
+// point outside RAM (guest-tests/tiny/hostile_paging.asm).  Read-only.
+class WalkView : public PhysMemory {
+ public:
+  WalkView(uint8_t* ram, uint64_t size, TcgDevices* devices) : ram_(ram), size_(size), devices_(devices) {}
+  uint64_t size() const override { return size_; }
+  absl::Status Read(Gpa gpa, absl::Span<uint8_t> out) const override {
+    constexpr uint64_t k4G = 1ull << 32;
+    uint64_t at = gpa.value;
+    size_t done = 0;
+    while (done < out.size()) {
+      const uint64_t left = out.size() - done;
+      uint64_t n;
+      if (at < size_) {
+        n = std::min<uint64_t>(left, size_ - at);
+        std::memcpy(out.data() + done, ram_ + at, n);
+      } else if (at < k4G) {
+        // The walker reads aligned 4- and 8-byte entries: one device access each.
+        n = std::min<uint64_t>({left, 8, k4G - at});
+        const uint64_t v = devices_->MmioRead(at, static_cast<int>(n));
+        std::memcpy(out.data() + done, &v, n);
+      } else {
+        n = left;
+        std::memset(out.data() + done, 0, n);
+      }
+      done += n;
+      at += n;
+    }
+    return absl::OkStatus();
+  }
+  absl::Status Write(Gpa gpa, absl::Span<const uint8_t> data) override {
+    return absl::PermissionDeniedError("the TCG engine's walker only reads");
+  }
+
+ private:
+  uint8_t* ram_;
+  uint64_t size_;
+  TcgDevices* devices_;
+};
+
 // Where QEMU's walk ended when it passed a linear page to its TLB; Unicorn
 // 2.0.1 replaces it with the linear address ("identity map guest virtual
-// address"), so vbts walks again.  QEMU's walk already checked access rights
-// and set the A/D flags: this one only translates (supervisor read with SMEP
-// and SMAP off, no A/D updates).  An unassigned physical page when the tables
-// are not in RAM (QEMU then reads them from MMIO).
+// address"), so vbts walks again, through the same memory (WalkView).
+// QEMU's walk already checked access rights and set the A/D flags: this one
+// only translates (supervisor read with SMEP and SMAP off, no A/D updates).
+// An unassigned physical page if the two walks disagree all the same (a
+// paging mode vbts's walker refuses: 5-level).
 constexpr uint64_t kUnassigned = 1ull << 51;
 
 // QEMU's hflags that skipping past a block boundary keeps (TcgCpu::
@@ -235,8 +281,8 @@ struct TcgCallbacks {
     const uabi::EnvPrefix* env = self->env_;
     uint64_t pa = address;
     if (env->cr[0] & kCr0Pg) {
-      RamView ram(self->config_.ram, self->config_.ram_bytes);
-      auto t = pmu::Translate(self->WalkRegs(), ram, Gva{address}, pmu::Access{}, /*set_accessed_dirty=*/false);
+      WalkView bus(self->config_.ram, self->config_.ram_bytes, self->config_.devices);  // as QEMU walked
+      auto t = pmu::Translate(self->WalkRegs(), bus, Gva{address}, pmu::Access{}, /*set_accessed_dirty=*/false);
       if (!t.ok() || !t->fault.ok()) return;  // the access faults: the instruction does not retire
       pa = t->gpa.value;
     }
@@ -259,7 +305,15 @@ struct TcgCallbacks {
     // Unicorn synced EIP as the linear address; the architectural EIP is
     // the offset in CS.
     self->env_->eip = address - self->env_->segs[uabi::kCs].base;
-    if (self->skipping_) {
+    // The block was left at this boundary, already reported, because the
+    // observer's store changed its code (below): the instruction runs now
+    // from the new translation, without a second report.
+    const bool reentered = self->reenter_at_ == address;
+    self->reenter_at_ = TcgCpu::kNoReentry;
+    if (reentered) {
+      self->block_start_ = false;
+      self->first_hook_of_run_ = false;
+    } else if (self->skipping_) {
       // Block-level observation: an instruction in the middle of the block
       // the hook last reported runs unreported (the one before it did not
       // transfer control), unless something must happen at this boundary.
@@ -286,7 +340,7 @@ struct TcgCallbacks {
       }
       self->skipping_ = false;
     }
-    self->hook_block_start_ = self->block_start_;
+    if (!reentered) self->hook_block_start_ = self->block_start_;
     self->block_start_ = false;
     self->allow_delivery_ = false;  // a permission is for the boundary it was given at
     if (self->first_hook_of_run_) {
@@ -310,14 +364,25 @@ struct TcgCallbacks {
     // boundary, in DebugCheck, as its breakpoints do.)
     if ((self->stop_requested_ || self->time_up_) && self->debug_stop_.kind != TcgCpu::DebugStop::kWatch)
       self->Boundary(address);
-    if (self->insn_hook_) {
+    if (self->insn_hook_ && !reentered) {
       self->in_code_hook_ = true;
+      self->hook_linear_ = address;
       self->insn_hook_(address);
       self->in_code_hook_ = false;
       self->last_observed_ = address;
       self->observed_valid_ = true;
     }
     self->last_start_ = address;
+    if (self->code_changed_in_hook_) {
+      // The observer stored over bytes of this block from this instruction
+      // on (a BTS record over the branch target: InvalidateCodeBytes).  QEMU
+      // would go on running its old translation of them: leave the block
+      // here, so that QEMU translates the new bytes (SDM vol. 3A 11.6: the
+      // store comes before the instruction's fetch).
+      self->code_changed_in_hook_ = false;
+      self->reenter_at_ = address;
+      self->Boundary(address);
+    }
     // A debugger's breakpoint or finished step: after the tracer saw this
     // boundary (it has accounted for the instruction before), before the
     // instruction runs; when the run resumes here the tracer is not told
@@ -537,8 +602,8 @@ struct TcgCallbacks {
     if (self == nullptr) return vaddr;
     const uabi::EnvPrefix* env = self->env_;
     if ((env->cr[0] & kCr0Pg) == 0) return vaddr;
-    RamView ram(self->config_.ram, self->config_.ram_bytes);
-    auto t = pmu::Translate(self->WalkRegs(), ram, Gva{vaddr}, pmu::Access{}, /*set_accessed_dirty=*/false);
+    WalkView bus(self->config_.ram, self->config_.ram_bytes, self->config_.devices);
+    auto t = pmu::Translate(self->WalkRegs(), bus, Gva{vaddr}, pmu::Access{}, /*set_accessed_dirty=*/false);
     if (!t.ok() || !t->fault.ok()) {
       self->stats_.unassigned_walks++;
       return kUnassigned;
@@ -1360,6 +1425,7 @@ absl::StatusOr<TcgStop> TcgCpu::Run(uint64_t timeout_us) {
   delivering_ = -1;
   first_hook_of_run_ = true;
   block_start_at_run_ = block_start_;
+  reenter_at_ = kNoReentry;  // (a run that ended there resumes through first_hook_of_run_)
   debug_stop_ = DebugStop{};
   debug_first_ = true;
   debug_progress_ = false;
@@ -1503,6 +1569,12 @@ void TcgCpu::DebugBoundary(DebugStop::Kind kind, uint64_t linear) {
   Boundary(linear);
 }
 
+absl::Status CodeCoherentMemory::Write(Gpa gpa, absl::Span<const uint8_t> data) {
+  VBTS_RETURN_IF_ERROR(ram_.Write(gpa, data));
+  if (TcgCpu* tcg = engine_()) tcg->InvalidateCodeBytes(gpa.value, data.size());
+  return absl::OkStatus();
+}
+
 void TcgCpu::InvalidateCodeBytes(uint64_t gpa, uint64_t len) {
   rep_probe_.linear = ~0ull;
   if (gpa >= config_.ram_bytes || len == 0) return;
@@ -1518,6 +1590,38 @@ void TcgCpu::InvalidateCodeBytes(uint64_t gpa, uint64_t len) {
   // QEMU's range invalidation is exact within a page: a store next to code
   // (a DS area in the same page as the loop that branches) keeps it.
   tb_invalidate_phys_range_x86_64(uc_, gpa, end);
+  if (in_code_hook_ && !code_changed_in_hook_ && HitsBlockAhead(gpa, end)) code_changed_in_hook_ = true;
+}
+
+bool TcgCpu::HitsBlockAhead(uint64_t gpa, uint64_t end) {
+  // The rest of the block being run lies from the reported instruction to
+  // at most the end of the next linear page (a block crosses at most one
+  // page boundary): its physical bytes are [phys(L) + offset, end of that
+  // page) and the page phys(L + 1), L the instruction's linear page.
+  // Translated once per page and paging generation: most stores (BTS
+  // records in a data buffer) then cost two comparisons.
+  uint64_t linear = hook_linear_;
+  if (!(env_->hflags & (1u << 14))) linear &= 0xFFFFFFFFu;  // outside IA-32e mode (HF_LMA)
+  const uint64_t page = linear & ~0xFFFull;
+  const uint64_t generation = PagingGeneration();
+  if (!block_pages_.valid || block_pages_.linear_page != page || block_pages_.generation != generation ||
+      block_pages_.cr3 != env_->cr[3]) {
+    WalkView bus(config_.ram, config_.ram_bytes, config_.devices);
+    for (int i = 0; i < 2; i++) {
+      uint64_t la = page + static_cast<uint64_t>(i) * 0x1000;
+      if (!(env_->hflags & (1u << 14))) la &= 0xFFFFFFFFu;
+      absl::StatusOr<pmu::Translation> t = pmu::Translate(WalkRegs(), bus, Gva{la}, pmu::Access{}, false);
+      block_pages_.phys[i] = t.ok() && t->fault.ok() ? (t->gpa.value & ~0xFFFull) : ~0ull;
+    }
+    block_pages_.valid = true;
+    block_pages_.linear_page = page;
+    block_pages_.generation = generation;
+    block_pages_.cr3 = env_->cr[3];
+  }
+  const uint64_t from = block_pages_.phys[0] == ~0ull ? ~0ull : block_pages_.phys[0] + (linear & 0xFFF);
+  const auto overlaps = [&](uint64_t lo, uint64_t hi) { return lo != ~0ull && gpa < hi && lo < end; };
+  return overlaps(from, block_pages_.phys[0] + 0x1000) ||
+         overlaps(block_pages_.phys[1], block_pages_.phys[1] + 0x1000);
 }
 
 void TcgCpu::NoteCodePage(uint64_t page, bool has_code) {

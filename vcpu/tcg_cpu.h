@@ -77,7 +77,7 @@ struct TcgStats {
   uint64_t runs = 0;        // Run() calls
   uint64_t exceptions = 0;  // exceptions and INT n delivered through the IDT
   uint64_t port_io = 0, mmio = 0, msr = 0, cpuid = 0, halts = 0;
-  uint64_t unassigned_walks = 0;  // pages whose tables are not in RAM (mapped to nothing)
+  uint64_t unassigned_walks = 0;  // pages vbts's walk could not translate where QEMU's did (mapped to nothing)
   uint64_t icebp = 0;  // ICEBPs delivered as #DB (QEMU 5.0 raises #UD)
   uint64_t interrupts = 0, nmis = 0, injected = 0;  // external interrupts, NMIs, queued exceptions delivered
   uint64_t breakpoints = 0;  // the guest's instruction breakpoints raised
@@ -284,6 +284,19 @@ class TcgCpu {
   uint64_t soft_start_ = 0;     // EIP of the last INT n/INT3/INTO
   std::optional<std::pair<uint8_t, std::optional<uint32_t>>> pending_exception_;
   bool in_code_hook_ = false;   // insn_hook_ is running
+  // A store insn_hook_ made (InvalidateCodeBytes) changed the block being
+  // run at or after the reported instruction: the block is left there and
+  // re-entered at reenter_at_ without a second report.
+  bool HitsBlockAhead(uint64_t gpa, uint64_t end);
+  static constexpr uint64_t kNoReentry = ~0ull;
+  uint64_t hook_linear_ = 0;  // the instruction insn_hook_ reports
+  bool code_changed_in_hook_ = false;
+  uint64_t reenter_at_ = kNoReentry;
+  struct {
+    bool valid = false;
+    uint64_t linear_page = 0, generation = 0, cr3 = 0;
+    uint64_t phys[2] = {};  // the physical pages of linear_page and the next (~0: not mapped)
+  } block_pages_;
   bool deliver_now_ = false;    // an event waits for the next boundary the instruction hook reports
   bool first_hook_of_run_ = false;
   bool block_start_at_run_ = false;  // the last run ended at a block start (after its last report)
@@ -354,6 +367,24 @@ class TcgCpu {
   uint64_t cr8_ = 0;
   uint8_t maxphyaddr_ = 36;
   TcgStats stats_;
+};
+
+// Guest RAM as vbts's own stores on the guest's behalf write it: the virtual
+// PMU's BTS and PEBS records and DS index updates (the tracer's memory), a
+// debugger's writes.  Each write drops the TCG engine's translations of the
+// bytes it changes, as any store to code does (SDM vol. 3A 11.6;
+// guest-tests/tiny/hostile_ds_overlap.asm); `engine()` names the engine that
+// holds the vCPU now, or null (KVM fetches from RAM: nothing to drop).
+class CodeCoherentMemory : public PhysMemory {
+ public:
+  CodeCoherentMemory(PhysMemory& ram, std::function<TcgCpu*()> engine) : ram_(ram), engine_(std::move(engine)) {}
+  uint64_t size() const override { return ram_.size(); }
+  absl::Status Read(Gpa gpa, absl::Span<uint8_t> out) const override { return ram_.Read(gpa, out); }
+  absl::Status Write(Gpa gpa, absl::Span<const uint8_t> data) override;
+
+ private:
+  PhysMemory& ram_;
+  std::function<TcgCpu*()> engine_;
 };
 
 }  // namespace vbts::vcpu

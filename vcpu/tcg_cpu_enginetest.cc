@@ -8,6 +8,8 @@
 
 #include <map>
 
+#include "pmu/cpu_model.h"
+#include "pmu/vpmu.h"
 #include "vcpu/completer_test_util.h"
 
 namespace vbts::vcpu::testing {
@@ -613,6 +615,140 @@ TEST_F(TcgCpuTest, AFaultWithNoUsableIdtEndsInATripleFault) {
   CpuState st = Pm32(0);
   st.idtr.limit = 0;
   RunFrom(st, TcgStop::kTripleFault);
+}
+
+TEST_F(TcgCpuTest, PageTablesOutsideRamAreReadFromTheBusAsQemuReadsThem) {
+  // 32-bit paging, PDE 0x100 (linear 0x40000000) -> a page table at
+  // physical 0x800000, beyond the test's 4 MiB of RAM: QEMU's walk reads its
+  // PTE through the MMIO region, i.e. the devices, which answer 0xfeedf00d
+  // to every read: P=1, R/W=0, U/S=1, PWT=1, frame 0xfeedf000.  So the read
+  // of linear 0x40000010 goes to physical 0xfeedf010 (the devices again) and
+  // returns 0xfeedf00d.  vbts's second walk (Unicorn 2.0.1 drops QEMU's
+  // physical address) must read the same entry from the same place: before,
+  // it gave up at the table outside RAM and the read went to an unassigned
+  // page that read 0 (guest-tests/tiny/hostile_paging.asm).
+  constexpr uint64_t kPd = 0x300000, kPtOutside = 0x800000;
+  Write32(kPd + 0, 0x00000083);                // P, W, PS: 0..4 MiB 1:1 (the code)
+  Write32(kPd + 0x100 * 4, kPtOutside | 0x3);  // P, W
+  Code(kCodeRip, {0xa1, 0x10, 0x00, 0x00, 0x40, 0xf4});  // mov eax, [0x40000010]; hlt
+  CpuState st = Pm32(0);
+  st.cr0 |= kCr0Pg;
+  st.cr4 = kCr4Pse;
+  st.cr3 = kPd;
+  st = RunFrom(st);
+  EXPECT_EQ(st.gpr[kRax], 0xfeedf00du);
+  EXPECT_EQ(st.rip, kCodeRip + 6);  // no #PF: after the HLT
+  EXPECT_THAT(devices_.mmio, ::testing::Contains(FakeDevices::Access{0xfeedf010, 4, 0}));
+  EXPECT_THAT(devices_.mmio, ::testing::Contains(FakeDevices::Access{kPtOutside, 4, 0}));
+  EXPECT_EQ(cpu_->stats().unassigned_walks, 0u);
+}
+
+// --- The virtual PMU's stores over translated code (SDM vol. 3A 11.6) ---
+//
+// A BTS record is a store like any other: code it overwrites runs as
+// overwritten.  The tracer stores through vcpu::CodeCoherentMemory (as the
+// machine wires it), from the engine's instruction hook; here the hook calls
+// the virtual PMU itself with a taken branch whose `to` field (record bytes
+// 8-15, 64-bit DS format: westmere has DTES64) is 0xc3: the buffer's base is
+// 8 bytes below `victim`, so the record's to lands on victim's first bytes
+// and victim begins with RET (C3 00 ...).
+class TcgPmuStoreTest : public TcgCpuTest {
+ protected:
+  static constexpr uint64_t kVictim = 0x4000, kDs = 0x5000, kBase = kVictim - 8;
+  TcgPmuStoreTest() : pmu_(*pmu::FindCpuModel("westmere")) {}
+  void SetUp() override {
+    TcgCpuTest::SetUp();
+    Write64(kDs + 0, kBase);           // BTS buffer base
+    Write64(kDs + 8, kBase);           // index
+    Write64(kDs + 16, kBase + 4 * 24); // absolute maximum: 4 records
+    Write64(kDs + 24, kBase + 4 * 24); // threshold (no interrupt: BTINT clear)
+    ASSERT_FALSE(pmu_.WriteMsr(0x600, kDs).gp);                    // IA32_DS_AREA
+    ASSERT_FALSE(pmu_.WriteMsr(0x1d9, (1u << 6) | (1u << 7)).gp);  // DEBUGCTL: TR, BTS
+    Code(kVictim, {0xb8, 0x01, 0x00, 0x00, 0x00, 0xc3});           // victim: mov eax, 1; ret
+  }
+  // The record, stored as the tracer stores one (paging off: linear = physical).
+  void StoreRecord(PhysMemory& mem) {
+    pmu::LinearMemory lin(mem, pmu::PagingRegs{});
+    pmu::Branch b;
+    b.kind = pmu::BranchKind::kJmp;
+    b.branch_insn = true;
+    b.from = 0x1234;
+    b.to = 0xc3;
+    absl::StatusOr<pmu::PmuEffects> fx = pmu_.Observe(b, lin, /*guest_tf=*/false);
+    VBTS_EXPECT_OK(fx.status());
+    EXPECT_EQ(Read64(kDs + 8), kBase + 24);  // stored: the index moved on by one record
+    EXPECT_EQ(mem_.bytes()[kVictim], 0xc3);
+  }
+  // mov eax, 0x55; call victim; mov ebx, eax; mov eax, 0x55; call victim; hlt
+  // The record is stored before `mov ebx, eax` (0x10a), after victim ran once.
+  void LoadTwoCalls() {
+    const int32_t rel1 = static_cast<int32_t>(kVictim - (kCodeRip + 10));
+    const int32_t rel2 = static_cast<int32_t>(kVictim - (kCodeRip + 22));
+    std::vector<uint8_t> code = {0xb8, 0x55, 0x00, 0x00, 0x00, 0xe8};
+    for (int i = 0; i < 4; i++) code.push_back(static_cast<uint8_t>(rel1 >> (8 * i)));
+    code.insert(code.end(), {0x89, 0xc3, 0xb8, 0x55, 0x00, 0x00, 0x00, 0xe8});
+    for (int i = 0; i < 4; i++) code.push_back(static_cast<uint8_t>(rel2 >> (8 * i)));
+    code.push_back(0xf4);
+    Code(kCodeRip, code);
+  }
+  static constexpr uint64_t kAfterFirstCall = kCodeRip + 10, kHltAt = kCodeRip + 22;
+
+  pmu::VirtualPmu pmu_;
+};
+
+TEST_F(TcgPmuStoreTest, ARecordOverCodeThatRanIsWhatItsNextCallRuns) {
+  // The first call translates and runs victim as written (EAX = 1, kept in
+  // EBX); the record then makes it a RET, so the second call returns at once
+  // and EAX keeps 0x55 (guest-tests/tiny/hostile_ds_overlap.asm, part 3).
+  LoadTwoCalls();
+  CodeCoherentMemory ram(mem_, [this] { return cpu_.get(); });
+  cpu_->SetInstructionHook([&](uint64_t la) {
+    if (la == kAfterFirstCall) StoreRecord(ram);
+  });
+  CpuState st = RunFrom(Pm32(0));
+  EXPECT_EQ(st.gpr[kRbx], 1u);
+  EXPECT_EQ(st.gpr[kRax], 0x55u);
+  EXPECT_EQ(st.rip, kHltAt + 1);
+}
+
+TEST_F(TcgPmuStoreTest, WithoutTheInvalidationTheStaleTranslationRuns) {
+  // The same store made behind the engine's back (no engine to tell): QEMU
+  // keeps running its translation of victim as it was, EAX = 1 again.  This
+  // is what CodeCoherentMemory exists for (and what the test above detects).
+  LoadTwoCalls();
+  CodeCoherentMemory ram(mem_, [] { return nullptr; });
+  cpu_->SetInstructionHook([&](uint64_t la) {
+    if (la == kAfterFirstCall) StoreRecord(ram);
+  });
+  CpuState st = RunFrom(Pm32(0));
+  EXPECT_EQ(st.gpr[kRbx], 1u);
+  EXPECT_EQ(st.gpr[kRax], 1u);
+}
+
+TEST_F(TcgPmuStoreTest, ARecordOverTheBranchTargetAboutToRunIsWhatRuns) {
+  // The tracer stores a branch's record at the boundary before the target's
+  // first instruction, which QEMU has already translated (the hook runs
+  // inside that block).  The record makes the target a RET: the store comes
+  // before the instruction is fetched, so the RET runs (EAX keeps 0x55) and
+  // returns to the HLT after the call.
+  // mov eax, 0x55; call victim; hlt
+  const int32_t rel = static_cast<int32_t>(kVictim - (kCodeRip + 10));
+  std::vector<uint8_t> code = {0xb8, 0x55, 0x00, 0x00, 0x00, 0xe8};
+  for (int i = 0; i < 4; i++) code.push_back(static_cast<uint8_t>(rel >> (8 * i)));
+  code.push_back(0xf4);
+  Code(kCodeRip, code);
+  CodeCoherentMemory ram(mem_, [this] { return cpu_.get(); });
+  int victim_reports = 0;
+  cpu_->SetInstructionHook([&](uint64_t la) {
+    if (la != kVictim) return;
+    // Reported once: the engine re-enters the block without telling the
+    // tracer about the same boundary again.
+    if (victim_reports++ == 0) StoreRecord(ram);
+  });
+  CpuState st = RunFrom(Pm32(0));
+  EXPECT_EQ(st.gpr[kRax], 0x55u);
+  EXPECT_EQ(st.rip, kCodeRip + 11);  // after the HLT
+  EXPECT_EQ(victim_reports, 1);
 }
 
 // --- A debugger's stops (TcgCpu::SetDebug*, docs/gdb.md) ---

@@ -48,11 +48,7 @@ vcpu::TcgDevices::Msr TcgMsr(const pmu::MsrResult& r, uint64_t& value) {
 }
 
 // The clock the TCG engine's LAPIC timer runs on.
-uint64_t NowNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
-}
+uint64_t NowNs() { return MonotonicNs(); }  // the clock of COM1's deadline too
 
 // The MSRs KVM must send to vbts for --vpmu=`vpmu`, as KVM filter ranges.
 std::vector<MsrRange> PmuDenyList(const std::string& vpmu) {
@@ -255,7 +251,9 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
     return absl::InvalidArgumentError(absl::StrFormat("--engine=%s: expected auto, kvm or tcg", config_.engine));
   }
   supervisor_ = std::make_unique<vcpu::Supervisor>(*vcpu_, *ram_, *model_, facts_, std::move(options));
-  tracer_ram_ = std::make_unique<CodeCoherentMemory>(*this);
+  // Only the TCG engine caches translated code; KVM fetches from RAM.  Under
+  // kvm-tcg the engine's translations are flushed when it takes the vCPU back.
+  tracer_ram_ = std::make_unique<vcpu::CodeCoherentMemory>(*ram_, [this] { return in_tcg_ ? tcg_.get() : nullptr; });
   {  // The virtual PMU, its MSR filter and the tracer, in every --vpmu mode.
     feature_msrs_ = std::make_unique<pmu::FeatureMsrs>(*model_);
     vpmu_ = std::make_unique<pmu::VirtualPmu>(
@@ -456,7 +454,7 @@ absl::StatusOr<vcpu::CpuState> Machine::CurrentState() {
 
 RunResult Machine::Run() {
   if (config_.timeout_seconds > 0)
-    output_deadline_ns_ = NowNs() + static_cast<uint64_t>(config_.timeout_seconds * 1e9);
+    output_.SetDeadline(NowNs() + static_cast<uint64_t>(config_.timeout_seconds * 1e9));
   if (tcg_) return RunTcg();
   const double deadline = config_.timeout_seconds > 0 ? Now() + config_.timeout_seconds : 0;
   if (absl::Status s = KickTimer::Start(vcpu_->run(), kKickPeriodMs); !s.ok())
@@ -467,7 +465,7 @@ RunResult Machine::Run() {
   for (;;) {
     if (deadline && Now() >= deadline)
       return Finish(RunEnd::kTimeout, kExitTimeout,
-                    absl::StrFormat("vbts: guest timed out after %g s%s", config_.timeout_seconds, output_dropped_ ? " (its COM1 output was not being read from then on: dropped)" : ""));
+                    TimeoutMessage(config_.timeout_seconds, output_.dropped()));
     absl::StatusOr<bool> exited = vcpu_->Run();
     if (!exited.ok()) return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + exited.status().ToString());
     if (!*exited) {
@@ -527,44 +525,7 @@ void Machine::Mmio(uint64_t gpa, bool write, uint8_t* data, uint32_t len) {
   }
 }
 
-uint64_t Machine::CodeCoherentMemory::size() const { return m_.ram_->size(); }
-
-absl::Status Machine::CodeCoherentMemory::Read(Gpa gpa, absl::Span<uint8_t> out) const {
-  return m_.ram_->Read(gpa, out);
-}
-
-absl::Status Machine::CodeCoherentMemory::Write(Gpa gpa, absl::Span<const uint8_t> data) {
-  VBTS_RETURN_IF_ERROR(m_.ram_->Write(gpa, data));
-  // Only the TCG engine caches translated code; KVM fetches from RAM.  Under
-  // kvm-tcg the engine's translations are flushed when it takes the vCPU back.
-  if (m_.tcg_ && m_.in_tcg_) m_.tcg_->InvalidateCodeBytes(gpa.value, data.size());
-  return absl::OkStatus();
-}
-
-void Machine::WriteGuestOutput(uint8_t c) {
-  // Unbuffered: the guest's bytes reach stdout as they are written, and vbts
-  // keeps none of them, so a guest that floods COM1 costs no memory; it waits
-  // while the reader is slow.  With --timeout it waits no longer than the
-  // deadline: a reader that stopped reading must not keep the run past it
-  // (guest-tests/tiny/hostile_com1_flood.asm).  From then on the output is
-  // dropped and the run loop ends the run with the timeout.
-  if (output_dropped_) return;
-  const int fd = config_.output_fd;
-  for (;;) {
-    if (output_deadline_ns_) {
-      const uint64_t now = NowNs();
-      if (now >= output_deadline_ns_) {
-        output_dropped_ = true;
-        return;
-      }
-      pollfd p{fd, POLLOUT, 0};
-      const int ms = static_cast<int>(std::min<uint64_t>((output_deadline_ns_ - now) / 1'000'000 + 1, 1000));
-      const int r = ::poll(&p, 1, ms);
-      if (r == 0 || (r < 0 && errno == EINTR)) continue;
-    }
-    if (::write(fd, &c, 1) >= 0 || errno != EINTR) return;
-  }
-}
+void Machine::WriteGuestOutput(uint8_t c) { output_.Write(c); }
 
 absl::Status Machine::CreateTcg() {
   VBTS_ASSIGN_OR_RETURN(tcg_, vcpu::TcgCpu::Create({ram_->host_base(), ram_->size(),
@@ -654,12 +615,12 @@ std::optional<RunResult> Machine::RunTcgLoop(uint64_t deadline, bool until_untra
       const uint64_t before = debugger_->stopped_ns();
       std::optional<RunResult> end = debugger_->BetweenRuns(halted_wait_);
       if (deadline) deadline += debugger_->stopped_ns() - before;
-      if (output_deadline_ns_) output_deadline_ns_ += debugger_->stopped_ns() - before;
+      output_.ExtendDeadline(debugger_->stopped_ns() - before);
       if (end) return end;
     }
     if (deadline && NowNs() >= deadline)
       return Finish(RunEnd::kTimeout, kExitTimeout,
-                    absl::StrFormat("vbts: guest timed out after %g s%s", config_.timeout_seconds, output_dropped_ ? " (its COM1 output was not being read from then on: dropped)" : ""));
+                    TimeoutMessage(config_.timeout_seconds, output_.dropped()));
     // (After BetweenRuns: a client may just have attached.)
     const uint64_t slice = debugger_ && debugger_->connected() ? kDebugSliceNs : kSliceNs;
     if (halted_wait_) {

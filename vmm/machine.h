@@ -25,6 +25,7 @@
 #include "vmm/debug_exit.h"
 #include "vmm/debugger.h"
 #include "vmm/fw_cfg.h"
+#include "vmm/guest_output.h"
 #include "vmm/pc_testdev.h"
 #include "vmm/guest_memory.h"
 #include "vmm/kvm_vm.h"
@@ -177,26 +178,13 @@ class Machine : private vcpu::TcgDevices {
   const pmu::CpuModel* model_ = nullptr;
   std::optional<pmu::CpuModel> own_model_;  // --vpmu=off: the model without its PMU
   std::unique_ptr<GuestMemory> ram_;
-  // The tracer's view of RAM: the virtual PMU's stores (BTS and PEBS records,
-  // DS index updates) invalidate the TCG engine's translations of the bytes
-  // they change, as any store to code does (SDM vol. 3A 11.6); see
-  // guest-tests/tiny/hostile_ds_overlap.asm.
-  class CodeCoherentMemory : public PhysMemory {
-   public:
-    explicit CodeCoherentMemory(Machine& m) : m_(m) {}
-    uint64_t size() const override;
-    absl::Status Read(Gpa gpa, absl::Span<uint8_t> out) const override;
-    absl::Status Write(Gpa gpa, absl::Span<const uint8_t> data) override;
-
-   private:
-    Machine& m_;
-  };
-  std::unique_ptr<CodeCoherentMemory> tracer_ram_;
-  // COM1's output (WriteGuestOutput): with --timeout, a write that would
+  // The tracer's (and the debugger's) view of RAM: stores made for the guest
+  // drop the TCG engine's translations of the bytes they change.
+  std::unique_ptr<vcpu::CodeCoherentMemory> tracer_ram_;
+  // COM1's output (vmm/guest_output.h): with --timeout, a write that would
   // block past the deadline drops the rest of the output instead.
   void WriteGuestOutput(uint8_t c);
-  uint64_t output_deadline_ns_ = 0;
-  bool output_dropped_ = false;
+  GuestOutput output_{config_.output_fd};
   std::unique_ptr<Vm> vm_;
   std::unique_ptr<vcpu::KvmVcpu> vcpu_;
   std::unique_ptr<vcpu::Supervisor> supervisor_;
