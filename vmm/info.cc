@@ -268,6 +268,16 @@ std::string FormatCpuModel(const pmu::CpuModel& m) {
                                            p.lbr.from_base, p.lbr.to_base,
                                            p.lbr.info_base ? absl::StrFormat(", INFO 0x%x", p.lbr.info_base) : "",
                                            p.lbr.tos, p.lbr.select ? ", LBR_SELECT" : ""));
+  const auto level = [](const pmu::CacheLevelGeometry& g) {
+    const uint64_t kib = g.bytes() / 1024;
+    return kib % 1024 ? absl::StrFormat("%u KB %u-way", kib, g.ways) : absl::StrFormat("%u MB %u-way", kib / 1024, g.ways);
+  };
+  Row(out, "caches (LLC events)",
+      absl::StrFormat("inner %s, LLC %s, 64-byte lines, pair prefetch into %s (docs/pmu-model.md)", level(p.cache.inner),
+                      level(p.cache.llc),
+                      p.cache.pair == pmu::PairPrefetch::kInnerAndLlc ? "both"
+                      : p.cache.pair == pmu::PairPrefetch::kLlc       ? "the LLC"
+                                                                      : "none"));
   return out;
 }
 
