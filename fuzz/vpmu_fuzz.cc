@@ -80,7 +80,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   PagingRegs paging;
 
   for (int ops = 0; !in.empty() && ops < 4096; ops++) {
-    switch (in.U8() % 10) {
+    switch (in.U8() % 11) {
       case 0: {  // WRMSR
         const uint32_t msr = PickMsr(in, msrs);
         const uint64_t v = in.Value();
@@ -145,6 +145,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         pmu.NoteKernelDebugCtl(in.Value());
         pmu.KernelDebugCtl();
         break;
+      case 9: {  // a data access, for the LLC events (any address, size and CPL)
+        const uint64_t pa = in.Value();
+        const uint32_t n = in.U8();
+        const uint8_t cpl = in.U8() & 3;
+        pmu.WantsDataAccesses();
+        pmu.ObserveDataAccess(pa, n, cpl);
+        break;
+      }
       default:  // what the engine and `vbts run -v` query
         pmu.NeedsObservation();
         pmu.BranchAgnostic();
