@@ -2,6 +2,8 @@
 // unicorn_abi.h for what it relies on beyond the public API).
 #include "vcpu/tcg_cpu.h"
 
+#include "vcpu/control_regs.h"
+
 #include <dlfcn.h>
 #include <unicorn/unicorn.h>
 
@@ -222,6 +224,16 @@ struct TcgCallbacks {
       env->eip += icebp_length;
       do_interrupt_x86_hardirq_x86_64(env, 1, /*is_hw=*/0);
     } else {
+      // A fault's frame holds EFLAGS with RF set, so that the IRET back to
+      // the faulting instruction does not take an instruction breakpoint
+      // there again (SDM vol. 3A 17.3.1.1: RF is set in the saved EFLAGS of
+      // every fault but an instruction-breakpoint #DB; kvm-unit-tests
+      // idt_test checks #UD and #GP).  QEMU 5.0 pushes it clear; its delivery
+      // clears RF afterwards.
+      constexpr uint32_t kFaults = (1u << 0) | (1u << 5) | (1u << 6) | (1u << 7) | (1u << 10) | (1u << 11) |
+                                   (1u << 12) | (1u << 13) | (1u << 14) | (1u << 16) | (1u << 17) | (1u << 19) |
+                                   (1u << 20) | (1u << 21);
+      if (!soft && intno < 32 && ((kFaults >> intno) & 1)) env->eflags |= kRflagsRf;
       x86_cpu_do_interrupt_x86_64(self->cpu_);
     }
     self->delivering_ = -1;
@@ -545,6 +557,61 @@ struct TcgCallbacks {
     if ((efer ^ env->efer) & kEferNxe) tlb_flush_x86_64(self->cpu_);
     env->efer = efer;
   }
+  // MOV to CR0/CR4/CR8 (helper_write_crN): #GP(0) where the CPU raises it;
+  // CR8 goes to the machine's LAPIC.  False: QEMU's helper does the rest.
+  static bool WriteCr(TcgCpu* self, int reg, uint64_t value, uintptr_t ra) {
+    uabi::EnvPrefix* env = self->env_;
+    const ControlState s{env->cr[0], env->cr[3], env->cr[4], env->efer, (env->hflags & (1u << 15)) != 0};  // HF_CS64
+    switch (reg) {
+      case 0:
+        if (Cr0WriteFaults(value, s)) raise_exception_err_ra_x86_64(env, 13, 0, ra);
+        return false;
+      case 4: {
+        TcgDevices* d = self->config_.devices;
+        const uint64_t valid = Cr4ValidBits([d](uint32_t leaf, uint32_t subleaf) { return d->Cpuid(leaf, subleaf); });
+        if (Cr4WriteFaults(value, valid, s)) raise_exception_err_ra_x86_64(env, 13, 0, ra);
+        return false;
+      }
+      case 8:
+        if (Cr8WriteFaults(value)) raise_exception_err_ra_x86_64(env, 13, 0, ra);
+        self->cr8_ = value;
+        // A lower task priority may let a pending interrupt in: QEMU checks
+        // at the next block, which a MOV to CR8 ends.
+        return self->config_.devices->WriteCr8(value);
+      default:
+        return false;
+    }
+  }
+  // LTR and LLDT in IA-32e mode load a 16-byte descriptor whose base must
+  // be canonical, else #GP(selector) (SDM vol. 2A LLDT, LTR: "If in IA-32e
+  // mode and the base address in the descriptor is non-canonical"); QEMU
+  // 5.0 loads it as it is.  Checked before QEMU's helper, for a present
+  // descriptor of the right type in the GDT (the helper raises the others).
+  static void CheckSystemSegmentBase(TcgCpu* self, int selector, uint8_t type, uintptr_t ra) {
+    uabi::EnvPrefix* env = self->env_;
+    const uint32_t sel = static_cast<uint32_t>(selector) & 0xFFFF;
+    if (!(env->efer & kEferLma) || (sel & ~3u) == 0 || (sel & 4)) return;
+    const uint32_t index = sel & ~7u;
+    if (index + 15 > env->gdt.limit) return;
+    WalkView bus(self->config_.ram, self->config_.ram_bytes, self->config_.devices);
+    pmu::LinearMemory mem(bus, self->WalkRegs());
+    pmu::Access implicit;
+    implicit.implicit = true;
+    uint8_t d[16];
+    absl::StatusOr<pmu::AccessFault> f = mem.Read(Gva{env->gdt.base + index}, absl::MakeSpan(d), implicit);
+    if (!f.ok() || !f->ok()) return;
+    if (!(d[5] & 0x80) || (d[5] & 0x1F) != type) return;  // not present, or not this kind of system segment
+    const uint64_t base = d[2] | (uint64_t{d[3]} << 8) | (uint64_t{d[4]} << 16) | (uint64_t{d[7]} << 24) |
+                          (uint64_t{d[8]} << 32) | (uint64_t{d[9]} << 40) | (uint64_t{d[10]} << 48) |
+                          (uint64_t{d[11]} << 56);
+    const int bits = (env->cr[4] & (1u << 12)) ? 57 : 48;  // CR4.LA57
+    const int64_t shifted = static_cast<int64_t>(base << (64 - bits)) >> (64 - bits);
+    if (static_cast<uint64_t>(shifted) != base) raise_exception_err_ra_x86_64(env, 13, static_cast<int>(sel & ~3u), ra);
+  }
+  static uint64_t ReadCr8(TcgCpu* self) {
+    if (std::optional<uint64_t> v = self->config_.devices->ReadCr8()) return *v;
+    return self->cr8_;
+  }
   static void SetDr(TcgCpu* self, int reg, uint64_t value, uintptr_t ra) {
     uabi::EnvPrefix* env = self->env_;
     uint64_t* dr = self->dr();
@@ -741,6 +808,38 @@ void helper_into_x86_64(void* env, int next_eip_addend) {
   static const auto original = vbts::vcpu::Original<Fn>("helper_into_x86_64");
   if (vbts::vcpu::TcgCpu* self = TcgCallbacks::Running(env)) TcgCallbacks::SoftInterrupt(self);
   original(env, next_eip_addend);
+}
+
+// MOV to CRn: QEMU 5.0 takes any value for CR0 and CR4, and its CR8 has no
+// LAPIC behind it; vbts raises #GP(0) where the modelled CPU does
+// (vcpu/control_regs.h) and makes CR8 the machine LAPIC's TPR[7:4].
+void helper_write_crN_x86_64(void* env, int reg, uint64_t value) {
+  using Fn = void (*)(void*, int, uint64_t);
+  static const auto original = vbts::vcpu::Original<Fn>("helper_write_crN_x86_64");
+  vbts::vcpu::TcgCpu* self = TcgCallbacks::Running(env);
+  if (self == nullptr || !TcgCallbacks::WriteCr(self, reg, value, reinterpret_cast<uintptr_t>(__builtin_return_address(0))))
+    original(env, reg, value);
+}
+void helper_ltr_x86_64(void* env, int selector) {
+  using Fn = void (*)(void*, int);
+  static const auto original = vbts::vcpu::Original<Fn>("helper_ltr_x86_64");
+  if (vbts::vcpu::TcgCpu* self = TcgCallbacks::Running(env))  // an available 64-bit TSS: type 9
+    TcgCallbacks::CheckSystemSegmentBase(self, selector, 0x09, reinterpret_cast<uintptr_t>(__builtin_return_address(0)));
+  original(env, selector);
+}
+void helper_lldt_x86_64(void* env, int selector) {
+  using Fn = void (*)(void*, int);
+  static const auto original = vbts::vcpu::Original<Fn>("helper_lldt_x86_64");
+  if (vbts::vcpu::TcgCpu* self = TcgCallbacks::Running(env))  // an LDT: type 2
+    TcgCallbacks::CheckSystemSegmentBase(self, selector, 0x02, reinterpret_cast<uintptr_t>(__builtin_return_address(0)));
+  original(env, selector);
+}
+uint64_t helper_read_crN_x86_64(void* env, int reg) {
+  using Fn = uint64_t (*)(void*, int);
+  static const auto original = vbts::vcpu::Original<Fn>("helper_read_crN_x86_64");
+  vbts::vcpu::TcgCpu* self = TcgCallbacks::Running(env);
+  if (self != nullptr && reg == 8) return TcgCallbacks::ReadCr8(self);
+  return original(env, reg);
 }
 
 // MOV to DRn: QEMU 5.0 turns DR7 into its own breakpoints and watchpoints,
@@ -1044,6 +1143,10 @@ absl::Status TcgCpu::SelfCheck() {
                                    {"x86_cpu_exec_interrupt_x86_64", reinterpret_cast<void*>(&x86_cpu_exec_interrupt_x86_64)},
                                    {"helper_single_step_x86_64", reinterpret_cast<void*>(&helper_single_step_x86_64)},
                                    {"helper_set_dr_x86_64", reinterpret_cast<void*>(&helper_set_dr_x86_64)},
+                                   {"helper_write_crN_x86_64", reinterpret_cast<void*>(&helper_write_crN_x86_64)},
+                                   {"helper_read_crN_x86_64", reinterpret_cast<void*>(&helper_read_crN_x86_64)},
+                                   {"helper_ltr_x86_64", reinterpret_cast<void*>(&helper_ltr_x86_64)},
+                                   {"helper_lldt_x86_64", reinterpret_cast<void*>(&helper_lldt_x86_64)},
                                    {"helper_rdpmc_x86_64", reinterpret_cast<void*>(&helper_rdpmc_x86_64)},
                                    {"helper_syscall_x86_64", reinterpret_cast<void*>(&helper_syscall_x86_64)},
                                    {"helper_sysenter_x86_64", reinterpret_cast<void*>(&helper_sysenter_x86_64)},

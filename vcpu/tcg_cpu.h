@@ -61,6 +61,11 @@ class TcgDevices {
   virtual bool InterruptPending() { return false; }
   // The guest wrote a debug register (MOV to DRn retired).
   virtual void DebugRegistersWritten() {}
+  // CR8, the LAPIC's task priority: CR8[3:0] is TPR[7:4] (SDM vol. 3A
+  // 10.8.6.1); a write sets TPR[3:0] to 0.  Without an interrupt controller
+  // (the default), CR8 is a plain register.
+  virtual std::optional<uint64_t> ReadCr8() { return std::nullopt; }
+  virtual bool WriteCr8(uint64_t value) { return false; }
 };
 
 // Why Run() returned.

@@ -872,6 +872,13 @@ vcpu::TcgDevices::Msr Machine::ReadPmc(uint32_t ecx, uint64_t& value) {
   return TcgMsr(vpmu_->ReadPmc(ecx), value);
 }
 
+std::optional<uint64_t> Machine::ReadCr8() { return (lapic_->Read(0x80, NowNs()) >> 4) & 0xF; }
+
+bool Machine::WriteCr8(uint64_t value) {
+  lapic_->Write(0x80, static_cast<uint32_t>(value & 0xF) << 4, NowNs());  // TPR (SDM vol. 3A 10.8.6.1)
+  return true;
+}
+
 void Machine::DebugRegistersWritten() {
   // The tracer raises the guest's data breakpoints (it reads DR0-DR7 again);
   // a data breakpoint makes it want every instruction: end the run (QEMU

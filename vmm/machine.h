@@ -161,6 +161,8 @@ class Machine : private vcpu::TcgDevices {
   std::optional<uint8_t> AcknowledgeInterrupt() override;
   bool InterruptPending() override;
   void DebugRegistersWritten() override;
+  std::optional<uint64_t> ReadCr8() override;
+  bool WriteCr8(uint64_t value) override;
   Msr ReadPmc(uint32_t ecx, uint64_t& value) override;
   bool IsLapicPage(uint64_t gpa) const;
   // Installs or removes the TCG engine's instruction hook as the tracer
