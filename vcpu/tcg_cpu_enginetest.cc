@@ -151,6 +151,38 @@ TEST_F(TcgCpuTest, Ud2IsDeliveredToTheGuest) {
   EXPECT_EQ(Read32(kKernelStack - 12), kCodeRip);
 }
 
+TEST_F(TcgCpuTest, MovToCr4OfABitTheCpuLacksIsAGpFaultWithRfInTheFrame) {
+  // The fake machine's CPUID leaf 1 reports EDX = 44H (DE, PAE) and ECX = 33H
+  // (VMX among them), no leaf 7: CR4 may hold PCE, DE, PAE and VMXE
+  // (vcpu/control_regs.h).  MOV CR4 of PAE retires; of PGE (bit 7) raises
+  // #GP(0) at the MOV, whose frame has EFLAGS.RF set (SDM vol. 3A 17.3.1.1).
+  Gate32(13, MakeGate(kIntGate32, kCode32K, 0x600, 0));
+  Code(0x600, {0xf4});
+  Code(kCodeRip, {0xb8, 0x20, 0, 0, 0, 0x0f, 0x22, 0xe0,    // mov eax, 20H; mov cr4, eax
+                  0xb8, 0x80, 0, 0, 0, 0x0f, 0x22, 0xe0});  // mov eax, 80H; mov cr4, eax
+  CpuState st = RunFrom(Pm32(0));
+  EXPECT_EQ(st.rip, 0x601u);
+  EXPECT_EQ(st.cr4, 0x20u);
+  EXPECT_EQ(Read32(kKernelStack - 16), 0u);              // error code
+  EXPECT_EQ(Read32(kKernelStack - 12), kCodeRip + 13);   // the second MOV CR4
+  EXPECT_EQ(Read32(kKernelStack - 4) & kRflagsRf, kRflagsRf);
+}
+
+TEST_F(TcgCpuTest, Cr8HoldsFourBitsAndFaultsOnMore) {
+  // Without an interrupt controller behind it (the fake machine), CR8 is a
+  // plain 4-bit register; bits 63:4 are reserved: #GP(0).
+  Gate64(13, MakeGate(kIntGate32, kCode64K, 0x600, 0));
+  Code(0x600, {0xf4});
+  Code(kCodeRip, {0x48, 0xc7, 0xc0, 0x05, 0, 0, 0,   // mov rax, 5
+                  0x44, 0x0f, 0x22, 0xc0,             // mov cr8, rax
+                  0x44, 0x0f, 0x20, 0xc3,             // mov rbx, cr8
+                  0x48, 0xc7, 0xc0, 0x10, 0, 0, 0,   // mov rax, 10H
+                  0x44, 0x0f, 0x22, 0xc0});           // mov cr8, rax: #GP
+  CpuState st = RunFrom(Lm64(0));
+  EXPECT_EQ(st.rip, 0x601u);
+  EXPECT_EQ(st.gpr[kRbx], 5u);
+}
+
 TEST_F(TcgCpuTest, PageFaultUnder32BitPagingHasCr2AndErrorCode) {
   // 32-bit paging (CR4.PSE): PDE 0 maps 0..4 MiB with a 4-MiB page; PDE 0x100
   // (linear 0x40000000) points to a page table whose PTE 0 maps physical
