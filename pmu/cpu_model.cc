@@ -135,7 +135,8 @@ std::vector<CpuModel> MakeModels() {
     // architectural perfmon (leaf 0AH is beyond its maximum leaf 5).
     CpuModel m{"pentium4",
                "Intel Pentium 4 (Prescott, 0F_03H): NetBurst, 32-bit only, MSR_DEBUGCTLA layout, 32-bit DS with "
-               "12-byte BTS records, DS-CPL, 16 LBRs (680H/6C0H, TOS 1DAH), LER 1D7H/1D8H, no arch perfmon",
+               "12-byte BTS records, DS-CPL, 16 LBRs (680H/6C0H, TOS 1DAH), LER 1D7H/1D8H, no arch perfmon; NetBurst "
+               "ESCR/CCCR counters (18 x 40 bits)",
                {}};
     auto& t = m.leaves;
     t.push_back({0, 0, false, 0x5, Ascii4("Genu"), Ascii4("ntel"), Ascii4("ineI")});
@@ -152,14 +153,17 @@ std::vector<CpuModel> MakeModels() {
     PmuModel& p = m.pmu;
     p.ds = p.ds_cpl = true;
     // IA32_MISC_ENABLE (vol. 4 table 2-46, NetBurst): fast strings (0),
-    // performance monitoring available (7), BTS available (11 = 0); PEBS
-    // needs NetBurst's ESCR/CCCR counters, which vbts does not model:
-    // PEBS unavailable (12 = 1).
+    // performance monitoring available (7), BTS available (11 = 0); NetBurst
+    // PEBS (MSR_PEBS_ENABLE with replay tagging, MSR_PEBS_MATRIX_VERT) is not
+    // modelled: PEBS unavailable (12 = 1).
     p.misc_enable = 0x1081;
     p.misc_enable_writable = kMiscEnableArchWritable;
     // MSR_DEBUGCTLA (17.12.1): LBR, BTF, TR, BTS, BTINT, BTS_OFF_OS, BTS_OFF_USR.
     p.debugctl_valid = 0x7F;
     p.netburst_debugctl = true;
+    // NetBurst performance counters, ESCRs and CCCRs (vol. 3B, the NetBurst
+    // performance-monitoring section; pmu/netburst.h).
+    p.netburst_perfmon = true;
     // 17.12.2: family 0FH model 03H and later, 16 entries as
     // MSR_LASTBRANCH_n_FROM_IP (680H-68FH) / _TO_IP (6C0H-6CFH), TOS 1DAH,
     // 32-bit linear addresses (no PERF_CAPABILITIES: format 0); LER at 1D7H/1D8H.

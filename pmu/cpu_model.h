@@ -65,6 +65,12 @@ struct PmuModel {
   // BTINT, BTS_OFF_OS, BTS_OFF_USR at bits 0-6, where IA32_DEBUGCTL has TR..
   // BTS_OFF_USR at bits 6-10.  The virtual PMU converts at the MSR.
   bool netburst_debugctl = false;
+  // NetBurst's own performance counters (SDM vol. 3B, "Performance
+  // Monitoring (Processors Based on Intel NetBurst Microarchitecture)"):
+  // 18 40-bit counters 300H-311H, their CCCRs 360H-371H and the ESCRs of
+  // family 0FH model 03H in 3A0H-3E1H (pmu/netburst.h).  RDPMC takes ECX =
+  // counter index 0-17, bit 31 the fast (32-bit) read.
+  bool netburst_perfmon = false;
   int perfmon_version = 0;      // CPUID.0AH:EAX[7:0]
   int gp_counters = 0;          // CPUID.0AH:EAX[15:8]
   int gp_width = 0;             // CPUID.0AH:EAX[23:16]

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
+#include "pmu/netburst.h"
 
 namespace vbts::pmu {
 namespace {
@@ -88,6 +89,14 @@ struct LbrEntry {
   uint64_t from = 0, to = 0, info = 0;
 };
 
+// A NetBurst counter with its CCCR (pmu/netburst.h).
+struct NbCounter {
+  uint64_t value = 0;  // 40 bits
+  uint64_t cccr = 0;
+  bool last_out = false;     // the threshold comparison's output at the last instruction (CCCR.EDGE)
+  bool pmi_pending = false;  // overflowed: the next event counted raises the PMI (OVF_PMI)
+};
+
 }  // namespace
 
 struct VirtualPmu::State {
@@ -113,6 +122,8 @@ struct VirtualPmu::State {
   uint64_t fixed_ctrl = 0;
   uint64_t global_ctrl = 0;
   uint64_t global_status = 0;
+  std::array<NbCounter, netburst::kCounters> nb{};
+  std::array<uint64_t, netburst::kMsrEscrLast - netburst::kMsrEscrFirst + 1> escr{};
 
   CacheModel cache;  // LLC Reference/Misses (docs/pmu-model.md)
 
@@ -189,7 +200,97 @@ struct VirtualPmu::State {
       if (CounterEnabled(i, false)) return true;
     for (int i = 0; i < pmu.fixed_counters; i++)
       if (CounterEnabled(i, true)) return true;
+    for (int i = 0; i < netburst::kCounters; i++)
+      if (NbCounts(i)) return true;
     return false;
+  }
+
+  // --- NetBurst counters (SDM vol. 3B, the NetBurst performance-monitoring
+  // section; docs/pmu-model.md, "NetBurst performance counters").
+  bool nb_on() const { return pmu.netburst_perfmon; }
+  // CCCR.Enable, with the active-thread field (bits 17:16, "must be set to
+  // 11B" on a processor without HT) at 11B.
+  bool NbEnabled(int i) const {
+    const uint64_t c = nb[i].cccr;
+    return nb_on() && (c & netburst::kCccrEnable) && (c & netburst::kCccrActiveThread) == netburst::kCccrActiveThread;
+  }
+  // The ESCR counter i takes its events from (CCCR bits 15:13), nullptr if none.
+  const netburst::Escr* NbEscr(int i) const {
+    return netburst::EscrFor(i, static_cast<int>((nb[i].cccr >> netburst::kCccrEscrSelectShift) & 7));
+  }
+  // Events counter i's ESCR selects in one retired instruction `b` at CPL
+  // `cpl`, after the ESCR's T0_OS/T0_USR qualification; -1 for an event vbts
+  // does not count (the counter stays as it is).  instr_retired (02H on
+  // CRU_ESCR0/1): NBOGUSNTAG counts every retired instruction: vbts has no
+  // speculation (nothing bogus) and no uop tagging (nothing tagged).
+  // branch_retired (06H on CRU_ESCR2/3): every branch instruction, taken
+  // (MMTP) or not taken (MMNP); vbts predicts every branch, so the
+  // mispredicted bits (MMNM, MMTM) count nothing.
+  int NbEvents(int i, const Branch& b, uint8_t cpl) const {
+    const netburst::Escr* e = NbEscr(i);
+    if (!e) return -1;
+    const uint64_t v = escr[e->msr - netburst::kMsrEscrFirst];
+    const uint32_t event = (v >> netburst::kEscrEventSelectShift) & 0x3F;
+    const uint32_t mask = (v >> netburst::kEscrEventMaskShift) & 0xFFFF;
+    int n;
+    if (e->unit == netburst::Unit::kCru01 && event == netburst::kEventInstrRetired) {
+      n = (mask & netburst::kMaskNbogusNtag) ? 1 : 0;
+    } else if (e->unit == netburst::Unit::kCru23 && event == netburst::kEventBranchRetired) {
+      n = b.branch_insn && (mask & (b.taken() ? netburst::kMaskMmtp : netburst::kMaskMmnp)) ? 1 : 0;
+    } else {
+      return -1;
+    }
+    if (!(v & (cpl == 0 ? netburst::kEscrOs : netburst::kEscrUsr))) n = 0;
+    return n;
+  }
+  // Counter i is enabled and counts an event vbts models.
+  bool NbCounts(int i) const { return NbEnabled(i) && NbEvents(i, Branch{}, 0) >= 0; }
+  // The CCCR's filtering of `n` events in one instruction (vbts's cycle):
+  // with Compare, 1 when n > threshold (n <= threshold with Complement),
+  // with Edge only on the comparison's false-to-true transition.
+  static uint64_t NbFilter(uint64_t cccr, int n, bool& last_out) {
+    if (!(cccr & netburst::kCccrCompare)) return static_cast<uint64_t>(n);
+    const int thr = static_cast<int>((cccr >> netburst::kCccrThresholdShift) & 0xF);
+    const bool out = (cccr & netburst::kCccrComplement) ? n <= thr : n > thr;
+    const bool inc = (cccr & netburst::kCccrEdge) ? out && !last_out : out;
+    last_out = out;
+    return inc ? 1 : 0;
+  }
+  // Adds `inc` to counter i: a wrap past 2^40 - 1 (or any increment with
+  // FORCE_OVF) sets CCCR.OVF and arms the PMI, which the next event counted
+  // raises when OVF_PMI is set; an overflow enables the counter whose
+  // CASCADE names this one as its alternate (returned in `cascade`).
+  void NbAdd(int i, uint64_t inc, bool& pmi, uint32_t& cascade) {
+    if (!inc) return;
+    NbCounter& c = nb[i];
+    if (c.pmi_pending) {
+      c.pmi_pending = false;
+      if (c.cccr & netburst::kCccrOvfPmi) pmi = true;
+    }
+    const uint64_t m = Mask(netburst::kCounterWidth);
+    const uint64_t next = (c.value + inc) & m;
+    const bool ovf = next < c.value || (c.cccr & netburst::kCccrForceOvf);
+    c.value = next;
+    if (ovf) {
+      c.cccr |= netburst::kCccrOvf;
+      c.pmi_pending = true;
+      if (i < 16) cascade |= 1u << (i ^ 2);
+    }
+  }
+  void NbCascade(uint32_t cascade) {
+    for (int j = 0; j < netburst::kCounters; j++)
+      if ((cascade & (1u << j)) && netburst::CascadeSource(j) >= 0 && (nb[j].cccr & netburst::kCccrCascade))
+        nb[j].cccr |= netburst::kCccrEnable;
+  }
+  void NbCountInstruction(const Branch& b, bool& pmi) {
+    uint32_t cascade = 0;
+    for (int i = 0; i < netburst::kCounters; i++) {
+      if (!NbEnabled(i)) continue;
+      const int n = NbEvents(i, b, b.cpl_from);
+      if (n < 0) continue;
+      NbAdd(i, NbFilter(nb[i].cccr, n, nb[i].last_out), pmi, cascade);
+    }
+    NbCascade(cascade);
   }
   bool BtsOn() const { return pmu.ds && (debugctl & kDbgTr) && (debugctl & kDbgBts); }
 
@@ -278,6 +379,7 @@ struct VirtualPmu::State {
       }
       fixed[i].value = next;
     }
+    if (nb_on()) NbCountInstruction(b, overflow_pmi);
     if (assist) VBTS_RETURN_IF_ERROR(PebsAssist(assist, b, mem, after, fx));
     if (overflow_pmi) RequestPmi(fx);
     return absl::OkStatus();
@@ -568,6 +670,11 @@ std::vector<MsrRange> VirtualPmu::InterceptedMsrs() const {
   if (lbr) r.push_back({0x1DA, 0x1DA});           // NetBurst MSR_LASTBRANCH_TOS
   if (lbr) r.push_back({0x1DB, kMsrLerTo});       // LER (1DBH/1DCH on older parts, 1DDH/1DEH)
   r.push_back({kMsrFixedCtr0, kMsrFixedCtr0 + kMaxFixed - 1});
+  // NetBurst counters, CCCRs, ESCRs: on every model, so that a model without
+  // them answers #GP on both engines (docs/pmu-model.md).
+  r.push_back({netburst::kMsrCounter0, netburst::kMsrCounter0 + netburst::kCounters - 1});
+  r.push_back({netburst::kMsrCccr0, netburst::kMsrCccr0 + netburst::kCounters - 1});
+  r.push_back({netburst::kMsrEscrFirst, netburst::kMsrEscrLast});
   r.push_back({kMsrPerfCapabilities, kMsrPerfCapabilities});
   r.push_back({kMsrFixedCtrCtrl, kMsrGlobalOvfCtrl});
   r.push_back({kMsrPebsEnable, kMsrPebsDataCfg});
@@ -582,6 +689,15 @@ std::vector<MsrRange> VirtualPmu::InterceptedMsrs() const {
 }
 
 MsrResult VirtualPmu::ReadPmc(uint32_t ecx) const {
+  if (s_->nb_on()) {
+    // No architectural perfmon (SDM vol. 2B RDPMC): ECX[30:0] is the counter
+    // index, 0-17 on family 0FH models 03H/04H/06H without L3; ECX[31]
+    // selects the fast read: bits 31:0 in EAX, EDX cleared.
+    const uint32_t index = ecx & 0x7FFFFFFF;
+    if (index >= static_cast<uint32_t>(netburst::kCounters)) return MsrResult{true, 0};
+    const uint64_t v = s_->nb[index].value;
+    return MsrResult{false, (ecx >> 31) ? (v & 0xFFFFFFFFull) : v};
+  }
   const uint32_t index = ecx & 0x3FFFFFFF;
   const bool fixed = (ecx >> 30) & 1;
   if ((ecx >> 31) != 0) return MsrResult{true, 0};  // reserved on Intel
@@ -615,6 +731,14 @@ MsrResult VirtualPmu::ReadMsr(uint32_t msr) const {
   auto ok = [](uint64_t v) { return MsrResult{false, v}; };
   const MsrResult gp{true, 0};
   int i;
+  if (s.nb_on()) {
+    if (msr >= netburst::kMsrCounter0 && msr < netburst::kMsrCounter0 + netburst::kCounters)
+      return ok(s.nb[msr - netburst::kMsrCounter0].value);
+    if (msr >= netburst::kMsrCccr0 && msr < netburst::kMsrCccr0 + netburst::kCounters)
+      return ok(s.nb[msr - netburst::kMsrCccr0].cccr);
+    if (msr >= netburst::kMsrEscrFirst && msr <= netburst::kMsrEscrLast)
+      return netburst::FindEscr(msr) ? ok(s.escr[msr - netburst::kMsrEscrFirst]) : gp;
+  }
   if (msr == kMsrMiscEnable) return ok(s.misc_enable);
   if (msr == kMsrDebugCtl) {
     if (!p.debugctl_valid) return gp;
@@ -655,6 +779,29 @@ MsrResult VirtualPmu::WriteMsr(uint32_t msr, uint64_t v) {
   const PmuModel& p = s.pmu;
   const MsrResult ok{false, 0}, gp{true, 0};
   int i;
+  if (s.nb_on()) {
+    if (msr >= netburst::kMsrCounter0 && msr < netburst::kMsrCounter0 + netburst::kCounters) {
+      // 40-bit counters: bits 63:40 of the value are ignored (docs/pmu-model.md).
+      NbCounter& c = s.nb[msr - netburst::kMsrCounter0];
+      c.value = v & Mask(netburst::kCounterWidth);
+      c.pmi_pending = false;  // a reloaded counter has no overflow pending
+      return ok;
+    }
+    if (msr >= netburst::kMsrCccr0 && msr < netburst::kMsrCccr0 + netburst::kCounters) {
+      const int n = static_cast<int>(msr - netburst::kMsrCccr0);
+      const uint64_t writable =
+          netburst::kCccrWritable | (n >= netburst::kIqCounter0 ? netburst::kCccrExtCascade : 0);
+      if (v & ~writable) return gp;  // reserved bits (docs/pmu-model.md)
+      s.nb[n].cccr = v;
+      s.nb[n].last_out = false;
+      return ok;
+    }
+    if (msr >= netburst::kMsrEscrFirst && msr <= netburst::kMsrEscrLast) {
+      if (!netburst::FindEscr(msr) || (v & ~netburst::kEscrWritable)) return gp;
+      s.escr[msr - netburst::kMsrEscrFirst] = v;
+      return ok;
+    }
+  }
   if (msr == kMsrMiscEnable) {
     // SDM vol. 4 table 2-2 and the model's table: the writable bits take the
     // value; the performance-monitoring bits 7, 11 and 12 are read-only and
@@ -822,6 +969,25 @@ uint64_t VirtualPmu::SequentialLimit(uint8_t cpl) const {
     if (!s.CounterEnabled(i, true) || !(((s.fixed_ctrl >> (4 * i)) & 0xF) & (cpl == 0 ? 1 : 2))) continue;
     limit = std::min(limit, Mask(s.pmu.fixed_width) - s.fixed[i].value);
   }
+  for (int i = 0; i < netburst::kCounters; i++) {
+    if (!s.NbEnabled(i)) continue;
+    const int n = s.NbEvents(i, plain, cpl);
+    if (n < 0) continue;
+    const NbCounter& c = s.nb[i];
+    bool out = c.last_out;
+    const uint64_t first = State::NbFilter(c.cccr, n, out);
+    if (!first) continue;
+    // A pending PMI or FORCE_OVF needs the exact instruction of the next increment.
+    if (c.pmi_pending || (c.cccr & netburst::kCccrForceOvf)) return 0;
+    const bool edge = (c.cccr & netburst::kCccrCompare) && (c.cccr & netburst::kCccrEdge);
+    // With Edge only the first instruction of the run counts (the comparison stays true).
+    const uint64_t room = Mask(netburst::kCounterWidth) - c.value;
+    if (edge) {
+      if (room == 0) return 0;
+    } else {
+      limit = std::min(limit, room / first);
+    }
+  }
   return limit;
 }
 
@@ -835,6 +1001,11 @@ bool VirtualPmu::BranchAgnostic() const {
   for (int i = 0; i < s.pmu.gp_counters; i++) {
     if (!s.CounterEnabled(i, false)) continue;
     if (State::GpIncrement(s.gp[i].evtsel, taken) != State::GpIncrement(s.gp[i].evtsel, plain)) return false;
+  }
+  for (int i = 0; i < netburst::kCounters; i++) {
+    if (!s.NbEnabled(i)) continue;
+    for (uint8_t cpl : {0, 3})
+      if (s.NbEvents(i, taken, cpl) != s.NbEvents(i, plain, cpl)) return false;
   }
   return true;  // fixed counters count every instruction alike
 }
@@ -853,6 +1024,18 @@ void VirtualPmu::CountSequential(uint64_t n, uint8_t cpl) {
   for (int i = 0; i < s.pmu.fixed_counters; i++) {
     if (!s.CounterEnabled(i, true) || !(((s.fixed_ctrl >> (4 * i)) & 0xF) & (cpl == 0 ? 1 : 2))) continue;
     s.fixed[i].value = (s.fixed[i].value + n) & Mask(s.pmu.fixed_width);
+  }
+  for (int i = 0; i < netburst::kCounters; i++) {
+    if (!s.NbEnabled(i)) continue;
+    const int events = s.NbEvents(i, plain, cpl);
+    if (events < 0) continue;
+    NbCounter& c = s.nb[i];
+    // Every instruction of the run has the same events: the filter's
+    // output is the same for all; with Edge only the first can count.
+    const bool edge = (c.cccr & netburst::kCccrCompare) && (c.cccr & netburst::kCccrEdge);
+    const uint64_t first = State::NbFilter(c.cccr, events, c.last_out);
+    const uint64_t total = edge ? first : first * n;
+    c.value = (c.value + total) & Mask(netburst::kCounterWidth);  // no wrap: SequentialLimit
   }
 }
 

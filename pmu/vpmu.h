@@ -1,6 +1,7 @@
 // vpmu.h: the virtual PMU: the guest-visible model of Intel's debug store
-// (DS save area, BTS), last-branch records (LBR, LER), BTF, and the
-// architectural performance counters, as pure logic.  The stepping engine in
+// (DS save area, BTS), last-branch records (LBR, LER), BTF, the
+// architectural performance counters and NetBurst's ESCR/CCCR counters
+// (pmu/netburst.h), as pure logic.  The stepping engine in
 // vcpu/ feeds it every retired instruction and event delivery (pmu/branch.h)
 // and routes the guest's RDMSR/WRMSR of the MSRs it owns here; the virtual
 // PMU writes BTS records through the guest's paging and says when a PMI or a
@@ -96,7 +97,9 @@ class VirtualPmu {
   MsrResult ReadMsr(uint32_t msr) const;
   // RDPMC with ECX = `ecx` (SDM vol. 2B RDPMC): bit 30 selects the fixed
   // counters, bits 29:0 the index; a counter the model does not have is
-  // #GP.  (The CPL/CR4.PCE check is the CPU's.)
+  // #GP.  On NetBurst (no architectural perfmon) ECX[30:0] is the counter
+  // index 0-17 and bit 31 the fast read (bits 31:0, EDX = 0).  (The
+  // CPL/CR4.PCE check is the CPU's.)
   MsrResult ReadPmc(uint32_t ecx) const;
   // The engine reports a WRMSR that succeeds as retired (Observe) after
   // WriteMsr: it counts under the configuration it leaves

@@ -260,6 +260,10 @@ std::string FormatCpuModel(const pmu::CpuModel& m) {
                         p.debugctl_valid));
   else
     Row(out, "IA32_DEBUGCTL writable bits", absl::StrFormat("0x%x", p.debugctl_valid));
+  if (p.netburst_perfmon)
+    Row(out, "NetBurst counters",
+        "18 x 40 bits (300H-311H), CCCRs 360H-371H, 43 ESCRs in 3A0H-3E1H; counted: instr_retired (CRU_ESCR0/1), "
+        "branch_retired (CRU_ESCR2/3); RDPMC 0-17, bit 31 fast read");
   Row(out, "LBR stack",
       p.lbr.entries == 0 ? std::string("none")
       : p.lbr.packed     ? absl::StrFormat("%d entries, MSR_LASTBRANCH_n at 0x%x (FROM 31:0, TO 63:32), TOS 0x%x",

@@ -154,6 +154,15 @@ TEST(FormatCpuModelTest, WestmereDecoded) {
   EXPECT_THAT(text, HasSubstr("4 x 48 bits, 7 events"));
   EXPECT_THAT(text, HasSubstr("3 x 48 bits"));
   EXPECT_THAT(text, HasSubstr("LM=1 NX=1 SYSCALL=1"));
+  EXPECT_THAT(text, ::testing::Not(HasSubstr("NetBurst counters")));
+}
+
+TEST(FormatCpuModelTest, Pentium4ShowsNetBurstCounters) {
+  const pmu::CpuModel* m = pmu::FindCpuModel("pentium4");
+  ASSERT_NE(m, nullptr);
+  const std::string text = FormatCpuModel(*m);
+  EXPECT_THAT(text, HasSubstr("no architectural perfmon"));
+  EXPECT_THAT(text, HasSubstr("NetBurst counters              18 x 40 bits (300H-311H)"));
 }
 
 TEST(DetectHostKindTest, ModulesDecide) {

@@ -1,0 +1,389 @@
+// Unit tests of NetBurst's performance counters on the `pentium4` model
+// (SDM vol. 3B, "Performance Monitoring (Processors Based on Intel NetBurst
+// Microarchitecture)"; docs/pmu-model.md, "NetBurst performance counters").
+// Each expected value is derived in the comment above it.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "pmu/netburst.h"
+#include "pmu/testing/fake_memory.h"
+#include "pmu/vpmu.h"
+
+namespace vbts::pmu {
+namespace {
+
+// MSRs (the table of performance counter MSRs and their CCCRs and ESCRs).
+constexpr uint32_t kIqCounter0 = 0x30C, kIqCounter2 = 0x30E;  // counters 12, 14
+constexpr uint32_t kIqCccr0 = 0x36C, kIqCccr2 = 0x36E;
+constexpr uint32_t kCruEscr0 = 0x3B8, kCruEscr1 = 0x3B9, kCruEscr2 = 0x3CC;
+constexpr uint64_t kMask40 = (1ull << 40) - 1;
+
+// ESCR: event select 30:25, event mask 24:9, T0_OS 3, T0_USR 2.
+constexpr uint64_t Escr(uint64_t event, uint64_t mask, bool os, bool usr) {
+  return (event << 25) | (mask << 9) | (os ? 8 : 0) | (usr ? 4 : 0);
+}
+// CCCR: Enable 12, ESCR select 15:13, active thread 17:16 = 11B, OVF_PMI 26.
+constexpr uint64_t Cccr(uint64_t select, bool pmi = false) {
+  return (1ull << 12) | (select << 13) | (3ull << 16) | (pmi ? (1ull << 26) : 0);
+}
+constexpr uint64_t kOvf = 1ull << 31;
+
+// instr_retired (02H) with NBOGUSNTAG at CPL 0: 0x04000000 | 0x200 | 0x8 = 0x04000208.
+constexpr uint64_t kInstrOs = Escr(0x02, 1, true, false);
+static_assert(kInstrOs == 0x04000208);
+// IQ_CCCR with CRU_ESCR0/1 (select 4) and OVF_PMI: 0x1000 | 0x8000 | 0x30000 | 0x4000000 = 0x04039000.
+static_assert(Cccr(4, true) == 0x04039000);
+
+class NetBurstTest : public ::testing::Test {
+ protected:
+  NetBurstTest() : pmu_(*FindCpuModel("pentium4")), mem_(1 << 16), lin_(mem_, PagingRegs{}) {}
+
+  void Wr(uint32_t msr, uint64_t v) { ASSERT_FALSE(pmu_.WriteMsr(msr, v).gp) << std::hex << msr; }
+  uint64_t Rd(uint32_t msr) {
+    MsrResult r = pmu_.ReadMsr(msr);
+    EXPECT_FALSE(r.gp) << std::hex << msr;
+    return r.value;
+  }
+  static Branch Insn(uint8_t cpl = 0, BranchKind k = BranchKind::kNone, bool branch = false) {
+    Branch b;
+    b.kind = k;
+    b.from = 0x1000;
+    b.to = 0x1002;
+    b.cpl_from = b.cpl_to = cpl;
+    b.branch_insn = branch || k != BranchKind::kNone;
+    return b;
+  }
+  static Branch NotTakenJcc(uint8_t cpl = 0) { return Insn(cpl, BranchKind::kNone, true); }
+  bool Obs(const Branch& b) {  // true: a PMI is requested
+    absl::StatusOr<PmuEffects> fx = pmu_.Observe(b, lin_, false);
+    EXPECT_TRUE(fx.ok()) << fx.status();
+    return fx.ok() && fx->pmi;
+  }
+
+  VirtualPmu pmu_;
+  testing::FakePhysMemory mem_;
+  LinearMemory lin_;
+};
+
+TEST_F(NetBurstTest, EveryMsrOfTheFacilityReadsAndWritesAsTheSdmSays) {
+  // 18 counters (300H-311H) and 18 CCCRs (360H-371H), 0 after reset.
+  for (uint32_t i = 0; i < 18; i++) {
+    EXPECT_EQ(Rd(0x300 + i), 0u);
+    EXPECT_EQ(Rd(0x360 + i), 0u);
+  }
+  // 43 ESCRs in 3A0H-3E1H on 0F_03H: 3A0H-3B9H (26), RAT0/1, SSU0 (3BCH-3BEH),
+  // MS/TBPU/TC 0/1 (3C0H-3C5H), IX, ALF, CRU2/3 (3C8H-3CDH), CRU4/5 (3E0H-3E1H):
+  // 26 + 3 + 6 + 6 + 2 = 43; the other 23 addresses of the 66 (3BAH, 3BBH: IQ_ESCR0/1
+  // of models 01H-02H only; 3BFH, 3C6H, 3C7H, 3CEH-3DFH) #GP.
+  int present = 0;
+  for (uint32_t msr = 0x3A0; msr <= 0x3E1; msr++) {
+    const bool has = netburst::FindEscr(msr) != nullptr;
+    present += has;
+    EXPECT_EQ(pmu_.ReadMsr(msr).gp, !has) << std::hex << msr;
+    EXPECT_EQ(pmu_.WriteMsr(msr, 0).gp, !has) << std::hex << msr;
+  }
+  EXPECT_EQ(present, 43);
+  for (uint32_t msr : {0x3BAu, 0x3BBu, 0x3BFu, 0x3C6u, 0x3C7u, 0x3CEu, 0x3DFu}) EXPECT_TRUE(pmu_.ReadMsr(msr).gp);
+  // ESCR: bits 30:2 read back; 1:0 (T1 flags, no HT), 31, 63:32 reserved: #GP.
+  Wr(kCruEscr0, 0x7FFFFFFC);
+  EXPECT_EQ(Rd(kCruEscr0), 0x7FFFFFFCu);
+  for (uint64_t bad : {1ull, 2ull, 1ull << 31, 1ull << 32}) EXPECT_TRUE(pmu_.WriteMsr(kCruEscr0, bad).gp) << bad;
+  EXPECT_EQ(Rd(kCruEscr0), 0x7FFFFFFCu);
+  // CCCR: bits 12-26, 30, 31 read back (0xC7FFF000); 11:0, 29:27, 63:32 reserved;
+  // bit 11 (extended cascading) on the IQ CCCRs only.
+  Wr(0x360, 0xC7FFF000);
+  EXPECT_EQ(Rd(0x360), 0xC7FFF000u);
+  for (uint64_t bad : {1ull, 1ull << 11, 1ull << 27, 1ull << 28, 1ull << 29, 1ull << 32})
+    EXPECT_TRUE(pmu_.WriteMsr(0x360, bad).gp) << bad;
+  Wr(kIqCccr0, 1ull << 11);
+  EXPECT_EQ(Rd(kIqCccr0), 1ull << 11);
+  // Counters are 40 bits: EDX:EAX = FFFFFFFFH:FFFFFFF6H (-10) keeps bits 39:0 = FF_FFFF_FFF6H.
+  Wr(kIqCounter0, 0xFFFFFFFFFFFFFFF6ull);
+  EXPECT_EQ(Rd(kIqCounter0), 0xFFFFFFFFF6ull);
+  // No architectural counters on this model.
+  EXPECT_TRUE(pmu_.ReadMsr(0xC1).gp);
+  EXPECT_TRUE(pmu_.ReadMsr(0x38F).gp);
+}
+
+TEST(NetBurstModelsTest, OtherModelsGpOnNetBurstMsrs) {
+  for (const char* name : {"westmere", "core-duo", "skylake", "icelake-server"}) {
+    VirtualPmu p(*FindCpuModel(name));
+    // Intercepted on every model: the answer is vbts's on both engines.
+    for (uint32_t msr : {0x300u, 0x308u, 0x30Fu, 0x311u, 0x360u, 0x36Cu, 0x371u, 0x3A0u, 0x3B8u, 0x3CCu, 0x3E1u}) {
+      EXPECT_TRUE(p.Owns(msr)) << name << " " << std::hex << msr;
+      EXPECT_TRUE(p.ReadMsr(msr).gp) << name << " " << std::hex << msr;
+      EXPECT_TRUE(p.WriteMsr(msr, 0).gp) << name << " " << std::hex << msr;
+    }
+  }
+  // 309H-30BH are westmere's fixed counters, not NetBurst's FLAME counters.
+  VirtualPmu w(*FindCpuModel("westmere"));
+  EXPECT_FALSE(w.WriteMsr(0x309, 5).gp);
+  EXPECT_EQ(w.ReadMsr(0x309).value, 5u);
+  // --vpmu=off hides the NetBurst counters too.
+  VirtualPmu off(FindCpuModel("pentium4")->WithoutPmu());
+  EXPECT_TRUE(off.ReadMsr(0x30C).gp);
+  EXPECT_TRUE(off.WriteMsr(kCruEscr0, 0).gp);
+}
+
+TEST_F(NetBurstTest, InstrRetiredOverflowsAtZeroAndInterruptsOnTheNextEvent) {
+  // IQ_COUNTER0 from -3 counts instr_retired at CPL 0 with OVF_PMI.
+  Wr(kCruEscr0, kInstrOs);
+  Wr(kIqCounter0, kMask40 - 2);  // -3
+  EXPECT_FALSE(pmu_.NeedsObservation());
+  Wr(kIqCccr0, Cccr(4, true));
+  EXPECT_TRUE(pmu_.NeedsObservation());
+  // Instructions 1, 2: -2, -1.  Instruction 3 wraps to 0: OVF set, no PMI yet
+  // ("the PMI is generated on the next event count after the counter has overflowed").
+  EXPECT_FALSE(Obs(Insn()));
+  EXPECT_FALSE(Obs(Insn()));
+  EXPECT_FALSE(Obs(Insn()));
+  EXPECT_EQ(Rd(kIqCounter0), 0u);
+  EXPECT_EQ(Rd(kIqCccr0), Cccr(4, true) | kOvf);
+  // Instructions at CPL 3 are not counted (T0_USR clear): no event, no PMI.
+  EXPECT_FALSE(Obs(Insn(3)));
+  EXPECT_EQ(Rd(kIqCounter0), 0u);
+  // Instruction 4 (the next event): counter 1 and the PMI.
+  EXPECT_TRUE(Obs(Insn()));
+  EXPECT_EQ(Rd(kIqCounter0), 1u);
+  // OVF is sticky: still set; no further PMI until the next overflow.
+  EXPECT_FALSE(Obs(Insn()));
+  EXPECT_EQ(Rd(kIqCounter0), 2u);
+  EXPECT_NE(Rd(kIqCccr0) & kOvf, 0u);
+  Wr(kIqCccr0, Cccr(4, true));  // software clears OVF
+  EXPECT_EQ(Rd(kIqCccr0) & kOvf, 0u);
+  // Event deliveries are not instructions.
+  Obs(Insn(0, BranchKind::kInterrupt));
+  EXPECT_EQ(Rd(kIqCounter0), 2u);
+}
+
+TEST_F(NetBurstTest, PmiNeedsOvfPmiAndAReloadCancelsThePendingOne) {
+  Wr(kCruEscr0, kInstrOs);
+  Wr(kIqCounter0, kMask40);  // -1
+  Wr(kIqCccr0, Cccr(4, false));
+  EXPECT_FALSE(Obs(Insn()));  // wraps: OVF
+  EXPECT_FALSE(Obs(Insn()));  // next event: OVF_PMI clear, no PMI
+  EXPECT_EQ(Rd(kIqCccr0), Cccr(4, false) | kOvf);
+  Wr(kIqCccr0, Cccr(4, true));
+  Wr(kIqCounter0, kMask40);
+  EXPECT_FALSE(Obs(Insn()));     // wraps
+  Wr(kIqCounter0, kMask40 - 1);  // reloaded (-2) before the next event: nothing pending
+  EXPECT_FALSE(Obs(Insn()));     // -1
+  EXPECT_FALSE(Obs(Insn()));     // wraps again
+  EXPECT_TRUE(Obs(Insn()));      // next event: PMI
+}
+
+TEST_F(NetBurstTest, InstrRetiredMasksPrivilegeAndCounterRouting) {
+  // USR only: CPL 3 counts, CPL 0 does not.
+  Wr(kCruEscr0, Escr(0x02, 1, false, true));
+  Wr(kIqCccr0, Cccr(4));
+  Obs(Insn(3));
+  Obs(Insn(0));
+  Obs(Insn(3));
+  EXPECT_EQ(Rd(kIqCounter0), 2u);
+  // NBOGUSTAG / BOGUSNTAG / BOGUSTAG alone: nothing is tagged or bogus under vbts: 0.
+  Wr(kIqCounter0, 0);
+  Wr(kCruEscr0, Escr(0x02, 0xE, true, true));
+  Obs(Insn(0));
+  Obs(Insn(3));
+  EXPECT_EQ(Rd(kIqCounter0), 0u);
+  // The ESCR select must name an ESCR of this counter: CRU_ESCR1 feeds 14, 15, 17,
+  // so counter 12 with select 4 takes CRU_ESCR0 (now 0: no CPL flag, nothing).
+  Wr(kCruEscr0, 0);
+  Wr(kCruEscr1, kInstrOs);
+  Obs(Insn());
+  EXPECT_EQ(Rd(kIqCounter0), 0u);
+  Wr(kIqCccr2, Cccr(4));  // counter 14 takes CRU_ESCR1
+  Obs(Insn());
+  EXPECT_EQ(Rd(kIqCounter2), 1u);
+  // Select 0 (MSR_IQ_ESCR0/1, absent on model 03H) and 7 (no IQ ESCR): no events.
+  Wr(kCruEscr0, kInstrOs);
+  Wr(kIqCccr0, Cccr(0));
+  Obs(Insn());
+  Wr(kIqCccr0, Cccr(7));
+  Obs(Insn());
+  EXPECT_EQ(Rd(kIqCounter0), 0u);
+  // Active-thread bits 17:16 other than 11B: the counter does not count.
+  Wr(kIqCccr0, Cccr(4) & ~(1ull << 17));
+  Obs(Insn());
+  EXPECT_EQ(Rd(kIqCounter0), 0u);
+  // instr_retired on a BPU counter's ESCR (MSR_BPU_ESCR0, select 0, counter 0):
+  // event 02H there is another event, which vbts does not count.
+  Wr(0x3B2, kInstrOs);
+  Wr(0x360, Cccr(0));
+  Obs(Insn());
+  EXPECT_EQ(Rd(0x300), 0u);
+}
+
+TEST_F(NetBurstTest, BranchRetiredCountsBranchesByDirectionAllPredicted) {
+  // branch_retired (06H) on CRU_ESCR2 (select 5, counters 12, 13, 16).
+  // Workload: taken JMP, not-taken Jcc, plain, taken Jcc, plain.
+  auto run = [&](uint64_t mask) {
+    Wr(kIqCounter0, 0);
+    Wr(kCruEscr2, Escr(0x06, mask, true, false));
+    Wr(kIqCccr0, Cccr(5));
+    Obs(Insn(0, BranchKind::kJmp));
+    Obs(NotTakenJcc());
+    Obs(Insn());
+    Obs(Insn(0, BranchKind::kJcc));
+    Obs(Insn());
+    return Rd(kIqCounter0);
+  };
+  EXPECT_EQ(run(0x5), 3u);  // MMNP | MMTP: every branch (2 taken + 1 not taken)
+  EXPECT_EQ(run(0x4), 2u);  // MMTP: the taken ones
+  EXPECT_EQ(run(0x1), 1u);  // MMNP: the not-taken Jcc
+  EXPECT_EQ(run(0xA), 0u);  // MMNM | MMTM: vbts mispredicts nothing
+  EXPECT_EQ(run(0xF), 3u);
+  // Branches tell apart: no bulk counting across them.
+  EXPECT_FALSE(pmu_.BranchAgnostic());
+  Wr(kIqCccr0, 0);
+  Wr(kCruEscr0, kInstrOs);
+  Wr(kIqCccr0, Cccr(4));
+  EXPECT_TRUE(pmu_.BranchAgnostic());  // instr_retired counts branches as any instruction
+}
+
+TEST_F(NetBurstTest, CompareComplementThresholdEdgeAndForceOvf) {
+  Wr(kCruEscr2, Escr(0x06, 0x5, true, false));  // branch_retired, both directions, OS
+  const uint64_t compare = 1ull << 18, complement = 1ull << 19, edge = 1ull << 24, force = 1ull << 25;
+  // Workload per run: branch, branch, plain, branch (events per instruction 1, 1, 0, 1).
+  auto run = [&](uint64_t extra) {
+    Wr(kIqCounter0, 0);
+    Wr(kIqCccr0, Cccr(5) | extra);
+    bool pmi = false;
+    pmi |= Obs(Insn(0, BranchKind::kJmp));
+    pmi |= Obs(Insn(0, BranchKind::kJmp));
+    pmi |= Obs(Insn());
+    pmi |= Obs(Insn(0, BranchKind::kJmp));
+    EXPECT_FALSE(pmi);
+    return Rd(kIqCounter0);
+  };
+  EXPECT_EQ(run(compare), 3u);                            // events > 0: 1, 1, 0, 1
+  EXPECT_EQ(run(compare | (1ull << 20)), 0u);             // events > 1: never
+  EXPECT_EQ(run(compare | complement), 1u);               // events <= 0: the plain one
+  EXPECT_EQ(run(compare | complement | (1ull << 20)), 4u);  // events <= 1: all
+  EXPECT_EQ(run(compare | edge), 2u);                     // rising edges of (events > 0): 1st and 4th
+  EXPECT_EQ(run(edge), 3u);                               // Edge without Compare: not active
+  // FORCE_OVF: every increment overflows (OVF); the PMI comes with the next event.
+  Wr(kIqCounter0, 0);
+  Wr(kIqCccr0, Cccr(5, true) | force);
+  EXPECT_FALSE(Obs(Insn(0, BranchKind::kJmp)));  // 1, OVF
+  EXPECT_NE(Rd(kIqCccr0) & kOvf, 0u);
+  EXPECT_FALSE(Obs(Insn()));                    // no event
+  EXPECT_TRUE(Obs(Insn(0, BranchKind::kJmp)));  // 2: the PMI of the first overflow
+  EXPECT_EQ(Rd(kIqCounter0), 2u);
+}
+
+TEST_F(NetBurstTest, CascadeEnablesTheAlternateCounterOnOverflow) {
+  // Counter 12 counts instr_retired from -2; counter 14 (its alternate, 12 XOR 2)
+  // has CASCADE set and Enable clear, and takes CRU_ESCR1 (instr_retired too).
+  Wr(kCruEscr0, kInstrOs);
+  Wr(kCruEscr1, kInstrOs);
+  Wr(kIqCounter0, kMask40 - 1);
+  Wr(kIqCccr0, Cccr(4));
+  const uint64_t cascade = 1ull << 30;
+  Wr(kIqCccr2, (Cccr(4) & ~(1ull << 12)) | cascade);
+  Obs(Insn());  // counter 12: -1
+  Obs(Insn());  // counter 12 wraps to 0: counter 14 enabled from the next instruction
+  EXPECT_EQ(Rd(kIqCccr2), Cccr(4) | cascade);
+  EXPECT_EQ(Rd(kIqCounter2), 0u);
+  Obs(Insn());
+  Obs(Insn());
+  Obs(Insn());
+  EXPECT_EQ(Rd(kIqCounter2), 3u);
+  EXPECT_EQ(Rd(kIqCounter0), 3u);
+}
+
+TEST_F(NetBurstTest, RdpmcTakesTheCounterIndexAndFastRead) {
+  // SDM vol. 2B RDPMC: ECX[30:0] = index 0-17 on 0F_03H without L3; ECX[31]
+  // = fast read: bits 31:0 in EAX, EDX = 0.
+  Wr(kIqCounter0, 0xAB12345678ull);
+  EXPECT_EQ(pmu_.ReadPmc(12).value, 0xAB12345678ull);
+  EXPECT_FALSE(pmu_.ReadPmc(12).gp);
+  EXPECT_EQ(pmu_.ReadPmc(0x8000000Cu).value, 0x12345678ull);
+  EXPECT_FALSE(pmu_.ReadPmc(0x8000000Cu).gp);
+  EXPECT_FALSE(pmu_.ReadPmc(17).gp);
+  EXPECT_TRUE(pmu_.ReadPmc(18).gp);
+  EXPECT_TRUE(pmu_.ReadPmc(0x40000000u).gp);  // no fixed counters: index 40000000H
+  EXPECT_TRUE(pmu_.ReadPmc(0x80000012u).gp);
+}
+
+TEST_F(NetBurstTest, BulkCountingStopsBeforeTheOverflowAndThePendingPmi) {
+  Wr(kCruEscr0, Escr(0x02, 1, true, true));
+  Wr(kIqCounter0, kMask40 - 9);  // -10: 9 increments to all ones, the 10th wraps
+  Wr(kIqCccr0, Cccr(4, true));
+  EXPECT_EQ(pmu_.SequentialLimit(0), 9u);
+  pmu_.CountSequential(9, 0);
+  EXPECT_EQ(Rd(kIqCounter0), kMask40);
+  EXPECT_EQ(pmu_.SequentialLimit(3), 0u);
+  EXPECT_FALSE(Obs(Insn(3)));  // wraps: OVF, PMI pending
+  EXPECT_EQ(pmu_.SequentialLimit(0), 0u);  // the next event needs its exact instruction
+  EXPECT_TRUE(Obs(Insn()));
+  EXPECT_EQ(pmu_.SequentialLimit(0), kMask40 - 1);  // counter 1
+  pmu_.CountSequential(100, 0);
+  EXPECT_EQ(Rd(kIqCounter0), 101u);
+  // Edge: a run of plain instructions counts once.
+  Wr(kIqCccr0, Cccr(4) | (1ull << 18) | (1ull << 24));
+  EXPECT_EQ(pmu_.SequentialLimit(0), UINT64_MAX);
+  pmu_.CountSequential(50, 0);
+  EXPECT_EQ(Rd(kIqCounter0), 102u);
+  // An enabled counter of an event vbts does not count needs no observation.
+  Wr(kIqCccr0, 0);
+  Wr(0x3B2, kInstrOs);
+  Wr(0x360, Cccr(0));
+  EXPECT_FALSE(pmu_.NeedsObservation());
+  EXPECT_EQ(pmu_.SequentialLimit(0), UINT64_MAX);
+}
+
+// Bulk counting (CountSequential, up to SequentialLimit) must leave every
+// counter and CCCR exactly as that many Observe calls of plain instructions
+// would, without the PMI those calls never request within the limit.
+// Random programming of the IQ counters (fixed seed: deterministic).
+TEST(NetBurstBulkTest, CountSequentialEqualsObservingEachInstruction) {
+  const CpuModel& model = *FindCpuModel("pentium4");
+  std::mt19937_64 rng(14);
+  testing::FakePhysMemory mem(1 << 12);
+  LinearMemory lin(mem, PagingRegs{});
+  for (int round = 0; round < 300; round++) {
+    VirtualPmu bulk(model), each(model);
+    auto both = [&](uint32_t msr, uint64_t v) {
+      ASSERT_EQ(bulk.WriteMsr(msr, v).gp, each.WriteMsr(msr, v).gp);
+    };
+    for (uint32_t escr : {0x3B8u, 0x3B9u, 0x3CCu, 0x3CDu}) {
+      const uint64_t event = (rng() & 1) ? 0x02 : 0x06;
+      both(escr, (event << 25) | ((rng() & 0xF) << 9) | (rng() & 0xC));
+    }
+    for (int c = 12; c < 18; c++) {
+      // Enable, select 4 or 5, active thread 11B, and random Compare,
+      // Complement, Threshold 0/1, Edge, FORCE_OVF, OVF_PMI.
+      uint64_t cccr = (1ull << 12) | ((4 + (rng() & 1)) << 13) | (3ull << 16);
+      cccr |= rng() & ((1ull << 18) | (1ull << 19) | (1ull << 20) | (1ull << 24) | (1ull << 26));
+      if (rng() % 8 == 0) cccr |= 1ull << 25;
+      both(0x300 + c, kMask40 - rng() % 40);
+      both(0x360 + c, cccr);
+    }
+    for (int run = 0; run < 6; run++) {
+      const uint8_t cpl = (rng() & 1) ? 0 : 3;
+      const uint64_t n = std::min<uint64_t>(bulk.SequentialLimit(cpl), rng() % 30);
+      ASSERT_EQ(n <= bulk.SequentialLimit(cpl), true);
+      bulk.CountSequential(n, cpl);
+      Branch plain;
+      plain.cpl_from = plain.cpl_to = cpl;
+      for (uint64_t i = 0; i < n; i++) {
+        absl::StatusOr<PmuEffects> fx = each.Observe(plain, lin, false);
+        ASSERT_TRUE(fx.ok());
+        ASSERT_FALSE(fx->pmi) << "round " << round << " run " << run << " insn " << i;
+      }
+      for (uint32_t msr = 0x30C; msr <= 0x311; msr++) {
+        ASSERT_EQ(bulk.ReadMsr(msr).value, each.ReadMsr(msr).value) << "round " << round << std::hex << " " << msr;
+        ASSERT_EQ(bulk.ReadMsr(msr + 0x60).value, each.ReadMsr(msr + 0x60).value) << "round " << round;
+      }
+      // Then one observed instruction on both, which may overflow or interrupt.
+      absl::StatusOr<PmuEffects> a = bulk.Observe(plain, lin, false), b = each.Observe(plain, lin, false);
+      ASSERT_TRUE(a.ok() && b.ok());
+      ASSERT_EQ(a->pmi, b->pmi);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace vbts::pmu
