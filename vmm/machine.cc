@@ -126,13 +126,15 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
   }
   VBTS_ASSIGN_OR_RETURN(ram_, GuestMemory::Create(config_.mem_bytes));
 
-  // Boot information first, so the loader can refuse images that overlap it.
-  VBTS_ASSIGN_OR_RETURN(MultibootInfo mbi, WriteMultibootInfo(*ram_, config_.image_path, config_.append));
+  // The image first; the boot information goes at 0x9000 or, where the image
+  // covers that page, right after the image (MultibootInfoPage).
   LoaderLimits limits;
-  limits.reserved = mbi.reserved;
   limits.reserved.push_back({kBootStack - 0x1000, kBootGdt + 0x18, "vbts boot stack and GDT"});
   VBTS_ASSIGN_OR_RETURN(LoadedImage img,
                         LoadMultibootImage(image, config_.image_path, *ram_, limits));
+  VBTS_ASSIGN_OR_RETURN(MultibootInfo mbi, WriteMultibootInfo(*ram_, config_.image_path, config_.append,
+                                                              MultibootInfoPage(img.ranges)));
+  for (const GpaRange& r : mbi.reserved) limits.reserved.push_back(r);
   code_ = img.code;
   entry_ = img.entry;
   uint64_t kernel_end = 0;

@@ -39,13 +39,25 @@ absl::Status CheckNoNul(std::string_view what, std::string_view s) {
 
 }  // namespace
 
-std::vector<GpaRange> MultibootInfoReservedRanges() {
-  return {GpaRange{kMultibootInfoGpa, kMultibootInfoEnd, "multiboot info"}};
+std::vector<GpaRange> MultibootInfoReservedRanges(uint64_t base) {
+  return {GpaRange{base, base + (kMultibootInfoEnd - kMultibootInfoGpa), "multiboot info"}};
+}
+
+uint64_t MultibootInfoPage(const std::vector<GpaRange>& image) {
+  const auto overlaps = [&image](uint64_t base) {
+    for (const GpaRange& r : image)
+      if (r.start < base + 0x1000 && base < r.end) return true;
+    return false;
+  };
+  if (!overlaps(kMultibootInfoGpa)) return kMultibootInfoGpa;
+  uint64_t end = 0;
+  for (const GpaRange& r : image) end = std::max(end, r.end);
+  return (end + 0xFFF) & ~uint64_t{0xFFF};
 }
 
 absl::StatusOr<MultibootInfo> WriteMultibootInfo(PhysMemory& ram,
                                                  std::string_view kernel_file_name,
-                                                 std::string_view append) {
+                                                 std::string_view append, uint64_t base) {
   const uint64_t ram_size = ram.size();
   if (ram_size < kMultibootMinRam) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -98,8 +110,22 @@ absl::StatusOr<MultibootInfo> WriteMultibootInfo(PhysMemory& ram,
   Put32(page, mbi + 48, static_cast<uint32_t>(kMultibootMmapGpa));
   Put32(page, mbi + 64, static_cast<uint32_t>(kMultibootLoaderNameGpa));
 
-  VBTS_RETURN_IF_ERROR(ram.Write(Gpa(kMultibootInfoGpa), page));
-  return MultibootInfo{static_cast<uint32_t>(kMultibootInfoGpa), MultibootInfoReservedRanges()};
+  // The layout above is at 0x9000; elsewhere every pointer moves with it.
+  const uint64_t delta = base - kMultibootInfoGpa;
+  if (delta) {
+    for (size_t field : {mbi + 16, mbi + 48, mbi + 64}) {
+      uint32_t v;
+      std::memcpy(&v, page.data() + field, 4);
+      Put32(page, field, static_cast<uint32_t>(v + delta));
+    }
+  }
+  if (base + page.size() > ram_size || base + page.size() > (uint64_t{1} << 32)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "no room for the Multiboot information page at 0x%x (the image covers 0x9000 and RAM ends at 0x%x)", base,
+        ram_size));
+  }
+  VBTS_RETURN_IF_ERROR(ram.Write(Gpa(base), page));
+  return MultibootInfo{static_cast<uint32_t>(base), MultibootInfoReservedRanges(base)};
 }
 
 absl::StatusOr<std::vector<ModuleSpec>> ParseInitrd(std::string_view text) {

@@ -49,9 +49,16 @@ struct MultibootInfo {
   std::vector<GpaRange> reserved;   // GPA ranges the info occupies
 };
 
-// The ranges WriteMultibootInfo writes; pass these to LoaderLimits::reserved
-// before loading the kernel. Always {[0x9000, 0xA000) "multiboot info"}.
-std::vector<GpaRange> MultibootInfoReservedRanges();
+// The ranges WriteMultibootInfo writes at `base`: {[base, base + 4 KiB)
+// "multiboot info"}.
+std::vector<GpaRange> MultibootInfoReservedRanges(uint64_t base = kMultibootInfoGpa);
+
+// Where the information page goes for an image loaded at `image`: 0x9000,
+// unless the image covers part of [0x9000, 0xA000) (kvm-unit-tests'
+// realmode.flat loads at 0x8000); then the first page after the image's
+// highest byte.  QEMU writes its info at 0x9000 and then the image over it,
+// leaving EBX pointing at the image's bytes; vbts keeps both intact.
+uint64_t MultibootInfoPage(const std::vector<GpaRange>& image);
 
 // Writes the information structure for a guest with ram.size() bytes of RAM
 // from GPA 0 (contiguous: vbts has no PCI hole).
@@ -69,9 +76,13 @@ std::vector<GpaRange> MultibootInfoReservedRanges();
 // InvalidArgument if RAM is smaller than 1 MiB, the command line (with its
 // NUL) exceeds kMultibootCmdlineMax, or either string contains a NUL byte.
 // Nothing is written then.
+// `base`: the page (MultibootInfoPage), 0x9000 by default; the layout above
+// moves with it.  InvalidArgument also when the page does not fit in RAM
+// below 4 GiB.
 absl::StatusOr<MultibootInfo> WriteMultibootInfo(PhysMemory& ram,
                                                  std::string_view kernel_file_name,
-                                                 std::string_view append);
+                                                 std::string_view append,
+                                                 uint64_t base = kMultibootInfoGpa);
 
 // One Multiboot module (`vbts run --initrd`): its command line as the guest
 // sees it ("FILE ARGS", the text given for it) and the path it is read from.

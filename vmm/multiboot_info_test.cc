@@ -44,6 +44,31 @@ class BigRam : public PhysMemory {
   FakePhysMemory low_;
 };
 
+TEST(MultibootInfoTest, PageIs0x9000UnlessTheImageCoversIt) {
+  EXPECT_EQ(MultibootInfoPage({GpaRange{0x100000, 0x180000, "text"}}), 0x9000u);
+  EXPECT_EQ(MultibootInfoPage({GpaRange{0x8000, 0x9000, "text"}}), 0x9000u);  // ends where the page starts
+  // kvm-unit-tests realmode.flat: [0x8000, 0xA86C) and [0xB000, 0xDA30).
+  EXPECT_EQ(MultibootInfoPage({GpaRange{0x8000, 0xA86C, "text"}, GpaRange{0xB000, 0xDA30, "data"}}), 0xE000u);
+  EXPECT_EQ(MultibootInfoPage({GpaRange{0x9FFF, 0xA000, "x"}}), 0xA000u);
+}
+
+TEST(MultibootInfoTest, RelocatedPageMovesEveryPointer) {
+  FakePhysMemory ram(64 << 20);
+  VBTS_ASSERT_OK_AND_ASSIGN(MultibootInfo mi, WriteMultibootInfo(ram, "k", "a", 0xE000));
+  EXPECT_EQ(mi.info_gpa, 0xE000u);
+  EXPECT_THAT(mi.reserved, ElementsAre(GpaRange{0xE000, 0xF000, "multiboot info"}));
+  EXPECT_EQ(R32(ram, 0x9000), 0u);          // nothing at the usual place
+  EXPECT_EQ(R32(ram, 0xE000), 0x245u);      // flags
+  EXPECT_EQ(R32(ram, 0xE000 + 16), 0xE200u);  // cmdline
+  EXPECT_EQ(R32(ram, 0xE000 + 48), 0xE080u);  // mmap_addr
+  EXPECT_EQ(R32(ram, 0xE000 + 64), 0xE100u);  // boot_loader_name
+  EXPECT_EQ(R32(ram, 0xE200), 0x0061206bu);   // the command line "k a" and its NUL (little-endian)
+  // A page that would end beyond RAM is refused, nothing written.
+  FakePhysMemory small(1 << 20);
+  EXPECT_THAT(WriteMultibootInfo(small, "k", "", (1 << 20) - 0x800),
+              StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("no room")));
+}
+
 TEST(MultibootInfoTest, EveryFieldAtSpecOffset) {
   FakePhysMemory ram(64 << 20);
   std::fill(ram.bytes().begin(), ram.bytes().end(), 0xCC);
