@@ -121,7 +121,8 @@ TEST(NetBurstModelsTest, OtherModelsGpOnNetBurstMsrs) {
   EXPECT_FALSE(w.WriteMsr(0x309, 5).gp);
   EXPECT_EQ(w.ReadMsr(0x309).value, 5u);
   // --vpmu=off hides the NetBurst counters too.
-  VirtualPmu off(FindCpuModel("pentium4")->WithoutPmu());
+  const CpuModel p4_off = FindCpuModel("pentium4")->WithoutPmu();  // VirtualPmu keeps a reference to its model
+  VirtualPmu off(p4_off);
   EXPECT_TRUE(off.ReadMsr(0x30C).gp);
   EXPECT_TRUE(off.WriteMsr(kCruEscr0, 0).gp);
 }

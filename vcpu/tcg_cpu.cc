@@ -820,6 +820,16 @@ void helper_write_crN_x86_64(void* env, int reg, uint64_t value) {
   if (self == nullptr || !TcgCallbacks::WriteCr(self, reg, value, reinterpret_cast<uintptr_t>(__builtin_return_address(0))))
     original(env, reg, value);
 }
+// PUSHF: the EFLAGS image has RF and VM clear (SDM vol. 2B PUSHF: "the VM
+// and RF flags (bits 16 and 17) are not copied; instead, the values for these
+// flags are cleared"); Unicorn 2.0.1's helper copies them (kvm-unit-tests
+// realmode's "rflags.rf" after an IRET that loaded RF).
+uint64_t helper_read_eflags_x86_64(void* env) {
+  using Fn = uint64_t (*)(void*);
+  static const auto original = vbts::vcpu::Original<Fn>("helper_read_eflags_x86_64");
+  return original(env) & ~uint64_t{0x30000};
+}
+
 void helper_ltr_x86_64(void* env, int selector) {
   using Fn = void (*)(void*, int);
   static const auto original = vbts::vcpu::Original<Fn>("helper_ltr_x86_64");
@@ -1146,6 +1156,7 @@ absl::Status TcgCpu::SelfCheck() {
                                    {"helper_write_crN_x86_64", reinterpret_cast<void*>(&helper_write_crN_x86_64)},
                                    {"helper_read_crN_x86_64", reinterpret_cast<void*>(&helper_read_crN_x86_64)},
                                    {"helper_ltr_x86_64", reinterpret_cast<void*>(&helper_ltr_x86_64)},
+                                   {"helper_read_eflags_x86_64", reinterpret_cast<void*>(&helper_read_eflags_x86_64)},
                                    {"helper_lldt_x86_64", reinterpret_cast<void*>(&helper_lldt_x86_64)},
                                    {"helper_rdpmc_x86_64", reinterpret_cast<void*>(&helper_rdpmc_x86_64)},
                                    {"helper_syscall_x86_64", reinterpret_cast<void*>(&helper_syscall_x86_64)},

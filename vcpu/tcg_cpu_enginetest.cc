@@ -168,6 +168,24 @@ TEST_F(TcgCpuTest, MovToCr4OfABitTheCpuLacksIsAGpFaultWithRfInTheFrame) {
   EXPECT_EQ(Read32(kKernelStack - 4) & kRflagsRf, kRflagsRf);
 }
 
+TEST_F(TcgCpuTest, PushfClearsRfInTheImage) {
+  // IRETD loads EFLAGS with RF set; the PUSHFD it returns to pushes the image
+  // with RF (and VM) clear (SDM vol. 2B PUSHF), though RF is still set while
+  // that PUSHFD runs.
+  const uint32_t target = static_cast<uint32_t>(kCodeRip + 15);
+  Code(kCodeRip, {0x9c,                                      // pushfd
+                  0x81, 0x0c, 0x24, 0x00, 0x00, 0x01, 0x00,  // or dword [esp], 10000H (RF)
+                  0x0e,                                      // push cs
+                  0x68, static_cast<uint8_t>(target), static_cast<uint8_t>(target >> 8),
+                  static_cast<uint8_t>(target >> 16), static_cast<uint8_t>(target >> 24),  // push target
+                  0xcf,                                      // iretd
+                  0x9c, 0x5b, 0xf4});                        // target: pushfd; pop ebx; hlt
+  CpuState st = RunFrom(Pm32(0));
+  EXPECT_EQ(st.rip, kCodeRip + 18);
+  EXPECT_EQ(st.gpr[kRbx] & 0x30000, 0u);
+  EXPECT_NE(st.gpr[kRbx] & 0x2, 0u);  // bit 1 reads as 1: a real image
+}
+
 TEST_F(TcgCpuTest, Cr8HoldsFourBitsAndFaultsOnMore) {
   // Without an interrupt controller behind it (the fake machine), CR8 is a
   // plain 4-bit register; bits 63:4 are reserved: #GP(0).
