@@ -13,6 +13,22 @@ namespace {
 constexpr CacheGeometry kTiny{{2, 2}, {4, 2}};
 constexpr uint64_t kLine = kCacheLineBytes;
 
+struct Counts {
+  int refs = 0, misses = 0;
+  bool operator==(const Counts&) const = default;
+};
+// One access to each of lines 0 .. n-1, in order, twice.
+Counts SweepTwice(CacheModel& c, uint64_t n) {
+  Counts k;
+  for (int pass = 0; pass < 2; pass++)
+    for (uint64_t line = 0; line < n; line++) {
+      const CacheModel::Outcome o = c.Access(line * kLine);
+      k.refs += o.llc_reference;
+      k.misses += o.llc_miss;
+    }
+  return k;
+}
+
 TEST(CacheModelTest, FirstAccessMissesBothLevelsSecondHits) {
   CacheModel c(kTiny);
   CacheModel::Outcome o = c.Access(0x1000);
@@ -50,15 +66,7 @@ TEST(CacheModelTest, CyclicSweepLargerThanTheLlcAlwaysMisses) {
   // 16 lines through a 8-line LLC, twice: with LRU every access misses,
   // the pattern of kvm-unit-tests pmu.flat's loop over 64 MB.
   CacheModel c(kTiny);
-  int refs = 0, misses = 0;
-  for (int pass = 0; pass < 2; pass++)
-    for (uint64_t n = 0; n < 16; n++) {
-      const CacheModel::Outcome o = c.Access(n * kLine);
-      refs += o.llc_reference;
-      misses += o.llc_miss;
-    }
-  EXPECT_EQ(refs, 32);
-  EXPECT_EQ(misses, 32);
+  EXPECT_EQ(SweepTwice(c, 16), (Counts{32, 32}));
 }
 
 TEST(CacheModelTest, NonPowerOfTwoSetsAndHighAddresses) {
@@ -93,15 +101,7 @@ TEST(CacheModelTest, StreamingSweepMissesEveryOtherLine) {
   // kvm-unit-tests pmu.flat's loop: one load per line over 16 lines through
   // an 8-line LLC, twice.  The spatial prefetcher halves the misses.
   CacheModel c({{2, 2}, {4, 2}, PairPrefetch::kInnerAndLlc});
-  int refs = 0, misses = 0;
-  for (int pass = 0; pass < 2; pass++)
-    for (uint64_t n = 0; n < 16; n++) {
-      const CacheModel::Outcome o = c.Access(n * kLine);
-      refs += o.llc_reference;
-      misses += o.llc_miss;
-    }
-  EXPECT_EQ(refs, 16);
-  EXPECT_EQ(misses, 16);
+  EXPECT_EQ(SweepTwice(c, 16), (Counts{16, 16}));
 }
 
 TEST(CacheModelTest, WithoutAnInnerLevelEveryAccessReferencesTheLlc) {
