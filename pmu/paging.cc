@@ -310,6 +310,10 @@ absl::StatusOr<AccessFault> LinearMemory::ForEachChunk(Gva la, uint64_t len, Acc
       if (!t.fault.ok())  // cannot happen: the same walk just succeeded
         return absl::InternalError(absl::StrFormat("paging: walk of 0x%x changed under us", addr.value));
     }
+    // In RAM, as every chunk below must be (Probe and Locate promise it).
+    if (!RangeWithin(t.gpa.value, len, mem_.size()))
+      return absl::OutOfRangeError(absl::StrFormat("access of %u bytes at linear 0x%x maps to GPA 0x%x, outside RAM (0x%x bytes)",
+                                                   len, la.value, t.gpa.value, mem_.size()));
     if (cached) cache_->Insert(regs_, addr.value >> 12, access, t.gpa.value & ~0xfffull, walk);
     VBTS_RETURN_IF_ERROR(fn(t.gpa, 0, len));
     return AccessFault{};
@@ -366,6 +370,18 @@ absl::StatusOr<AccessFault> LinearMemory::Write(Gva la, absl::Span<const uint8_t
 absl::StatusOr<AccessFault> LinearMemory::Probe(Gva la, uint64_t len, Access access) {
   return ForEachChunk(la, len, access, /*set_ad=*/false,
                       [](Gpa, uint64_t, uint64_t) { return absl::OkStatus(); });
+}
+
+absl::StatusOr<AccessFault> LinearMemory::Locate(Gva la, uint64_t len, Access access, std::vector<PhysChunk>& out) {
+  out.clear();
+  return ForEachChunk(la, len, access, /*set_ad=*/false, [&out](Gpa gpa, uint64_t off, uint64_t n) {
+    out.push_back(PhysChunk{gpa, off, n});
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<AccessFault> LinearMemory::MarkAccessedDirty(Gva la, uint64_t len, Access access) {
+  return ForEachChunk(la, len, access, /*set_ad=*/true, [](Gpa, uint64_t, uint64_t) { return absl::OkStatus(); });
 }
 
 }  // namespace vbts::pmu

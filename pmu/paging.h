@@ -159,6 +159,16 @@ class LinearMemory {
   absl::StatusOr<AccessFault> Write(Gva la, absl::Span<const uint8_t> data, Access access);
   // Checks that [la, la+len) could be accessed, touching nothing.
   absl::StatusOr<AccessFault> Probe(Gva la, uint64_t len, Access access);
+  // Probe, and where the bytes are: page-bounded chunks, each in RAM.
+  struct PhysChunk {
+    Gpa gpa;
+    uint64_t offset = 0;  // into [la, la+len)
+    uint64_t len = 0;
+  };
+  absl::StatusOr<AccessFault> Locate(Gva la, uint64_t len, Access access, std::vector<PhysChunk>& out);
+  // Sets the accessed (and, for a write, dirty) flags an access of [la,
+  // la+len) sets in the paging structures, touching no byte of it.
+  absl::StatusOr<AccessFault> MarkAccessedDirty(Gva la, uint64_t len, Access access);
 
  private:
   // Calls fn(gpa, offset, chunk_len) for each page-bounded chunk after all of

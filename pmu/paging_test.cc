@@ -249,6 +249,32 @@ TEST_F(Paging4Test, PageTableOutsideRamIsHostError) {
               ::vbts::testing::StatusIs(absl::StatusCode::kOutOfRange, ::testing::HasSubstr("outside RAM")));
 }
 
+TEST_F(Paging4Test, ProbeAndLocateRefuseAPageMappedBeyondRam) {
+  // A single-page access (the one-walk path) to a page mapped beyond the 16 MiB
+  // of RAM: Probe and Locate say OutOfRange, as Write would, so that a caller
+  // that probes before it writes (the completion engine) never writes half
+  // of what it checked (completer_fuzz finding, fuzz/corpus/completer/int-frame-over-page-tables).
+  pt_.Map(0x1000, 0x7000'0000ull, kPtW);
+  LinearMemory lm(mem_, regs_);
+  EXPECT_THAT(lm.Probe(Gva(0x1004), 4, {.write = true}),
+              ::vbts::testing::StatusIs(absl::StatusCode::kOutOfRange, ::testing::HasSubstr("outside RAM")));
+  std::vector<LinearMemory::PhysChunk> chunks;
+  EXPECT_THAT(lm.Locate(Gva(0x1004), 4, {.write = true}, chunks),
+              ::vbts::testing::StatusIs(absl::StatusCode::kOutOfRange, ::testing::HasSubstr("outside RAM")));
+  // A page in RAM: one chunk at its GPA.
+  pt_.Map(0x2000, 0x5000, kPtW);
+  pt_.Map(0x3000, 0x9000, kPtW);
+  auto f = lm.Locate(Gva(0x2ffe), 4, {.write = true}, chunks);
+  VBTS_ASSERT_OK(f);
+  EXPECT_TRUE(f->ok());
+  ASSERT_EQ(chunks.size(), 2u);  // two bytes in each page
+  EXPECT_EQ(chunks[0].gpa.value, 0x5ffeu);
+  EXPECT_EQ(chunks[0].len, 2u);
+  EXPECT_EQ(chunks[1].gpa.value, 0x9000u);
+  EXPECT_EQ(chunks[1].offset, 2u);
+  EXPECT_EQ(chunks[1].len, 2u);
+}
+
 TEST_F(Paging4Test, LinearMemoryCrossesPages) {
   pt_.Map(0x1000, 0x8000, kPtW);
   pt_.Map(0x2000, 0x3000, kPtW);

@@ -126,23 +126,32 @@ class Engine {
                           lm_.Read(Gva(la), absl::MakeSpan(static_cast<uint8_t*>(out), n), acc));
     return CheckAccess(f, nc);
   }
-  // Checks a write now and performs it at commit time.
+  // Checks a write now and performs it at commit time, at the physical
+  // addresses it translated to now: a frame whose first bytes land in the
+  // paging structures does not move the rest (the translations are the
+  // instruction's, as a TLB would hold them), and the commit cannot fail
+  // half-way (every chunk is in RAM).
   absl::Status QueueWrite(uint64_t la, uint64_t value, size_t n, pmu::Access acc, FaultSpec nc) {
     acc.write = true;
-    VBTS_ASSIGN_OR_RETURN(pmu::AccessFault f, lm_.Probe(Gva(la), n, acc));
+    PendingWrite w{la, {}, acc, {}};
+    VBTS_ASSIGN_OR_RETURN(pmu::AccessFault f, lm_.Locate(Gva(la), n, acc, w.chunks));
     VBTS_RETURN_IF_ERROR(CheckAccess(f, nc));
-    PendingWrite w{la, {}, acc};
     w.bytes.resize(n);
     std::memcpy(w.bytes.data(), &value, n);
     writes_.push_back(std::move(w));
     return absl::OkStatus();
   }
   absl::Status CommitWrites() {
+    // The accessed/dirty flags first (they change no translation), then the
+    // bytes where the probes put them.
     for (const PendingWrite& w : writes_) {
-      VBTS_ASSIGN_OR_RETURN(pmu::AccessFault f, lm_.Write(Gva(w.la), w.bytes, w.access));
+      VBTS_ASSIGN_OR_RETURN(pmu::AccessFault f, lm_.MarkAccessedDirty(Gva(w.la), w.bytes.size(), w.access));
       if (!f.ok())
         return absl::InternalError(absl::StrFormat("write at 0x%x faulted after a successful probe", w.la));
     }
+    for (const PendingWrite& w : writes_)
+      for (const pmu::LinearMemory::PhysChunk& c : w.chunks)
+        VBTS_RETURN_IF_ERROR(lm_.phys().Write(c.gpa, absl::MakeConstSpan(w.bytes).subspan(c.offset, c.len)));
     return absl::OkStatus();
   }
   static constexpr pmu::Access kImplicit{.implicit = true};
@@ -301,6 +310,7 @@ class Engine {
     uint64_t la;
     std::vector<uint8_t> bytes;
     pmu::Access access;
+    std::vector<pmu::LinearMemory::PhysChunk> chunks;  // where the probe found the bytes
   };
 
   CpuState& st_;
