@@ -311,9 +311,7 @@ absl::StatusOr<AccessFault> LinearMemory::ForEachChunk(Gva la, uint64_t len, Acc
         return absl::InternalError(absl::StrFormat("paging: walk of 0x%x changed under us", addr.value));
     }
     // In RAM, as every chunk below must be (Probe and Locate promise it).
-    if (!RangeWithin(t.gpa.value, len, mem_.size()))
-      return absl::OutOfRangeError(absl::StrFormat("access of %u bytes at linear 0x%x maps to GPA 0x%x, outside RAM (0x%x bytes)",
-                                                   len, la.value, t.gpa.value, mem_.size()));
+    VBTS_RETURN_IF_ERROR(ChunkInRam(la, len, 0, len, t.gpa));
     if (cached) cache_->Insert(regs_, addr.value >> 12, access, t.gpa.value & ~0xfffull, walk);
     VBTS_RETURN_IF_ERROR(fn(t.gpa, 0, len));
     return AccessFault{};
@@ -333,10 +331,7 @@ absl::StatusOr<AccessFault> LinearMemory::ForEachChunk(Gva la, uint64_t len, Acc
     // the end of RAM (or a page mapped beyond it) is refused as a whole, not
     // written up to the end of RAM (docs/pmu-model.md, "Stores that do not
     // land in RAM").
-    if (!RangeWithin(t.gpa.value, n, mem_.size()))
-      return absl::OutOfRangeError(absl::StrFormat(
-          "access of %u bytes at linear 0x%x: bytes [0x%x, 0x%x) map to GPA 0x%x, outside RAM (0x%x bytes)", len,
-          la.value, off, off + n, t.gpa.value, mem_.size()));
+    VBTS_RETURN_IF_ERROR(ChunkInRam(la, len, off, n, t.gpa));
     chunks.push_back({t.gpa, off, n});
     ad_pending |= t.ad_pending;
     off += n;
@@ -370,6 +365,13 @@ absl::StatusOr<AccessFault> LinearMemory::Write(Gva la, absl::Span<const uint8_t
 absl::StatusOr<AccessFault> LinearMemory::Probe(Gva la, uint64_t len, Access access) {
   return ForEachChunk(la, len, access, /*set_ad=*/false,
                       [](Gpa, uint64_t, uint64_t) { return absl::OkStatus(); });
+}
+
+absl::Status LinearMemory::ChunkInRam(Gva la, uint64_t len, uint64_t off, uint64_t n, Gpa gpa) const {
+  if (RangeWithin(gpa.value, n, mem_.size())) return absl::OkStatus();
+  return absl::OutOfRangeError(
+      absl::StrFormat("access of %u bytes at linear 0x%x: bytes [0x%x, 0x%x) map to GPA 0x%x, outside RAM (0x%x bytes)",
+                      len, la.value, off, off + n, gpa.value, mem_.size()));
 }
 
 absl::StatusOr<AccessFault> LinearMemory::Locate(Gva la, uint64_t len, Access access, std::vector<PhysChunk>& out) {

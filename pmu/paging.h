@@ -173,6 +173,8 @@ class LinearMemory {
  private:
   // Calls fn(gpa, offset, chunk_len) for each page-bounded chunk after all of
   // them translated successfully.
+  // OutOfRange unless bytes [off, off+n) of the access, at `gpa`, lie in RAM.
+  absl::Status ChunkInRam(Gva la, uint64_t len, uint64_t off, uint64_t n, Gpa gpa) const;
   template <typename Fn>
   absl::StatusOr<AccessFault> ForEachChunk(Gva la, uint64_t len, Access access, bool set_ad, Fn fn);
 

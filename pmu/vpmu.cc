@@ -340,6 +340,16 @@ struct VirtualPmu::State {
     return n;
   }
 
+  // Adds `inc` to GP counter i; true when it wrapped past its width, which
+  // sets the counter's GLOBAL_STATUS bit (SDM 18.2.1.1, 18.2.2).
+  bool AddToGp(int i, uint64_t inc) {
+    const uint64_t next = (gp[i].value + inc) & Mask(pmu.gp_width);
+    const bool wrapped = next < gp[i].value;
+    if (wrapped) global_status |= 1ull << i;
+    gp[i].value = next;
+    return wrapped;
+  }
+
   absl::Status CountInstruction(const Branch& b, LinearMemory& mem, const GuestRegs* after, PmuEffects& fx) {
     if (pmu.perfmon_version >= 4 && (global_status & kStatusCtrFrz)) return absl::OkStatus();
     const bool ring0 = b.cpl_from == 0;
@@ -352,16 +362,12 @@ struct VirtualPmu::State {
       const uint64_t inc = GpIncrement(sel, b);
       if (!inc) continue;
       if (pebs_armed & (1ull << i)) assist |= 1ull << i;
-      const uint64_t m = Mask(pmu.gp_width);
-      const uint64_t next = (gp[i].value + inc) & m;
-      if (next < gp[i].value) {  // wrapped: overflow (SDM 18.2.1.1, 18.2.2)
-        global_status |= 1ull << i;
+      if (AddToGp(i, inc)) {
         if (sel & kEvtInt) overflow_pmi = true;
         // A PEBS-enabled counter's overflow arms PEBS; the next event of
         // the counter causes the assist (SDM 18.6.1.1).
         if (pebs() && (pebs_enable & (1ull << i)) && i < PebsGp()) pebs_armed |= 1ull << i;
       }
-      gp[i].value = next;
     }
     for (int i = 0; i < pmu.fixed_counters; i++) {
       if (!CounterEnabled(i, true)) continue;
@@ -936,12 +942,7 @@ PmuEffects VirtualPmu::ObserveDataAccess(uint64_t pa, uint32_t size, uint8_t cpl
       const uint64_t sel = s.gp[i].evtsel;
       if (!(sel & (cpl == 0 ? kEvtOs : kEvtUsr))) continue;
       if (!(State::IsLlcReference(sel) || (o.llc_miss && State::IsLlcMiss(sel)))) continue;
-      const uint64_t next = (s.gp[i].value + 1) & Mask(s.pmu.gp_width);
-      if (next < s.gp[i].value) {  // wrapped: overflow (SDM 18.2.1.1, 18.2.2)
-        s.global_status |= 1ull << i;
-        if (sel & kEvtInt) overflow_pmi = true;
-      }
-      s.gp[i].value = next;
+      if (s.AddToGp(i, 1) && (sel & kEvtInt)) overflow_pmi = true;
     }
   }
   if (overflow_pmi) s.RequestPmi(fx);
