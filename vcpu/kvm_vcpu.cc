@@ -369,6 +369,12 @@ absl::Status KvmVcpu::SetMpState(uint32_t state) {
   return Ioctl(fd(), KVM_SET_MP_STATE, &m, "KVM_SET_MP_STATE", absl::StrCat("state=", state)).status();
 }
 
+absl::StatusOr<uint64_t> KvmVcpu::TscKhz() {
+  const int khz = ::ioctl(fd(), KVM_GET_TSC_KHZ, 0);
+  if (khz <= 0) return absl::ErrnoToStatus(errno, "KVM_GET_TSC_KHZ");
+  return static_cast<uint64_t>(khz);
+}
+
 absl::Status KvmVcpu::Nmi() { return Ioctl(fd(), KVM_NMI, nullptr, "KVM_NMI", "").status(); }
 
 }  // namespace vbts::vcpu

@@ -78,6 +78,8 @@ class KvmVcpu : public VcpuControl {
   absl::Status SetLapic(const kvm_lapic_state& l) override;
   absl::StatusOr<uint32_t> GetMpState();
   absl::Status SetMpState(uint32_t state);
+  // KVM_GET_TSC_KHZ: the guest TSC's frequency in kHz.
+  absl::StatusOr<uint64_t> TscKhz();
   // KVM_NMI: an NMI to this vCPU's LAPIC (taken at the next boundary).
   absl::Status Nmi() override;
 

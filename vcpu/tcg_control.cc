@@ -52,6 +52,7 @@ absl::Status TcgControl::SetMsrs(absl::Span<const MsrValue> msrs) {
 }
 
 absl::StatusOr<uint64_t> TcgControl::GetMsr(uint32_t index) {
+  if (index == 0x10 && tsc_) return tsc_();  // IA32_TSC
   return absl::UnimplementedError(absl::StrFormat("TCG engine: reading MSR 0x%x from outside the guest", index));
 }
 

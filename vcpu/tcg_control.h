@@ -15,9 +15,10 @@ namespace vbts::vcpu {
 
 class TcgControl : public VcpuControl {
  public:
-  // `now_ns`: the clock the LAPIC timer runs on.
-  TcgControl(TcgCpu& cpu, Lapic& lapic, std::function<uint64_t()> now_ns)
-      : cpu_(cpu), lapic_(lapic), now_ns_(std::move(now_ns)) {}
+  // `now_ns`: the clock the LAPIC timer runs on; `tsc`, if given, the
+  // guest's TSC (GetMsr(IA32_TSC), e.g. for adaptive PEBS's TSC field).
+  TcgControl(TcgCpu& cpu, Lapic& lapic, std::function<uint64_t()> now_ns, std::function<uint64_t()> tsc = nullptr)
+      : cpu_(cpu), lapic_(lapic), now_ns_(std::move(now_ns)), tsc_(std::move(tsc)) {}
 
   absl::StatusOr<CpuState> GetState(bool with_msrs = false) override { return cpu_.GetState(with_msrs); }
   absl::StatusOr<kvm_debugregs> GetDebugRegs() override;
@@ -27,7 +28,8 @@ class TcgControl : public VcpuControl {
   absl::Status SetLapic(const kvm_lapic_state& l) override;
   absl::Status Nmi() override;
   // The tracer needs these only for --vpmu=passthrough, which the TCG
-  // engine refuses: both are Unimplemented.
+  // engine refuses: both are Unimplemented, but for GetMsr(IA32_TSC) with a
+  // `tsc` clock.
   absl::Status SetMsrs(absl::Span<const MsrValue> msrs) override;
   absl::StatusOr<uint64_t> GetMsr(uint32_t index) override;
   absl::StatusOr<FpuState> GetFpu() override { return cpu_.GetFpu(); }
@@ -42,6 +44,7 @@ class TcgControl : public VcpuControl {
   TcgCpu& cpu_;
   Lapic& lapic_;
   std::function<uint64_t()> now_ns_;
+  std::function<uint64_t()> tsc_;
 };
 
 }  // namespace vbts::vcpu

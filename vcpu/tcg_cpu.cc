@@ -499,6 +499,15 @@ struct TcgCallbacks {
     self->stats_.msr++;
     return self->config_.devices->ReadPmc(ecx, value);
   }
+  // RDTSC, RDTSCP, RDMSR IA32_TSC: EDX:EAX from the machine's clock.
+  static void GuestTsc(TcgCpu* self, void* env) {
+    if (std::optional<uint64_t> tsc = self->config_.devices->ReadTsc()) {
+      uint64_t* regs = static_cast<uabi::EnvPrefix*>(env)->regs;
+      regs[0] = static_cast<uint32_t>(*tsc);
+      regs[2] = *tsc >> 32;
+    }
+  }
+  static void WriteTsc(TcgCpu* self, uint64_t value) { self->config_.devices->WriteTsc(value); }
   static TcgDevices::Msr WriteMsr(TcgCpu* self, uint32_t index, uint64_t value) {
     self->stats_.msr++;
     return self->config_.devices->WriteMsr(index, value);
@@ -715,7 +724,12 @@ __attribute__((noinline)) void helper_rdmsr_x86_64(void* env) {
       regs[2] = value >> 32;
       return;
     case TcgDevices::Msr::kCpu:
-      if (vbts::vcpu::TcgCpu::OwnsMsr(index)) return index == vbts::vcpu::kMsrTsc ? rdtsc(env) : original(env);
+      if (index == vbts::vcpu::kMsrTsc) {
+        rdtsc(env);
+        TcgCallbacks::GuestTsc(self, env);
+        return;
+      }
+      if (vbts::vcpu::TcgCpu::OwnsMsr(index)) return original(env);
       break;
     case TcgDevices::Msr::kGp:
       break;
@@ -739,7 +753,7 @@ __attribute__((noinline)) void helper_wrmsr_x86_64(void* env) {
       if (TcgCallbacks::StopRequested(self)) TcgCallbacks::LeaveAfterWrmsr(self);
       return;
     case TcgDevices::Msr::kCpu:
-      if (index == vbts::vcpu::kMsrTsc) return;  // the TSC is the host's (docs/tcg-engine.md)
+      if (index == vbts::vcpu::kMsrTsc) return TcgCallbacks::WriteTsc(self, value);  // the machine's clock
       if (vbts::vcpu::TcgCpu::OwnsMsr(index) && !vbts::vcpu::TcgCpu::CpuMsrWriteFaults(index, value)) {
         original(env);
         if (index == vbts::vcpu::kMsrEfer) TcgCallbacks::FixEfer(self, value);
@@ -792,6 +806,20 @@ void helper_rdpmc_x86_64(void* env) {
     return;
   }
   raise_exception_err_ra_x86_64(env, 13, 0, ra);
+}
+
+// RDTSC and RDTSCP: QEMU's checks (CR4.TSD at CPL > 0 raises #GP) and, for
+// RDTSCP, ECX = IA32_TSC_AUX; then EDX:EAX from the machine's clock
+// (vcpu/guest_clock.h).
+void helper_rdtsc_x86_64(void* env) {
+  static const auto original = vbts::vcpu::Original<vbts::vcpu::HelperFn>("helper_rdtsc_x86_64");
+  original(env);
+  if (vbts::vcpu::TcgCpu* self = TcgCallbacks::Running(env)) TcgCallbacks::GuestTsc(self, env);
+}
+void helper_rdtscp_x86_64(void* env) {
+  static const auto original = vbts::vcpu::Original<vbts::vcpu::HelperFn>("helper_rdtscp_x86_64");
+  original(env);
+  if (vbts::vcpu::TcgCpu* self = TcgCallbacks::Running(env)) TcgCallbacks::GuestTsc(self, env);
 }
 
 // INT n/INT3 and INTO: where the instruction starts (QEMU's delivery of a
@@ -1159,6 +1187,8 @@ absl::Status TcgCpu::SelfCheck() {
                                    {"helper_read_eflags_x86_64", reinterpret_cast<void*>(&helper_read_eflags_x86_64)},
                                    {"helper_lldt_x86_64", reinterpret_cast<void*>(&helper_lldt_x86_64)},
                                    {"helper_rdpmc_x86_64", reinterpret_cast<void*>(&helper_rdpmc_x86_64)},
+                                   {"helper_rdtsc_x86_64", reinterpret_cast<void*>(&helper_rdtsc_x86_64)},
+                                   {"helper_rdtscp_x86_64", reinterpret_cast<void*>(&helper_rdtscp_x86_64)},
                                    {"helper_syscall_x86_64", reinterpret_cast<void*>(&helper_syscall_x86_64)},
                                    {"helper_sysenter_x86_64", reinterpret_cast<void*>(&helper_sysenter_x86_64)},
                                    {"helper_rechecking_single_step_x86_64", reinterpret_cast<void*>(&helper_rechecking_single_step_x86_64)}}) {

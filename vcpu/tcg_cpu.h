@@ -66,6 +66,12 @@ class TcgDevices {
   // (the default), CR8 is a plain register.
   virtual std::optional<uint64_t> ReadCr8() { return std::nullopt; }
   virtual bool WriteCr8(uint64_t value) { return false; }
+  // The guest's TSC for RDTSC, RDTSCP and RDMSR IA32_TSC (after QEMU's
+  // CR4.TSD check), and a WRMSR of IA32_TSC.  Without a clock of the
+  // machine's (the default) the TSC is QEMU's (the host's) and writes are
+  // ignored.
+  virtual std::optional<uint64_t> ReadTsc() { return std::nullopt; }
+  virtual void WriteTsc(uint64_t value) {}
 };
 
 // Why Run() returned.
@@ -170,6 +176,9 @@ class TcgCpu {
   // instruction hook `last` is the instruction before the hooked one; from
   // the event hook or a callback (RDMSR, ...) it is the instruction there
   // (it has started, and may not run: a fault, an interrupt before it).
+  // How many started unreported since the last TakeSkipped, without taking
+  // them (from a callback: the instruction there included).
+  uint64_t skipped() const { return skipped_; }
   Skipped TakeSkipped() {
     Skipped s{skipped_, last_start_, hook_block_start_};
     skipped_ = 0;

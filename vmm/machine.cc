@@ -39,6 +39,7 @@ double Now() {
 }
 
 // IA32_APIC_BASE: the machine's own while in TCG (SDM vol. 3A 10.4.4).
+constexpr uint32_t kMsrTsc = 0x10;
 constexpr uint32_t kMsrApicBase = 0x1B;
 
 // A virtual-PMU or feature-MSR answer as the TCG engine takes it.
@@ -534,7 +535,15 @@ absl::Status Machine::CreateTcg() {
                                                     vcpu::TcgCpu::UnicornModelFor(config_.cpu_model), this}));
   VBTS_ASSIGN_OR_RETURN(vcpu::Lapic lapic, vcpu::Lapic::Create(vcpu::LapicConfig{}));
   lapic_ = std::make_unique<vcpu::Lapic>(std::move(lapic));
-  tcg_control_ = std::make_unique<vcpu::TcgControl>(*tcg_, *lapic_, [] { return NowNs(); });
+  // The guest's TSC runs at the frequency KVM gives it, in both engines.
+  absl::StatusOr<uint64_t> khz = vcpu_->TscKhz();
+  if (!khz.ok())
+    std::fprintf(stderr, "vbts: warning: %s; the TCG engine's guest TSC runs at 1 GHz\n",
+                 std::string(khz.status().message()).c_str());
+  clock_.emplace(khz.ok() ? *khz * 1000 : 0, vcpu::GuestClock::Now{NowNs(), 0});
+  clock_->SetSource(vcpu::GuestClock::Source::kHost, ClockNow());
+  tcg_control_ = std::make_unique<vcpu::TcgControl>(
+      *tcg_, *lapic_, [this] { return GuestNs(); }, [this] { return clock_->Tsc(ClockNow()); });
   return absl::OkStatus();
 }
 
@@ -559,6 +568,8 @@ absl::StatusOr<std::optional<RunResult>> Machine::TraceInTcg(double deadline) {
   VBTS_ASSIGN_OR_RETURN(vcpu::FpuState fpu, vcpu_->GetFpu());
   VBTS_ASSIGN_OR_RETURN(kvm_lapic_state lapic, vcpu_->GetLapic());
   VBTS_ASSIGN_OR_RETURN(kvm_debugregs dr, vcpu_->GetDebugRegs());
+  VBTS_ASSIGN_OR_RETURN(uint64_t tsc, vcpu_->GetMsr(kMsrTsc));
+  clock_->SetTsc(tsc, ClockNow());
   tcg_->FlushCode();  // guest memory changed under KVM
   VBTS_RETURN_IF_ERROR(tcg_->SetState(st));
   tcg_->SetFpu(fpu);
@@ -582,6 +593,8 @@ absl::StatusOr<std::optional<RunResult>> Machine::TraceInTcg(double deadline) {
   VBTS_RETURN_IF_ERROR(vcpu_->SetFpu(fpu));
   VBTS_RETURN_IF_ERROR(vcpu_->SetLapic(lapic));
   VBTS_RETURN_IF_ERROR(vcpu_->SetDebugRegs(dr));
+  const vcpu::MsrValue tsc_now{kMsrTsc, clock_->Tsc(ClockNow())};
+  VBTS_RETURN_IF_ERROR(vcpu_->SetMsrs({&tsc_now, 1}));
   in_tcg_ = false;
   tracer_->Rebind(*vcpu_, [vm = vm_.get()](uint8_t vector) { return vm->SignalMsi(0, vector); },
                   facts_.emulate_data_breakpoints);
@@ -602,6 +615,9 @@ RunResult Machine::RunTcg() {
   if (!lapic.ok()) return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + lapic.status().ToString());
   if (absl::Status s = tcg_control_->SetLapic(*lapic); !s.ok())
     return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + s.ToString());
+  absl::StatusOr<uint64_t> tsc = vcpu_->GetMsr(kMsrTsc);
+  if (!tsc.ok()) return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + tsc.status().ToString());
+  clock_->SetTsc(*tsc, ClockNow());
   in_tcg_ = true;
   return *RunTcgLoop(deadline, /*until_untraced=*/false);
 }
@@ -629,10 +645,17 @@ std::optional<RunResult> Machine::RunTcgLoop(uint64_t deadline, bool until_untra
       // Halted until an interrupt: the LAPIC timer's next expiry, or
       // --timeout (nothing else interrupts a halted vCPU here).  In slices,
       // so that a debugger's Ctrl-C is seen.
-      lapic_->Advance(NowNs());
+      lapic_->Advance(GuestNs());
       if (!lapic_->Pending() && !tcg_->NmiPending()) {
+        const std::optional<uint64_t> t = lapic_->NextDeadline();
+        if (t && clock_->source() == vcpu::GuestClock::Source::kInstructions) {
+          // On instruction time nothing runs until the timer fires: its
+          // deadline comes at once (docs/tcg-engine.md, "Guest time").
+          clock_->SkipToNs(*t, ClockNow());
+          continue;
+        }
         uint64_t wake = NowNs() + slice;
-        if (std::optional<uint64_t> t = lapic_->NextDeadline()) wake = std::min(wake, *t);
+        if (t) wake = std::min(wake, NowNs() + (*t - std::min(*t, GuestNs())));
         if (deadline) wake = std::min(wake, deadline);
         const uint64_t n = NowNs();
         if (wake > n) ::usleep(static_cast<useconds_t>(std::min<uint64_t>((wake - n) / 1000 + 1, 50'000)));
@@ -643,11 +666,16 @@ std::optional<RunResult> Machine::RunTcgLoop(uint64_t deadline, bool until_untra
     // Tracing is off and no event waits in the engine: the vCPU can go back.
     if (until_untraced && !tracer_->WantsEveryInstruction() && !tcg_->EventPending()) return std::nullopt;
     UpdateTcgObservation();
-    uint64_t now = NowNs();
-    lapic_->Advance(now);
+    const uint64_t now = NowNs();
+    const uint64_t guest_now = GuestNs();
+    lapic_->Advance(guest_now);
     tcg_control_->Notify();
     uint64_t until = now + slice;
-    if (std::optional<uint64_t> t = lapic_->NextDeadline()) until = std::min(until, std::max(*t, now + 1000));
+    // On host time the timer's deadline ends the run; on instruction time
+    // the instruction hook stops at it (TimerDeadlineTicks).
+    if (std::optional<uint64_t> t = lapic_->NextDeadline();
+        t && clock_->source() == vcpu::GuestClock::Source::kHost)
+      until = std::min(until, now + std::max<uint64_t>(*t - std::min(*t, guest_now), 1000));
     if (deadline) until = std::min(until, std::max(deadline, now) + 1000);
     // A debugger's step runs without a time limit (TcgCpu::SetDebugStep).
     const uint64_t limit_us = debugger_ && debugger_->stepping() ? 0 : (until - now + 999) / 1000;
@@ -694,6 +722,8 @@ void Machine::UpdateTcgObservation() {
   if (want == tcg_observing_) return;
   if (!want) FlushTcgBulk();
   tcg_observing_ = want;
+  // The guest's time runs on instructions while they are all counted.
+  clock_->SetSource(want ? vcpu::GuestClock::Source::kInstructions : vcpu::GuestClock::Source::kHost, ClockNow());
   tcg_first_boundary_ = true;
   tcg_bulk_ = false;
   // While the tracer sees every instruction it raises the guest's
@@ -723,7 +753,16 @@ void Machine::UpdateTcgObservation() {
     }
     if (!s.ok() && tcg_error_.ok()) tcg_error_ = s;
     tcg_bulk_ = s.ok() && tracer_->BulkAllowed();
-    if (tcg_bulk_) tcg_->SkipSequential(tracer_->BulkLimit(), tracer_->BulkAcrossBlocks());
+    // The LAPIC timer's deadline on instruction time: the boundary where it
+    // has passed ends the run (the loop raises the interrupt there), and no
+    // bulk runs past it.
+    uint64_t limit = tcg_bulk_ ? tracer_->BulkLimit() : 0;
+    if (std::optional<uint64_t> deadline = TimerDeadlineTicks()) {
+      const uint64_t ticks = clock_->Ticks(ClockNow());
+      if (ticks >= *deadline) tcg_->RequestStop();
+      else limit = std::min(limit, *deadline - ticks - 1);
+    }
+    if (tcg_bulk_) tcg_->SkipSequential(limit, tracer_->BulkAcrossBlocks());
     // Stop observing between runs (this instruction runs unobserved then).
     if (!s.ok() || !tracer_->WantsEveryInstruction()) tcg_->RequestStop();
   });
@@ -770,7 +809,7 @@ uint64_t Machine::MmioRead(uint64_t gpa, int size) {
   if (IsLapicPage(gpa)) {
     // 32-bit registers at 16-byte strides; narrower reads see their bytes.
     const uint32_t offset = static_cast<uint32_t>(gpa & 0xFFF);
-    const uint64_t v = lapic_->Read(offset & ~3u, NowNs());
+    const uint64_t v = lapic_->Read(offset & ~3u, GuestNs());
     return (v >> (8 * (offset & 3))) & (size >= 4 ? 0xFFFFFFFFull : ((1ull << (8 * size)) - 1));
   }
   uint8_t data[8] = {};
@@ -785,8 +824,11 @@ void Machine::MmioWrite(uint64_t gpa, int size, uint64_t value) {
     // Only aligned 32-bit writes reach a register (SDM vol. 3A 10.4.1: other
     // accesses are undefined; vbts drops them).
     if (size == 4 && (gpa & 3) == 0) {
-      lapic_->Write(static_cast<uint32_t>(gpa & 0xFFF), static_cast<uint32_t>(value), NowNs());
+      lapic_->Write(static_cast<uint32_t>(gpa & 0xFFF), static_cast<uint32_t>(value), GuestNs());
       tcg_control_->Notify();
+      // On instruction time the run loop turns the timer's deadline into an
+      // instruction count (TimerDeadlineTicks): end the run so that it does.
+      if (clock_->source() == vcpu::GuestClock::Source::kInstructions) tcg_->RequestStop();
     } else {
       mmio_unclaimed_writes_++;
     }
@@ -874,11 +916,28 @@ vcpu::TcgDevices::Msr Machine::ReadPmc(uint32_t ecx, uint64_t& value) {
   return TcgMsr(vpmu_->ReadPmc(ecx), value);
 }
 
-std::optional<uint64_t> Machine::ReadCr8() { return (lapic_->Read(0x80, NowNs()) >> 4) & 0xF; }
+std::optional<uint64_t> Machine::ReadCr8() { return (lapic_->Read(0x80, GuestNs()) >> 4) & 0xF; }
 
 bool Machine::WriteCr8(uint64_t value) {
-  lapic_->Write(0x80, static_cast<uint32_t>(value & 0xF) << 4, NowNs());  // TPR (SDM vol. 3A 10.8.6.1)
+  lapic_->Write(0x80, static_cast<uint32_t>(value & 0xF) << 4, GuestNs());  // TPR (SDM vol. 3A 10.8.6.1)
   return true;
+}
+
+std::optional<uint64_t> Machine::ReadTsc() { return clock_->Tsc(ClockNow()); }
+
+void Machine::WriteTsc(uint64_t value) { clock_->SetTsc(value, ClockNow()); }
+
+vcpu::GuestClock::Now Machine::ClockNow() const {
+  uint64_t retired = tracer_ ? tracer_->stats().instructions : 0;
+  if (in_tcg_ && tcg_bulk_) retired += tcg_->skipped();
+  return {NowNs(), retired};
+}
+
+std::optional<uint64_t> Machine::TimerDeadlineTicks() const {
+  if (clock_->source() != vcpu::GuestClock::Source::kInstructions) return std::nullopt;
+  std::optional<uint64_t> ns = lapic_->NextDeadline();
+  if (!ns) return std::nullopt;
+  return clock_->TicksOfNs(*ns);
 }
 
 void Machine::DebugRegistersWritten() {

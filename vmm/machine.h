@@ -15,6 +15,7 @@
 #include "pmu/cpu_model.h"
 #include "pmu/feature_msrs.h"
 #include "pmu/vpmu.h"
+#include "vcpu/guest_clock.h"
 #include "vcpu/host_facts.h"
 #include "vcpu/kvm_vcpu.h"
 #include "vcpu/supervisor.h"
@@ -143,6 +144,13 @@ class Machine : private vcpu::TcgDevices {
   // Before the virtual PMU is read or written in block-level observation:
   // the instructions that ran unreported are counted first.
   void FlushTcgBulk();
+  // The guest's time in the TCG engine (vcpu/guest_clock.h): where its
+  // sources stand now (the instructions retired so far include those run
+  // unreported in block-level observation), its LAPIC nanoseconds, and the
+  // LAPIC timer's deadline in ticks while the clock runs on instructions.
+  vcpu::GuestClock::Now ClockNow() const;
+  uint64_t GuestNs() const { return clock_->Ns(ClockNow()); }
+  std::optional<uint64_t> TimerDeadlineTicks() const;
   // The tracer's transfer sink from what consumes transfers now: --branches,
   // --insns, vbts record, GDB's branch trace.
   void InstallSink();
@@ -163,6 +171,8 @@ class Machine : private vcpu::TcgDevices {
   void DebugRegistersWritten() override;
   std::optional<uint64_t> ReadCr8() override;
   bool WriteCr8(uint64_t value) override;
+  std::optional<uint64_t> ReadTsc() override;
+  void WriteTsc(uint64_t value) override;
   Msr ReadPmc(uint32_t ecx, uint64_t& value) override;
   bool IsLapicPage(uint64_t gpa) const;
   // Installs or removes the TCG engine's instruction hook as the tracer
@@ -196,6 +206,7 @@ class Machine : private vcpu::TcgDevices {
   std::unique_ptr<vcpu::TcgCpu> tcg_;  // --engine=tcg
   std::unique_ptr<vcpu::Lapic> lapic_;  // the LAPIC while in TCG (KVM's in-kernel one otherwise)
   std::unique_ptr<vcpu::TcgControl> tcg_control_;
+  std::optional<vcpu::GuestClock> clock_;  // the guest's time while in TCG
   bool in_tcg_ = false;                // the TCG engine holds the vCPU state
   bool tcg_observing_ = false;         // the instruction hook feeds the tracer
   bool tcg_first_boundary_ = false;

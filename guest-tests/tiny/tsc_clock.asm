@@ -1,0 +1,148 @@
+; tsc_clock: the TSC, the LAPIC timer and the cycle counters on one clock while the TCG engine
+; counts every instruction (vcpu/guest_clock.h, docs/tcg-engine.md "Guest time"): one TSC tick,
+; one core cycle and one reference cycle per retired instruction, as the virtual PMU counts
+; them (docs/pmu-model.md). Ring 0, pm32; runs on the TCG engine only (vbts_args): under KVM
+; the TSC is the host's.
+; Part 1. PMC0 counts instructions retired (C0H), PMC1 unhalted reference cycles (3CH/01H), both
+; OS; the WRMSR of GLOBAL_CTRL = 3 turns them on, and with them instruction time:
+;   rdtsc (t0) | mov esi | mov edi | mov ecx, 1000 | 1000 x (dec ecx, jnz) | rdtsc (t1)
+; t1 - t0 = the instructions retired between the two RDTSCs: the first RDTSC, 2 MOVs, the MOV
+; to ECX and 2000 loop instructions = 2004.
+; Then WRMSR IA32_TSC = 0x9_12345678 and RDTSC at once: the TSC reads the written value plus the
+; WRMSR itself (SDM vol. 3B 17.17: a write sets the counter, which then counts on) = 0x9_12345679.
+; GLOBAL_CTRL = 0 stops both counters (that WRMSR is not counted): PMC1 = PMC0, reference
+; cycles counted one per instruction like the TSC.
+; Part 2. The LAPIC timer on instruction time (counters on again): a one-shot of 100 000 bus
+; ticks (100 us at divide-by-1) fires in a counted spin loop, and then, armed the same way,
+; during HLT, where instruction time jumps to its deadline. Both handlers read the TSC after the
+; same instructions; the ticks from arming to the handler differ only by where the interrupt
+; is taken (the spin loop's boundary after the deadline, HLT's exactly at it): at most 4.
+; Expected: status 1 under vbts (westmere); QEMU TCG reports no arch perfmon: SKIP (155).
+%include "rt.inc"
+%include "debug32.inc"
+
+%define TIMER_VEC       0x40
+%define TIMER_COUNT     100000
+
+main:
+        mov eax, 0xA
+        call dbg_cpuid32
+        cmp al, 2
+        jb .skip
+        cmp ah, 2
+        jb .skip
+        test bl, 4                                              ; EBX bit 2 = 0: reference cycles available
+        jz .go
+.skip:
+        SKIP "arch perfmon v2 with reference cycles needed"
+        ret
+.go:
+        SET_HANDLER TIMER_VEC, timer_handler
+        APIC_ENABLE
+        WRMSR32 0x38F, 0
+        WRMSR32 0xC1, 0                                         ; PMC0
+        WRMSR32 0xC2, 0                                         ; PMC1
+        WRMSR32 0x186, 0xC0 | (1 << 17) | (1 << 22)             ; PMC0: instructions retired, OS, EN
+        WRMSR32 0x187, 0x13C | (1 << 17) | (1 << 22)            ; PMC1: reference cycles, OS, EN
+        mov ecx, 0x38F
+        mov eax, 3
+        xor edx, edx
+        wrmsr                                                   ; PMC0, PMC1 on: instruction time
+        rdtsc
+        mov esi, eax
+        mov edi, edx
+        mov ecx, 1000
+.loop:  dec ecx
+        jnz .loop
+        rdtsc
+        sub eax, esi
+        sbb edx, edi
+        mov [t_delta], eax
+        mov [t_delta + 4], edx
+        mov ecx, 0x10
+        mov eax, 0x12345678
+        mov edx, 0x9
+        wrmsr                                                   ; IA32_TSC = 0x9_12345678
+        rdtsc
+        mov [t_written], eax
+        mov [t_written + 4], edx
+        mov ecx, 0x38F
+        xor eax, eax
+        xor edx, edx
+        wrmsr                                                   ; counters off
+        CHECK_EQ dword [t_delta], 2004, "TSC delta over 2004 retired instructions = 2004"
+        CHECK_EQ dword [t_delta + 4], 0, "TSC delta high half 0"
+        CHECK_EQ dword [t_written], 0x12345679, "TSC after WRMSR IA32_TSC = 0x912345678 is the value + 1 (the WRMSR)"
+        CHECK_EQ dword [t_written + 4], 9, "TSC high half after the write = 9"
+        mov ecx, 0xC1
+        rdmsr
+        mov esi, eax
+        mov ecx, 0xC2
+        rdmsr
+        CHECK_EQ eax, esi, "reference cycles (PMC1) = instructions retired (PMC0)"
+        cmp esi, 2004
+        CHECK_CC a, "PMC0 counted more than the 2004 measured instructions"
+
+        ; ---- part 2: the LAPIC timer on instruction time
+        WRMSR32 0x38F, 3                                        ; counters on again
+        mov eax, TIMER_VEC
+        mov edx, TIMER_COUNT
+        call rt_lapic_timer_oneshot32
+        rdtsc
+        mov [arm_tsc], eax
+        sti
+        xor ebx, ebx
+.spin:  inc ebx
+        cmp dword [timer_count], 0
+        je .spin
+        cli
+        mov [spins], ebx
+        mov eax, [handler_tsc]
+        sub eax, [arm_tsc]
+        mov [spin_ticks], eax
+        mov eax, TIMER_VEC
+        mov edx, TIMER_COUNT
+        call rt_lapic_timer_oneshot32
+        rdtsc
+        mov [arm_tsc], eax
+        sti
+        hlt
+        cli
+        mov eax, [handler_tsc]
+        sub eax, [arm_tsc]
+        mov [hlt_ticks], eax
+        WRMSR32 0x38F, 0
+        CHECK_EQ dword [timer_count], 2, "timer fired in the spin loop and in HLT"
+        cmp dword [spins], 1000
+        CHECK_CC a, "the spin loop ran more than 1000 times before the timer fired"
+        mov eax, [spin_ticks]
+        sub eax, [hlt_ticks]
+        jns .abs
+        neg eax
+.abs:   cmp eax, 4
+        CHECK_CC be, "ticks from arming to the handler: spin loop and HLT within 4"
+        ret
+
+timer_handler:                          ; EBX = frame
+        push eax
+        push edx
+        rdtsc
+        mov [handler_tsc], eax
+        pop edx
+        pop eax
+        inc dword [timer_count]
+        APIC_EOI
+        ret
+
+section .data
+align 8
+t_delta:        dq 0
+t_written:      dq 0
+arm_tsc:        dd 0
+handler_tsc:    dd 0
+spin_ticks:     dd 0
+hlt_ticks:      dd 0
+spins:          dd 0
+timer_count:    dd 0
+
+%include "end.inc"
