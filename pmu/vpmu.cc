@@ -200,7 +200,7 @@ struct VirtualPmu::State {
       if (CounterEnabled(i, false)) return true;
     for (int i = 0; i < pmu.fixed_counters; i++)
       if (CounterEnabled(i, true)) return true;
-    for (int i = 0; i < netburst::kCounters; i++)
+    for (int i = 0; i < nb_count(); i++)
       if (NbCounts(i)) return true;
     return false;
   }
@@ -208,6 +208,9 @@ struct VirtualPmu::State {
   // --- NetBurst counters (SDM vol. 3B, the NetBurst performance-monitoring
   // section; docs/pmu-model.md, "NetBurst performance counters").
   bool nb_on() const { return pmu.netburst_perfmon; }
+  // How many NetBurst counters to look at: none on the other models (the
+  // loops over them run at every reported boundary).
+  int nb_count() const { return nb_on() ? netburst::kCounters : 0; }
   // CCCR.Enable, with the active-thread field (bits 17:16, "must be set to
   // 11B" on a processor without HT) at 11B.
   bool NbEnabled(int i) const {
@@ -284,7 +287,7 @@ struct VirtualPmu::State {
   }
   void NbCountInstruction(const Branch& b, bool& pmi) {
     uint32_t cascade = 0;
-    for (int i = 0; i < netburst::kCounters; i++) {
+    for (int i = 0; i < nb_count(); i++) {
       if (!NbEnabled(i)) continue;
       const int n = NbEvents(i, b, b.cpl_from);
       if (n < 0) continue;
@@ -970,7 +973,7 @@ uint64_t VirtualPmu::SequentialLimit(uint8_t cpl) const {
     if (!s.CounterEnabled(i, true) || !(((s.fixed_ctrl >> (4 * i)) & 0xF) & (cpl == 0 ? 1 : 2))) continue;
     limit = std::min(limit, Mask(s.pmu.fixed_width) - s.fixed[i].value);
   }
-  for (int i = 0; i < netburst::kCounters; i++) {
+  for (int i = 0; i < s.nb_count(); i++) {
     if (!s.NbEnabled(i)) continue;
     const int n = s.NbEvents(i, plain, cpl);
     if (n < 0) continue;
@@ -1003,7 +1006,7 @@ bool VirtualPmu::BranchAgnostic() const {
     if (!s.CounterEnabled(i, false)) continue;
     if (State::GpIncrement(s.gp[i].evtsel, taken) != State::GpIncrement(s.gp[i].evtsel, plain)) return false;
   }
-  for (int i = 0; i < netburst::kCounters; i++) {
+  for (int i = 0; i < s.nb_count(); i++) {
     if (!s.NbEnabled(i)) continue;
     for (uint8_t cpl : {0, 3})
       if (s.NbEvents(i, taken, cpl) != s.NbEvents(i, plain, cpl)) return false;
@@ -1026,7 +1029,7 @@ void VirtualPmu::CountSequential(uint64_t n, uint8_t cpl) {
     if (!s.CounterEnabled(i, true) || !(((s.fixed_ctrl >> (4 * i)) & 0xF) & (cpl == 0 ? 1 : 2))) continue;
     s.fixed[i].value = (s.fixed[i].value + n) & Mask(s.pmu.fixed_width);
   }
-  for (int i = 0; i < netburst::kCounters; i++) {
+  for (int i = 0; i < s.nb_count(); i++) {
     if (!s.NbEnabled(i)) continue;
     const int events = s.NbEvents(i, plain, cpl);
     if (events < 0) continue;

@@ -670,6 +670,9 @@ std::optional<RunResult> Machine::RunTcgLoop(uint64_t deadline, bool until_untra
     const uint64_t guest_now = GuestNs();
     lapic_->Advance(guest_now);
     tcg_control_->Notify();
+    // Within the run the timer changes only by a write to the LAPIC page,
+    // which ends the run, or by an expiry, which the deadline stops at.
+    timer_deadline_ticks_ = TimerDeadlineTicks();
     uint64_t until = now + slice;
     // On host time the timer's deadline ends the run; on instruction time
     // the instruction hook stops at it (TimerDeadlineTicks).
@@ -757,10 +760,10 @@ void Machine::UpdateTcgObservation() {
     // has passed ends the run (the loop raises the interrupt there), and no
     // bulk runs past it.
     uint64_t limit = tcg_bulk_ ? tracer_->BulkLimit() : 0;
-    if (std::optional<uint64_t> deadline = TimerDeadlineTicks()) {
+    if (timer_deadline_ticks_) {
       const uint64_t ticks = clock_->Ticks(ClockNow());
-      if (ticks >= *deadline) tcg_->RequestStop();
-      else limit = std::min(limit, *deadline - ticks - 1);
+      if (ticks >= *timer_deadline_ticks_) tcg_->RequestStop();
+      else limit = std::min(limit, *timer_deadline_ticks_ - ticks - 1);
     }
     if (tcg_bulk_) tcg_->SkipSequential(limit, tracer_->BulkAcrossBlocks());
     // Stop observing between runs (this instruction runs unobserved then).

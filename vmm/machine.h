@@ -207,6 +207,7 @@ class Machine : private vcpu::TcgDevices {
   std::unique_ptr<vcpu::Lapic> lapic_;  // the LAPIC while in TCG (KVM's in-kernel one otherwise)
   std::unique_ptr<vcpu::TcgControl> tcg_control_;
   std::optional<vcpu::GuestClock> clock_;  // the guest's time while in TCG
+  std::optional<uint64_t> timer_deadline_ticks_;  // TimerDeadlineTicks() for the current run
   bool in_tcg_ = false;                // the TCG engine holds the vCPU state
   bool tcg_observing_ = false;         // the instruction hook feeds the tracer
   bool tcg_first_boundary_ = false;
