@@ -72,6 +72,7 @@ int HighestVector(const std::array<uint32_t, 8>& bits) {
 
 void SetBit(std::array<uint32_t, 8>& bits, uint8_t v) { bits[v / 32] |= 1u << (v % 32); }
 void ClearBit(std::array<uint32_t, 8>& bits, uint8_t v) { bits[v / 32] &= ~(1u << (v % 32)); }
+bool TestBit(const std::array<uint32_t, 8>& bits, uint8_t v) { return (bits[v / 32] >> (v % 32)) & 1; }
 
 // Offset of LVT entry `index` (CMCI at 2F0H, the others from 320H on).
 uint32_t LvtOffset(int index) { return index == 0 ? kApicRegLvtCmci : kApicRegLvtTimer + 0x10 * (index - 1); }
@@ -274,13 +275,16 @@ void Lapic::Write(uint32_t offset, uint32_t value, uint64_t now_ns) {
   }
 }
 
-void Lapic::AcceptFixed(uint8_t vector) {
-  // 10.8.4: the vector's IRR bit is set; the TMR bit is cleared for an
-  // edge-triggered interrupt (all of the model's).  10.4.7.2 does not say
-  // whether a software-disabled APIC accepts fixed interrupts; KVM drops them.
-  if (!software_enabled()) return;
+bool Lapic::AcceptFixed(uint8_t vector, bool level) {
+  // 10.8.4: the vector's IRR bit is set; the TMR bit is set for a
+  // level-triggered interrupt and cleared for an edge-triggered one.
+  // 10.4.7.2 does not say whether a software-disabled APIC accepts fixed
+  // interrupts; KVM drops them.
+  if (!software_enabled()) return false;
   SetBit(irr_, vector);
-  ClearBit(tmr_, vector);
+  if (level) SetBit(tmr_, vector);
+  else ClearBit(tmr_, vector);
+  return true;
 }
 
 void Lapic::LogError(uint32_t bits) {
@@ -298,13 +302,13 @@ void Lapic::LogError(uint32_t bits) {
   AcceptFixed(vector);
 }
 
-void Lapic::Raise(uint8_t vector) {
+bool Lapic::Raise(uint8_t vector, bool level) {
   // 10.5.3 (ESR bit 6) and 10.5.2: vectors 0-15 are never set in IRR.
   if (vector < 16) {
     LogError(kApicEsrReceiveIllegalVector);
-    return;
+    return false;
   }
-  AcceptFixed(vector);
+  return AcceptFixed(vector, level);
 }
 
 std::optional<uint8_t> Lapic::Pending() const {
@@ -328,11 +332,13 @@ uint8_t Lapic::Acknowledge() {
 }
 
 void Lapic::Eoi() {
-  // 10.8.5: an EOI clears the highest-priority ISR bit.  For a vector whose
-  // TMR bit is set (level triggered) the hardware would also broadcast the
-  // EOI to the I/O APICs; the model has none.
+  // 10.8.5: an EOI clears the highest-priority ISR bit; for a vector whose
+  // TMR bit is set (level triggered) it is broadcast to the I/O APICs,
+  // unless SVR bit 12 suppresses the broadcast.
   const int v = HighestVector(isr_);
-  if (v >= 0) ClearBit(isr_, uint8_t(v));
+  if (v < 0) return;
+  ClearBit(isr_, uint8_t(v));
+  if (TestBit(tmr_, uint8_t(v)) && !(svr_ & kSvrEoiSuppression) && level_eoi_) level_eoi_(uint8_t(v));
 }
 
 bool Lapic::TakeNmi() {

@@ -18,11 +18,13 @@
 //    are latched for TakeNmi(); SMI, INIT, SIPI and the reserved delivery modes
 //    are ignored.  Like KVM, an NMI sent with the "self" shorthand is delivered
 //    although SDM table 10-3 lists only fixed delivery as valid with it.
-//  - All accepted interrupts are edge-triggered: Raise clears the vector's TMR
-//    bit (SDM 10.8.4).  A TMR imported by SetState is kept and exported as is,
-//    but an EOI for a level-triggered vector is not broadcast to any I/O APIC
-//    (there is none in the model).  LVT LINT0/LINT1 have no input pins here;
-//    their Remote IRR bit is only carried through SetState/GetState.
+//  - Raise takes the trigger mode: a level-triggered interrupt (from the I/O
+//    APIC, vcpu/ioapic.h) sets the vector's TMR bit, an edge-triggered one
+//    clears it (SDM 10.8.4).  An EOI of a vector whose TMR bit is set is
+//    broadcast to the listener SetLevelEoiListener installs (the machine's
+//    I/O APIC), unless SVR bit 12 suppresses it.  LVT LINT0/LINT1 have no
+//    input pins here; their Remote IRR bit is only carried through
+//    SetState/GetState.
 //  - The LVT timer supports one-shot and periodic mode.  TSC-deadline mode is
 //    not supported: timer-mode bit 18 is reserved and reads 0 (SDM 10.5.4.1),
 //    as on a CPU with CPUID.1:ECX.TSC_Deadline[bit 24] = 0, which is what every
@@ -46,6 +48,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 
 #include "absl/numeric/int128.h"
@@ -137,11 +140,21 @@ class Lapic {
   void Write(uint32_t offset, uint32_t value, uint64_t now_ns);
 
   // A fixed-delivery interrupt arriving at this APIC (from an IPI, an LVT
-  // entry or the caller, e.g. an MSI): sets the vector's IRR bit (SDM 10.8.4).
-  // Vectors 0-15 are illegal: ESR "received illegal vector" is latched and the
-  // interrupt dropped (SDM 10.5.3).  While the APIC is software disabled the
-  // interrupt is dropped, as KVM does.
-  void Raise(uint8_t vector);
+  // entry or the caller, e.g. an MSI or the I/O APIC): sets the vector's IRR
+  // bit, and its TMR bit to `level` (SDM 10.8.4).  Vectors 0-15 are illegal:
+  // ESR "received illegal vector" is latched and the interrupt dropped (SDM
+  // 10.5.3).  While the APIC is software disabled the interrupt is dropped,
+  // as KVM does.  True if the interrupt was accepted.
+  bool Raise(uint8_t vector, bool level = false);
+
+  // Whether a destination (an IPI's or an I/O APIC entry's) names this APIC:
+  // physical mode (SDM 10.6.2.1) or logical, flat or cluster model (10.6.2.2);
+  // FFH is a broadcast in both.
+  bool Accepts(uint8_t dest, bool logical) const { return MatchesDestination(dest, logical); }
+
+  // Called with the vector of each EOI of a level-triggered interrupt
+  // (SDM 10.8.5: the EOI broadcast to the I/O APICs).
+  void SetLevelEoiListener(std::function<void(uint8_t vector)> listener) { level_eoi_ = std::move(listener); }
 
   // The vector the APIC would present to the processor now: the highest IRR
   // vector whose priority class (vector[7:4]) is above the processor-priority
@@ -210,7 +223,7 @@ class Lapic {
   uint32_t Peek(uint32_t offset, uint64_t now_ns) const;
   void WriteLvt(int index, uint32_t value);
   uint8_t Ppr() const;
-  void AcceptFixed(uint8_t vector);
+  bool AcceptFixed(uint8_t vector, bool level = false);
   void LogError(uint32_t bits);
   void Eoi();
   void SendIpi();
@@ -240,6 +253,8 @@ class Lapic {
   uint32_t first_count_ = 0;
   absl::uint128 expirations_ = 0;
   uint64_t last_now_ns_ = 0;
+
+  std::function<void(uint8_t)> level_eoi_;
 };
 
 }  // namespace vbts::vcpu

@@ -252,6 +252,43 @@ TEST(LapicTest, AcknowledgeAndEoiNest) {
   for (uint32_t i = 0; i < 8; i++) EXPECT_EQ(lapic.Read(kApicRegIsr + 0x10 * i, 0), 0u);
 }
 
+TEST(LapicTest, LevelTriggeredInterruptsSetTmrAndBroadcastTheirEoi) {
+  Lapic lapic = Enabled({.apic_id = 2});
+  std::vector<uint8_t> eois;
+  lapic.SetLevelEoiListener([&](uint8_t v) { eois.push_back(v); });
+  // SDM 10.8.4: level sets the TMR bit, edge clears it (vector 79H: TMR
+  // register 3 = 0x1B0, bit 25).
+  EXPECT_TRUE(lapic.Raise(0x79, /*level=*/true));
+  EXPECT_EQ(lapic.Read(kApicRegTmr + 0x30, 0), 1u << 25);
+  EXPECT_EQ(lapic.Acknowledge(), 0x79);
+  lapic.Write(kApicRegEoi, 0, 0);
+  EXPECT_EQ(eois, std::vector<uint8_t>{0x79});  // 10.8.5: broadcast to the I/O APICs
+  // An edge-triggered interrupt of the same vector clears TMR; its EOI is not broadcast.
+  EXPECT_TRUE(lapic.Raise(0x79));
+  EXPECT_EQ(lapic.Read(kApicRegTmr + 0x30, 0), 0u);
+  EXPECT_EQ(lapic.Acknowledge(), 0x79);
+  lapic.Write(kApicRegEoi, 0, 0);
+  EXPECT_EQ(eois.size(), 1u);
+  // SVR bit 12 (offered with version bit 24) suppresses the broadcast.
+  Lapic suppress = Enabled({.version = 0x01050014});
+  suppress.SetLevelEoiListener([&](uint8_t v) { eois.push_back(v); });
+  suppress.Write(kApicRegSvr, 0x11FF, 0);
+  suppress.Raise(0x50, true);
+  suppress.Acknowledge();
+  suppress.Write(kApicRegEoi, 0, 0);
+  EXPECT_EQ(eois.size(), 1u);
+  // A software-disabled APIC refuses the interrupt.
+  Lapic off;
+  EXPECT_FALSE(off.Raise(0x50, true));
+  // Destinations: physical ID 2, broadcast FFH; logical flat with LDR bit 1.
+  EXPECT_TRUE(lapic.Accepts(2, false));
+  EXPECT_FALSE(lapic.Accepts(1, false));
+  EXPECT_TRUE(lapic.Accepts(0xFF, false));
+  lapic.Write(kApicRegLdr, 0x02000000, 0);
+  EXPECT_TRUE(lapic.Accepts(0x03, true));
+  EXPECT_FALSE(lapic.Accepts(0x04, true));
+}
+
 TEST(LapicTest, SelfIpiThroughIcr) {
   Lapic lapic = Enabled({.apic_id = 3});
   auto irr_has = [&](uint8_t v) { return (lapic.Read(VecReg(kApicRegIrr, v), 0) & VecBit(v)) != 0; };

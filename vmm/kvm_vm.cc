@@ -98,6 +98,31 @@ absl::Status Vm::SetIrqLine(uint32_t gsi, bool level) {
   return Ioctl(fd(), KVM_IRQ_LINE, &l, "KVM_IRQ_LINE", absl::StrFormat("gsi=%u level=%d", gsi, level)).status();
 }
 
+absl::StatusOr<vcpu::IoapicState> Vm::GetIoapic() {
+  kvm_irqchip chip{};
+  chip.chip_id = KVM_IRQCHIP_IOAPIC;
+  VBTS_RETURN_IF_ERROR(Ioctl(fd(), KVM_GET_IRQCHIP, &chip, "KVM_GET_IRQCHIP", "ioapic").status());
+  vcpu::IoapicState s;
+  s.base_address = chip.chip.ioapic.base_address;
+  s.ioregsel = chip.chip.ioapic.ioregsel;
+  s.id = chip.chip.ioapic.id;
+  s.irr = chip.chip.ioapic.irr;
+  static_assert(KVM_IOAPIC_NUM_PINS == vcpu::kIoapicPins);
+  for (int i = 0; i < vcpu::kIoapicPins; i++) s.redirtbl[i] = chip.chip.ioapic.redirtbl[i].bits;
+  return s;
+}
+
+absl::Status Vm::SetIoapic(const vcpu::IoapicState& s) {
+  kvm_irqchip chip{};
+  chip.chip_id = KVM_IRQCHIP_IOAPIC;
+  chip.chip.ioapic.base_address = s.base_address;
+  chip.chip.ioapic.ioregsel = s.ioregsel;
+  chip.chip.ioapic.id = s.id;
+  chip.chip.ioapic.irr = s.irr;
+  for (int i = 0; i < vcpu::kIoapicPins; i++) chip.chip.ioapic.redirtbl[i].bits = s.redirtbl[i];
+  return Ioctl(fd(), KVM_SET_IRQCHIP, &chip, "KVM_SET_IRQCHIP", "ioapic").status();
+}
+
 absl::Status Vm::EnableCap(uint32_t cap, uint64_t arg0) {
   kvm_enable_cap c{};
   c.cap = cap;

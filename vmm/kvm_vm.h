@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "vcpu/ioapic.h"
 #include "vcpu/kvm_fd.h"
 #include "vcpu/kvm_vcpu.h"
 
@@ -62,6 +63,10 @@ class Vm {
   // KVM_IRQ_LINE: drives GSI `gsi` of the in-kernel irqchip (IOAPIC pin n,
   // and the PIC for n < 16, under KVM's default routing).
   absl::Status SetIrqLine(uint32_t gsi, bool level);
+  // KVM_GET_IRQCHIP / KVM_SET_IRQCHIP of the in-kernel IOAPIC (moved with
+  // the vCPU between the engines).
+  absl::StatusOr<vcpu::IoapicState> GetIoapic();
+  absl::Status SetIoapic(const vcpu::IoapicState& s);
   // KVM_SIGNAL_MSI to the LAPIC with `apic_id`: fixed delivery of `vector`.
   absl::Status SignalMsi(uint32_t apic_id, uint8_t vector);
   absl::StatusOr<std::unique_ptr<vcpu::KvmVcpu>> CreateVcpu(int id, bool sync_regs);

@@ -186,6 +186,8 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
   testdev_io_ = std::make_unique<TestdevIo>();
   VBTS_RETURN_IF_ERROR(pio_.Register(TestdevIo::kPort, TestdevIo::kSize, testdev_io_.get(), "pc-testdev io"));
   testdev_irq_ = std::make_unique<TestdevIrq>([this](uint32_t line, bool level) {
+    // The I/O APIC of the engine that runs the vCPU: vbts's in TCG, KVM's otherwise.
+    if (in_tcg_) return ioapic_->SetLine(line, level);
     if (absl::Status st = vm_->SetIrqLine(line, level); !st.ok() && irq_errors_++ == 0)
       std::fprintf(stderr, "vbts: warning: pc-testdev IRQ line %u: %s\n", line, std::string(st.message()).c_str());
   });
@@ -544,6 +546,19 @@ absl::Status Machine::CreateTcg() {
   clock_->SetSource(vcpu::GuestClock::Source::kHost, ClockNow());
   tcg_control_ = std::make_unique<vcpu::TcgControl>(
       *tcg_, *lapic_, [this] { return GuestNs(); }, [this] { return clock_->Tsc(ClockNow()); });
+  // The I/O APIC: its interrupts go to the LAPIC when their destination
+  // names it; the LAPIC's EOIs of level-triggered vectors come back.
+  ioapic_ = std::make_unique<vcpu::Ioapic>(
+      [this](const vcpu::Ioapic::Delivery& d) {
+        if (!lapic_->Accepts(d.dest, d.logical)) return false;
+        const bool accepted = lapic_->Raise(d.vector, d.level);
+        tcg_control_->Notify();
+        return accepted;
+      },
+      [this](uint8_t dest, bool logical) {
+        if (lapic_->Accepts(dest, logical)) tcg_->QueueNmi();
+      });
+  lapic_->SetLevelEoiListener([this](uint8_t vector) { ioapic_->Eoi(vector); });
   return absl::OkStatus();
 }
 
@@ -570,6 +585,8 @@ absl::StatusOr<std::optional<RunResult>> Machine::TraceInTcg(double deadline) {
   VBTS_ASSIGN_OR_RETURN(kvm_debugregs dr, vcpu_->GetDebugRegs());
   VBTS_ASSIGN_OR_RETURN(uint64_t tsc, vcpu_->GetMsr(kMsrTsc));
   clock_->SetTsc(tsc, ClockNow());
+  VBTS_ASSIGN_OR_RETURN(vcpu::IoapicState ioapic, vm_->GetIoapic());
+  ioapic_->SetState(ioapic);
   tcg_->FlushCode();  // guest memory changed under KVM
   VBTS_RETURN_IF_ERROR(tcg_->SetState(st));
   tcg_->SetFpu(fpu);
@@ -595,6 +612,7 @@ absl::StatusOr<std::optional<RunResult>> Machine::TraceInTcg(double deadline) {
   VBTS_RETURN_IF_ERROR(vcpu_->SetDebugRegs(dr));
   const vcpu::MsrValue tsc_now{kMsrTsc, clock_->Tsc(ClockNow())};
   VBTS_RETURN_IF_ERROR(vcpu_->SetMsrs({&tsc_now, 1}));
+  VBTS_RETURN_IF_ERROR(vm_->SetIoapic(ioapic_->GetState()));
   in_tcg_ = false;
   tracer_->Rebind(*vcpu_, [vm = vm_.get()](uint8_t vector) { return vm->SignalMsi(0, vector); },
                   facts_.emulate_data_breakpoints);
@@ -618,6 +636,9 @@ RunResult Machine::RunTcg() {
   absl::StatusOr<uint64_t> tsc = vcpu_->GetMsr(kMsrTsc);
   if (!tsc.ok()) return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + tsc.status().ToString());
   clock_->SetTsc(*tsc, ClockNow());
+  absl::StatusOr<vcpu::IoapicState> ioapic = vm_->GetIoapic();
+  if (!ioapic.ok()) return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + ioapic.status().ToString());
+  ioapic_->SetState(*ioapic);
   in_tcg_ = true;
   return *RunTcgLoop(deadline, /*until_untraced=*/false);
 }
@@ -808,7 +829,16 @@ bool Machine::IsLapicPage(uint64_t gpa) const {
   return (apic_base_ & (1u << 11)) && (gpa & ~0xFFFull) == (apic_base_ & 0xFFFFFF000ull);
 }
 
+bool Machine::IsIoapicPage(uint64_t gpa) const {
+  return (gpa & ~0xFFFull) == (ioapic_->base_address() & ~0xFFFull);
+}
+
 uint64_t Machine::MmioRead(uint64_t gpa, int size) {
+  if (IsIoapicPage(gpa)) {
+    // IOREGSEL (00H) and IOWIN (10H); KVM takes any access size there.
+    const uint64_t v = ioapic_->Read(static_cast<uint32_t>(gpa & 0xFF));
+    return size >= 4 ? v : v & ((1ull << (8 * size)) - 1);
+  }
   if (IsLapicPage(gpa)) {
     // 32-bit registers at 16-byte strides; narrower reads see their bytes.
     const uint32_t offset = static_cast<uint32_t>(gpa & 0xFFF);
@@ -823,6 +853,12 @@ uint64_t Machine::MmioRead(uint64_t gpa, int size) {
 }
 
 void Machine::MmioWrite(uint64_t gpa, int size, uint64_t value) {
+  if (IsIoapicPage(gpa)) {
+    const uint32_t v = static_cast<uint32_t>(size >= 4 ? value : value & ((1ull << (8 * size)) - 1));
+    ioapic_->Write(static_cast<uint32_t>(gpa & 0xFF), v);
+    tcg_control_->Notify();
+    return;
+  }
   if (IsLapicPage(gpa)) {
     // Only aligned 32-bit writes reach a register (SDM vol. 3A 10.4.1: other
     // accesses are undefined; vbts drops them).

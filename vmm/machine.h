@@ -175,6 +175,7 @@ class Machine : private vcpu::TcgDevices {
   void WriteTsc(uint64_t value) override;
   Msr ReadPmc(uint32_t ecx, uint64_t& value) override;
   bool IsLapicPage(uint64_t gpa) const;
+  bool IsIoapicPage(uint64_t gpa) const;
   // Installs or removes the TCG engine's instruction hook as the tracer
   // wants every instruction or not.
   void UpdateTcgObservation();
@@ -206,6 +207,7 @@ class Machine : private vcpu::TcgDevices {
   std::unique_ptr<vcpu::TcgCpu> tcg_;  // --engine=tcg
   std::unique_ptr<vcpu::Lapic> lapic_;  // the LAPIC while in TCG (KVM's in-kernel one otherwise)
   std::unique_ptr<vcpu::TcgControl> tcg_control_;
+  std::unique_ptr<vcpu::Ioapic> ioapic_;  // the IOAPIC while in TCG (KVM's in-kernel one otherwise)
   std::optional<vcpu::GuestClock> clock_;  // the guest's time while in TCG
   std::optional<uint64_t> timer_deadline_ticks_;  // TimerDeadlineTicks() for the current run
   bool in_tcg_ = false;                // the TCG engine holds the vCPU state

@@ -285,6 +285,31 @@ TEST_F(MachineTest, KvmFpuStateRoundTrips) {
   for (int i = 0; i < 16; i++) EXPECT_EQ(std::memcmp(back->xmm[i], f.xmm[i], 16), 0) << "XMM" << i;
 }
 
+// The IOAPIC state the TCG engine's model takes from KVM and gives back
+// (Vm::GetIoapic/SetIoapic): every field KVM keeps survives the round trip.
+TEST_F(MachineTest, KvmIoapicStateRoundTrips) {
+  absl::StatusOr<std::unique_ptr<Vm>> vm = Vm::Create(*kvm_);
+  ASSERT_THAT(vm, testing::IsOk());
+  ASSERT_THAT((*vm)->CreateIrqchip(), testing::IsOk());
+  absl::StatusOr<vcpu::IoapicState> reset = (*vm)->GetIoapic();
+  ASSERT_THAT(reset, testing::IsOk());
+  EXPECT_EQ(reset->base_address, vcpu::kIoapicDefaultBase);
+  for (int i = 0; i < vcpu::kIoapicPins; i++) EXPECT_EQ(reset->redirtbl[i] & (1u << 16), 1u << 16) << "pin " << i;
+  vcpu::IoapicState s = *reset;
+  s.id = 3;
+  s.ioregsel = 0x1D;
+  s.irr = 1u << 14;
+  s.redirtbl[14] = (uint64_t{1} << 56) | (1u << 15) | (1u << 14) | 0x77;  // level, Remote IRR, vector 77H
+  s.redirtbl[2] = 0x30;
+  ASSERT_THAT((*vm)->SetIoapic(s), testing::IsOk());
+  absl::StatusOr<vcpu::IoapicState> back = (*vm)->GetIoapic();
+  ASSERT_THAT(back, testing::IsOk());
+  EXPECT_EQ(back->id, s.id);
+  EXPECT_EQ(back->ioregsel, s.ioregsel);
+  EXPECT_EQ(back->irr, s.irr);
+  EXPECT_EQ(back->redirtbl, s.redirtbl);
+}
+
 TEST_F(MachineTest, SinkThatWantsNoMoreStopsTheStepping) {
   auto boundaries = [](const std::string& details) {
     const size_t at = details.find("tracer: ");
