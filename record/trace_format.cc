@@ -166,7 +166,7 @@ struct Predictor {
     Record r;
     uint32_t gen = 0;
   };
-  std::vector<Slot> table = std::vector<Slot>(size_t{1} << kTableBits);
+  std::vector<Slot> table;  // allocated at the first record: a trace that has none never needs it
   uint32_t gen = 1;
   uint64_t pos = 0;
   uint8_t cpl = 0;
@@ -178,7 +178,10 @@ struct Predictor {
     cpl = 0;
     mode = ExecMode::kProt32;
   }
-  Slot& SlotAt() { return table[(pos * 0x9E3779B97F4A7C15ull) >> (64 - kTableBits)]; }
+  Slot& SlotAt() {
+    if (table.empty()) table.resize(size_t{1} << kTableBits);
+    return table[(pos * 0x9E3779B97F4A7C15ull) >> (64 - kTableBits)];
+  }
   const Record* Predict() {
     Slot& s = SlotAt();
     return s.gen == gen ? &s.r : nullptr;
