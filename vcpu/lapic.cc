@@ -499,7 +499,10 @@ void Lapic::SetState(const uint8_t regs[kLapicStateSize], uint64_t now_ns) {
     uint32_t mask = kLvtMask[i];
     if (i == kLvtLint0 || i == kLvtLint1) mask |= kApicLvtRemoteIrr;
     lvt_[i] = reg(LvtOffset(i)) & mask;
-    if (!software_enabled()) lvt_[i] |= kApicLvtMasked;  // 10.4.7.2
+    // Taken as is, also while software disabled: KVM's reset state is SVR
+    // disabled with LINT0 in ExtINT mode unmasked (the virtual wire a BIOS
+    // sets up), through which the 8259's interrupts arrive.  Writes keep
+    // SDM 10.4.7.2's rule (masks forced while disabled).
   }
   initial_count_ = reg(kApicRegTimerInitialCount);
   dcr_ = reg(kApicRegTimerDivide) & kDcrMask;

@@ -194,9 +194,10 @@ class Lapic {
   // `now_ns` from the current count at 390H (what KVM_GET_LAPIC stores there);
   // a current count of 0 means a full period in periodic mode and an expired
   // timer in one-shot mode.  It ignores the version (fixed at construction),
-  // APR, PPR and RRD (computed), keeps SVR-disable semantics (LVT masks forced
-  // while software disabled, SDM 10.4.7.2) and clears errors not yet latched
-  // into ESR.  A pending NMI is not part of the page and is kept.
+  // APR, PPR and RRD (computed), takes the LVT entries as they are even while
+  // software disabled (KVM's reset state is SVR disabled with LINT0 in ExtINT
+  // mode unmasked: the virtual wire; SDM 10.4.7.2's forced masks apply to
+  // writes) and clears errors not yet latched into ESR.  A pending NMI is not part of the page and is kept.
   // GetState writes the state as of `now_ns` (expirations up to then
   // included, without changing this object): every register at its offset,
   // the current count at 390H, PPR at 0A0H, zeros elsewhere.  For a page that
@@ -209,6 +210,9 @@ class Lapic {
   void GetState(uint8_t regs[kLapicStateSize], uint64_t now_ns) const;
 
   bool software_enabled() const { return (svr_ & kApicSvrEnable) != 0; }
+  // LVT LINT0 (350H): in ExtINT mode and unmasked it passes the 8259's INTR
+  // to the processor (SDM 10.5.1; virtual wire mode).
+  uint32_t lvt_lint0() const { return lvt_[kLvtLint0]; }
   const LapicConfig& config() const { return config_; }
 
  private:

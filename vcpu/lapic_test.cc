@@ -685,11 +685,20 @@ TEST(LapicTest, SetStateRestartsTimerFromCurrentCount) {
   SetPageReg(page, kApicRegLvtTimer, 0x00020042);
   lapic.SetState(page.data(), 7000);
   EXPECT_EQ(lapic.NextDeadline(), 8000u);
-  // Software disabled in the page: LVT masks forced (10.4.7.2).
+  // Software disabled in the page: the LVT entries are taken as they are
+  // (KVM's reset state has LINT0 = 700H, ExtINT unmasked, with SVR = FFH),
+  // and the disabled APIC drops the timer's interrupt when it expires.
   SetPageReg(page, kApicRegSvr, 0xFF);
+  SetPageReg(page, kApicRegLvtLint0, 0x700);
   lapic.SetState(page.data(), 7000);
-  EXPECT_EQ(lapic.Read(kApicRegLvtTimer, 7000), 0x00030042u);
-  EXPECT_EQ(lapic.NextDeadline(), std::nullopt);
+  EXPECT_EQ(lapic.Read(kApicRegLvtTimer, 7000), 0x00020042u);
+  EXPECT_EQ(lapic.lvt_lint0(), 0x700u);
+  EXPECT_EQ(lapic.NextDeadline(), 8000u);
+  lapic.Advance(8000);
+  EXPECT_EQ(lapic.Pending(), std::nullopt);
+  // A write to SVR that disables it again forces the masks (10.4.7.2).
+  lapic.Write(kApicRegSvr, 0xFF, 8000);
+  EXPECT_EQ(lapic.lvt_lint0(), 0x10700u);
 }
 
 // Readable bits of every register of the default model (0 for everything

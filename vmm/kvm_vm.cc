@@ -123,6 +123,48 @@ absl::Status Vm::SetIoapic(const vcpu::IoapicState& s) {
   return Ioctl(fd(), KVM_SET_IRQCHIP, &chip, "KVM_SET_IRQCHIP", "ioapic").status();
 }
 
+namespace {
+#define VBTS_PIC_FIELDS(X)                                                                                         \
+  X(last_irr) X(irr) X(imr) X(isr) X(priority_add) X(irq_base) X(read_reg_select) X(poll) X(special_mask)         \
+  X(init_state) X(auto_eoi) X(rotate_on_auto_eoi) X(special_fully_nested_mode) X(init4) X(elcr) X(elcr_mask)
+vcpu::PicChipState FromKvm(const kvm_pic_state& k) {
+  vcpu::PicChipState s;
+#define VBTS_COPY(f) s.f = k.f;
+  VBTS_PIC_FIELDS(VBTS_COPY)
+#undef VBTS_COPY
+  return s;
+}
+kvm_pic_state ToKvm(const vcpu::PicChipState& s) {
+  kvm_pic_state k{};
+#define VBTS_COPY(f) k.f = s.f;
+  VBTS_PIC_FIELDS(VBTS_COPY)
+#undef VBTS_COPY
+  return k;
+}
+#undef VBTS_PIC_FIELDS
+}  // namespace
+
+absl::StatusOr<std::pair<vcpu::PicChipState, vcpu::PicChipState>> Vm::GetPic() {
+  std::pair<vcpu::PicChipState, vcpu::PicChipState> r;
+  for (uint32_t id : {KVM_IRQCHIP_PIC_MASTER, KVM_IRQCHIP_PIC_SLAVE}) {
+    kvm_irqchip chip{};
+    chip.chip_id = id;
+    VBTS_RETURN_IF_ERROR(Ioctl(fd(), KVM_GET_IRQCHIP, &chip, "KVM_GET_IRQCHIP", "pic").status());
+    (id == KVM_IRQCHIP_PIC_MASTER ? r.first : r.second) = FromKvm(chip.chip.pic);
+  }
+  return r;
+}
+
+absl::Status Vm::SetPic(const vcpu::PicChipState& master, const vcpu::PicChipState& slave) {
+  for (uint32_t id : {KVM_IRQCHIP_PIC_MASTER, KVM_IRQCHIP_PIC_SLAVE}) {
+    kvm_irqchip chip{};
+    chip.chip_id = id;
+    chip.chip.pic = ToKvm(id == KVM_IRQCHIP_PIC_MASTER ? master : slave);
+    VBTS_RETURN_IF_ERROR(Ioctl(fd(), KVM_SET_IRQCHIP, &chip, "KVM_SET_IRQCHIP", "pic").status());
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Vm::EnableCap(uint32_t cap, uint64_t arg0) {
   kvm_enable_cap c{};
   c.cap = cap;

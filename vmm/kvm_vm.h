@@ -8,11 +8,13 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "vcpu/ioapic.h"
+#include "vcpu/pic8259.h"
 #include "vcpu/kvm_fd.h"
 #include "vcpu/kvm_vcpu.h"
 
@@ -67,6 +69,9 @@ class Vm {
   // the vCPU between the engines).
   absl::StatusOr<vcpu::IoapicState> GetIoapic();
   absl::Status SetIoapic(const vcpu::IoapicState& s);
+  // The same for the in-kernel 8259 pair (master, then slave).
+  absl::StatusOr<std::pair<vcpu::PicChipState, vcpu::PicChipState>> GetPic();
+  absl::Status SetPic(const vcpu::PicChipState& master, const vcpu::PicChipState& slave);
   // KVM_SIGNAL_MSI to the LAPIC with `apic_id`: fixed delivery of `vector`.
   absl::Status SignalMsi(uint32_t apic_id, uint8_t vector);
   absl::StatusOr<std::unique_ptr<vcpu::KvmVcpu>> CreateVcpu(int id, bool sync_regs);

@@ -62,6 +62,28 @@ std::vector<MsrRange> PmuDenyList(const std::string& vpmu) {
   return deny;
 }
 
+// Two ports of the 8259 pair (20H/21H, A0H/A1H, 4D0H/4D1H), byte by byte.
+// Only the TCG engine's accesses reach them: under KVM the in-kernel PIC
+// answers these ports.
+class PicPorts : public PioDevice {
+ public:
+  PicPorts(vcpu::Pic8259& pic, uint16_t base, std::function<void()> changed)
+      : pic_(pic), base_(base), changed_(std::move(changed)) {}
+  void Read(uint16_t offset, absl::Span<uint8_t> data) override {
+    for (size_t i = 0; i < data.size(); i++) data[i] = pic_.Read(static_cast<uint16_t>(base_ + offset + i));
+    changed_();  // a poll-mode read acknowledges
+  }
+  void Write(uint16_t offset, absl::Span<const uint8_t> data) override {
+    for (size_t i = 0; i < data.size(); i++) pic_.Write(static_cast<uint16_t>(base_ + offset + i), data[i]);
+    changed_();
+  }
+
+ private:
+  vcpu::Pic8259& pic_;
+  uint16_t base_;
+  std::function<void()> changed_;
+};
+
 }  // namespace
 
 absl::StatusOr<PreparedVm> PrepareVm(const Kvm& kvm, const std::string& vpmu) {
@@ -186,12 +208,26 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
   testdev_io_ = std::make_unique<TestdevIo>();
   VBTS_RETURN_IF_ERROR(pio_.Register(TestdevIo::kPort, TestdevIo::kSize, testdev_io_.get(), "pc-testdev io"));
   testdev_irq_ = std::make_unique<TestdevIrq>([this](uint32_t line, bool level) {
-    // The I/O APIC of the engine that runs the vCPU: vbts's in TCG, KVM's otherwise.
-    if (in_tcg_) return ioapic_->SetLine(line, level);
+    // The interrupt controllers of the engine that runs the vCPU: vbts's in
+    // TCG, KVM's otherwise (ISA lines 0-15 reach both the 8259s and the I/O
+    // APIC, as under KVM's default routing).
+    if (in_tcg_) {
+      ioapic_->SetLine(line, level);
+      pic_->SetLine(line, level);
+      NotifyInterrupts();
+      return;
+    }
     if (absl::Status st = vm_->SetIrqLine(line, level); !st.ok() && irq_errors_++ == 0)
       std::fprintf(stderr, "vbts: warning: pc-testdev IRQ line %u: %s\n", line, std::string(st.message()).c_str());
   });
   VBTS_RETURN_IF_ERROR(pio_.Register(TestdevIrq::kPort, TestdevIrq::kSize, testdev_irq_.get(), "pc-testdev irq"));
+  pic_ = std::make_unique<vcpu::Pic8259>();
+  for (uint16_t base : {vcpu::Pic8259::kMasterCommand, vcpu::Pic8259::kSlaveCommand, vcpu::Pic8259::kElcrMaster}) {
+    pic_ports_.push_back(std::make_unique<PicPorts>(*pic_, base, [this] {
+      if (in_tcg_) NotifyInterrupts();
+    }));
+    VBTS_RETURN_IF_ERROR(pio_.Register(base, 2, pic_ports_.back().get(), "8259 PIC"));
+  }
   fw_cfg_ = std::make_unique<FwCfg>(ram_->size(), /*cpus=*/1);
   VBTS_RETURN_IF_ERROR(pio_.Register(FwCfg::kPort, FwCfg::kSize, fw_cfg_.get(), "fw_cfg"));
 
@@ -587,6 +623,8 @@ absl::StatusOr<std::optional<RunResult>> Machine::TraceInTcg(double deadline) {
   clock_->SetTsc(tsc, ClockNow());
   VBTS_ASSIGN_OR_RETURN(vcpu::IoapicState ioapic, vm_->GetIoapic());
   ioapic_->SetState(ioapic);
+  VBTS_ASSIGN_OR_RETURN(auto pic, vm_->GetPic());
+  pic_->SetState(pic.first, pic.second);
   tcg_->FlushCode();  // guest memory changed under KVM
   VBTS_RETURN_IF_ERROR(tcg_->SetState(st));
   tcg_->SetFpu(fpu);
@@ -613,6 +651,7 @@ absl::StatusOr<std::optional<RunResult>> Machine::TraceInTcg(double deadline) {
   const vcpu::MsrValue tsc_now{kMsrTsc, clock_->Tsc(ClockNow())};
   VBTS_RETURN_IF_ERROR(vcpu_->SetMsrs({&tsc_now, 1}));
   VBTS_RETURN_IF_ERROR(vm_->SetIoapic(ioapic_->GetState()));
+  VBTS_RETURN_IF_ERROR(vm_->SetPic(pic_->master(), pic_->slave()));
   in_tcg_ = false;
   tracer_->Rebind(*vcpu_, [vm = vm_.get()](uint8_t vector) { return vm->SignalMsi(0, vector); },
                   facts_.emulate_data_breakpoints);
@@ -639,6 +678,9 @@ RunResult Machine::RunTcg() {
   absl::StatusOr<vcpu::IoapicState> ioapic = vm_->GetIoapic();
   if (!ioapic.ok()) return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + ioapic.status().ToString());
   ioapic_->SetState(*ioapic);
+  absl::StatusOr<std::pair<vcpu::PicChipState, vcpu::PicChipState>> pic = vm_->GetPic();
+  if (!pic.ok()) return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + pic.status().ToString());
+  pic_->SetState(pic->first, pic->second);
   in_tcg_ = true;
   return *RunTcgLoop(deadline, /*until_untraced=*/false);
 }
@@ -667,7 +709,7 @@ std::optional<RunResult> Machine::RunTcgLoop(uint64_t deadline, bool until_untra
       // --timeout (nothing else interrupts a halted vCPU here).  In slices,
       // so that a debugger's Ctrl-C is seen.
       lapic_->Advance(GuestNs());
-      if (!lapic_->Pending() && !tcg_->NmiPending()) {
+      if (!lapic_->Pending() && !PicDelivers() && !tcg_->NmiPending()) {
         const std::optional<uint64_t> t = lapic_->NextDeadline();
         if (t && clock_->source() == vcpu::GuestClock::Source::kInstructions) {
           // On instruction time nothing runs until the timer fires: its
@@ -690,7 +732,7 @@ std::optional<RunResult> Machine::RunTcgLoop(uint64_t deadline, bool until_untra
     const uint64_t now = NowNs();
     const uint64_t guest_now = GuestNs();
     lapic_->Advance(guest_now);
-    tcg_control_->Notify();
+    NotifyInterrupts();
     // Within the run the timer changes only by a write to the LAPIC page,
     // which ends the run, or by an expiry, which the deadline stops at.
     timer_deadline_ticks_ = TimerDeadlineTicks();
@@ -864,7 +906,7 @@ void Machine::MmioWrite(uint64_t gpa, int size, uint64_t value) {
     // accesses are undefined; vbts drops them).
     if (size == 4 && (gpa & 3) == 0) {
       lapic_->Write(static_cast<uint32_t>(gpa & 0xFFF), static_cast<uint32_t>(value), GuestNs());
-      tcg_control_->Notify();
+      NotifyInterrupts();
       // On instruction time the run loop turns the timer's deadline into an
       // instruction count (TimerDeadlineTicks): end the run so that it does.
       if (clock_->source() == vcpu::GuestClock::Source::kInstructions) tcg_->RequestStop();
@@ -940,13 +982,31 @@ vcpu::TcgDevices::Msr Machine::WriteMsr(uint32_t index, uint64_t value) {
 
 std::optional<uint8_t> Machine::AcknowledgeInterrupt() {
   if (!InterruptPending()) return std::nullopt;
-  return lapic_->Acknowledge();
+  // The LAPIC's interrupts first, then the 8259's through LINT0 (QEMU's
+  // cpu_get_pic_interrupt does the same).
+  if (lapic_->Pending()) return lapic_->Acknowledge();
+  return pic_->Acknowledge();
+}
+
+bool Machine::PicDelivers() const {
+  // The 8259's INT reaches the processor through LINT0 in ExtINT mode,
+  // unmasked (virtual wire mode, SDM 10.5.1), or directly while the APIC is
+  // disabled in IA32_APIC_BASE (SDM 10.4.3).
+  if (!pic_->Output()) return false;
+  if (!(apic_base_ & (1u << 11))) return true;
+  const uint32_t lint0 = lapic_->lvt_lint0();
+  return !(lint0 & vcpu::kApicLvtMasked) && ((lint0 >> 8) & 7) == 7;
+}
+
+void Machine::NotifyInterrupts() {
+  tcg_control_->Notify();
+  if (PicDelivers()) tcg_->InterruptPending();
 }
 
 bool Machine::InterruptPending() {
   // While a debugger steps, external interrupts wait in the LAPIC.
   if (debugger_ && debugger_->masks_interrupts()) return false;
-  return lapic_->Pending().has_value();
+  return lapic_->Pending().has_value() || PicDelivers();
 }
 
 vcpu::TcgDevices::Msr Machine::ReadPmc(uint32_t ecx, uint64_t& value) {

@@ -17,6 +17,7 @@
 #include "pmu/vpmu.h"
 #include "vcpu/guest_clock.h"
 #include "vcpu/host_facts.h"
+#include "vcpu/pic8259.h"
 #include "vcpu/kvm_vcpu.h"
 #include "vcpu/supervisor.h"
 #include "vcpu/lapic.h"
@@ -176,6 +177,10 @@ class Machine : private vcpu::TcgDevices {
   Msr ReadPmc(uint32_t ecx, uint64_t& value) override;
   bool IsLapicPage(uint64_t gpa) const;
   bool IsIoapicPage(uint64_t gpa) const;
+  // The 8259 pair's INT reaches the processor (LINT0 in ExtINT mode, or the APIC disabled).
+  bool PicDelivers() const;
+  // Tells the TCG engine about the LAPIC's and the 8259s' deliverable interrupts.
+  void NotifyInterrupts();
   // Installs or removes the TCG engine's instruction hook as the tracer
   // wants every instruction or not.
   void UpdateTcgObservation();
@@ -208,6 +213,8 @@ class Machine : private vcpu::TcgDevices {
   std::unique_ptr<vcpu::Lapic> lapic_;  // the LAPIC while in TCG (KVM's in-kernel one otherwise)
   std::unique_ptr<vcpu::TcgControl> tcg_control_;
   std::unique_ptr<vcpu::Ioapic> ioapic_;  // the IOAPIC while in TCG (KVM's in-kernel one otherwise)
+  std::unique_ptr<vcpu::Pic8259> pic_;    // the 8259 pair while in TCG (KVM's in-kernel one otherwise)
+  std::vector<std::unique_ptr<PioDevice>> pic_ports_;
   std::optional<vcpu::GuestClock> clock_;  // the guest's time while in TCG
   std::optional<uint64_t> timer_deadline_ticks_;  // TimerDeadlineTicks() for the current run
   bool in_tcg_ = false;                // the TCG engine holds the vCPU state
