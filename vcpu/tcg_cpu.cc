@@ -530,6 +530,9 @@ struct TcgCallbacks {
     self->delivering_ = -1;
   }
   static void SoftInterrupt(TcgCpu* self) { self->soft_start_ = self->env_->eip; }
+  // SS was loaded (MOV SS, POP SS, LSS) or STI ran: which of the two set
+  // QEMU's interrupt shadow, for CheckInstructionBreakpoints.
+  static void SsLoaded(TcgCpu* self, bool loaded) { self->ss_shadow_ = loaded; }
   static bool Owns(TcgCpu* self, void* cpu) { return self->cpu_ == cpu; }
   static bool StopRequested(TcgCpu* self) { return self->stop_requested_; }
   static bool TrapsOwned(TcgCpu* self) { return self->own_single_step_; }
@@ -806,6 +809,34 @@ void helper_rdpmc_x86_64(void* env) {
     return;
   }
   raise_exception_err_ra_x86_64(env, 13, 0, ra);
+}
+
+// Segment loads in protected mode (MOV, POP, LSS...; QEMU's helper): for SS
+// also the rule QEMU 5.0 lacks, a null selector in 64-bit mode whose RPL is
+// not the CPL raises #GP(0) (SDM vol. 2B MOV: "IF segment selector is NULL
+// ... IF SS: IF in 64-bit mode and CPL ≠ 3 and RPL = CPL: load; ELSE
+// #GP(0)"; kvm-unit-tests emulator64 "mov null, %ss (with ss.rpl != cpl)").
+// A load of SS is noted for the breakpoint rule after MOV SS.
+void helper_load_seg_x86_64(void* env, int seg_reg, int selector) {
+  using Fn = void (*)(void*, int, int);
+  static const auto original = vbts::vcpu::Original<Fn>("helper_load_seg_x86_64");
+  vbts::vcpu::TcgCpu* self = TcgCallbacks::Running(env);
+  if (self != nullptr && seg_reg == vbts::vcpu::uabi::kSs) {
+    const auto* e = static_cast<vbts::vcpu::uabi::EnvPrefix*>(env);
+    const uint32_t cpl = e->hflags & vbts::vcpu::uabi::kHfCplMask;
+    const bool code64 = (e->hflags & (1u << 15)) != 0;  // HF_CS64
+    if ((selector & 0xFFFC) == 0 && code64 && static_cast<uint32_t>(selector & 3) != cpl)
+      raise_exception_err_ra_x86_64(env, 13, 0, reinterpret_cast<uintptr_t>(__builtin_return_address(0)));
+  }
+  if (self != nullptr && seg_reg == vbts::vcpu::uabi::kSs) TcgCallbacks::SsLoaded(self, true);
+  // Last, as a tail call: QEMU's checks raise their faults with the return
+  // address into the translated block (GETPC), which must be the caller's.
+  original(env, seg_reg, selector);
+}
+void helper_sti_x86_64(void* env) {
+  static const auto original = vbts::vcpu::Original<vbts::vcpu::HelperFn>("helper_sti_x86_64");
+  original(env);
+  if (vbts::vcpu::TcgCpu* self = TcgCallbacks::Running(env)) TcgCallbacks::SsLoaded(self, false);
 }
 
 // RDTSC and RDTSCP: QEMU's checks (CR4.TSD at CPL > 0 raises #GP) and, for
@@ -1188,6 +1219,8 @@ absl::Status TcgCpu::SelfCheck() {
                                    {"helper_lldt_x86_64", reinterpret_cast<void*>(&helper_lldt_x86_64)},
                                    {"helper_rdpmc_x86_64", reinterpret_cast<void*>(&helper_rdpmc_x86_64)},
                                    {"helper_rdtsc_x86_64", reinterpret_cast<void*>(&helper_rdtsc_x86_64)},
+                                   {"helper_load_seg_x86_64", reinterpret_cast<void*>(&helper_load_seg_x86_64)},
+                                   {"helper_sti_x86_64", reinterpret_cast<void*>(&helper_sti_x86_64)},
                                    {"helper_rdtscp_x86_64", reinterpret_cast<void*>(&helper_rdtscp_x86_64)},
                                    {"helper_syscall_x86_64", reinterpret_cast<void*>(&helper_syscall_x86_64)},
                                    {"helper_sysenter_x86_64", reinterpret_cast<void*>(&helper_sysenter_x86_64)},
@@ -1457,6 +1490,10 @@ void TcgCpu::CheckInstructionBreakpoints(uint64_t linear) {
   // A fault before the instruction, unless RFLAGS.RF suppresses it (SDM vol.
   // 3B 17.3.1.1); DR6.B0-B3 report every enabled breakpoint that matched.
   if (env_->eflags & kRflagsRf) return;
+  // Intel: none right after MOV SS or POP SS, while their shadow holds
+  // (SDM vol. 3A 6.8.3; kvm-unit-tests emulator "#DB suppressed after MOV
+  // SS"); after STI's shadow they fire.
+  if (ss_shadow_ && (env_->hflags & uabi::kHfInhibitIrq)) return;
   uint64_t* dr = this->dr();
   uint64_t hits = 0;
   for (int i = 0; i < 4; i++) {

@@ -358,6 +358,7 @@ class TcgCpu {
   DataAccessHook data_access_hook_;
   size_t data_mem_hook_ = 0;
   bool debug_code_ = false;      // the code hook must check before each instruction
+  bool ss_shadow_ = false;       // the last of (SS load, STI) was an SS load
   bool debug_first_ = false;     // no instruction of this run has been checked yet
   bool debug_progress_ = false;  // an instruction started (or an event came) since the run began
   uint64_t debug_resume_ = 0;    // linear address the run started at

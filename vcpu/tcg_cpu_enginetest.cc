@@ -332,6 +332,55 @@ TEST_F(TcgCpuTest, IcebpDeliversATrapLikeDebugException) {
   EXPECT_EQ(Read32(kKernelStack - 16), kCode32U);
 }
 
+TEST_F(TcgCpuTest, CodeBreakpointRightAfterMovSsIsSuppressedButNotAfterSti) {
+  // Intel (SDM vol. 3A 6.8.3; kvm-unit-tests emulator "#DB suppressed after
+  // MOV SS"): no instruction breakpoint for the instruction in a MOV SS
+  // shadow.  STI's shadow does not suppress it.
+  Gate32(1, MakeGate(kIntGate32, kCode32K, 0x600, 0));
+  Code(0x600, {0xf4});
+  const uint64_t db[4] = {kCodeRip + 4, 0, 0, 0};
+  Code(kCodeRip, {0x8c, 0xd0,    // mov eax, ss
+                  0x8e, 0xd0,    // mov ss, eax
+                  0x90,          // nop: DR0
+                  0xf4});
+  cpu_->SetDebugRegs(db, 0, 0x401);  // L0, execute, 1 byte
+  CpuState st = RunFrom(Pm32(0));
+  EXPECT_EQ(st.rip, kCodeRip + 6);   // the HLT after the NOP: no #DB
+  const uint64_t db_sti[4] = {kCodeRip + 1, 0, 0, 0};
+  Code(kCodeRip, {0xfb,          // sti
+                  0x90,          // nop: DR0
+                  0xf4});
+  cpu_->FlushCode();  // new code where the first ran
+  cpu_->SetDebugRegs(db_sti, 0, 0x401);
+  st = RunFrom(Pm32(0));
+  EXPECT_EQ(st.rip, 0x601u);          // the #DB handler's HLT
+  EXPECT_EQ(Read32(kKernelStack - 12), kCodeRip + 1);  // a fault before the NOP
+  uint64_t dr[4], dr6 = 0, dr7 = 0;
+  cpu_->GetDebugRegs(dr, dr6, dr7);
+  EXPECT_EQ(dr6 & 0xF, 1u);           // B0
+}
+
+TEST_F(TcgCpuTest, NullSsWithRplOtherThanCplFaultsInLongMode) {
+  // SDM vol. 2B MOV: in 64-bit mode at CPL < 3 a null selector loads SS only
+  // if its RPL is the CPL; otherwise #GP(0) (kvm-unit-tests emulator64
+  // "mov null, %ss (with ss.rpl != cpl)"; QEMU 5.0 loads it).
+  Gate64(13, MakeGate(kIntGate32, kCode64K, 0x600, 0, true, /*ist=*/1));
+  Code(0x600, {0xf4});
+  Code(kCodeRip, {0xb8, 0x03, 0, 0, 0,  // mov eax, 3
+                  0x8e, 0xd0,           // mov ss, eax: #GP(0)
+                  0xf4});
+  CpuState st = RunFrom(Lm64(0));
+  EXPECT_EQ(st.rip, 0x601u);
+  EXPECT_EQ(Read64(kIstStack - 48), 0u);              // error code
+  EXPECT_EQ(Read64(kIstStack - 40), kCodeRip + 5);    // the MOV SS
+  // RPL = CPL = 0: the null selector loads.
+  Code(kCodeRip, {0xb8, 0x00, 0, 0, 0, 0x8e, 0xd0, 0xf4});
+  cpu_->FlushCode();
+  st = RunFrom(Lm64(0));
+  EXPECT_EQ(st.rip, kCodeRip + 8);
+  EXPECT_EQ(st.ss.selector, 0u);
+}
+
 TEST_F(TcgCpuTest, IcebpAfterPrefixesIsStillIcebp) {
   // `cs cs int1` (kvm-unit-tests' debug.flat): prefixes do not make ICEBP
   // invalid; the trap's EIP is after all three bytes.
