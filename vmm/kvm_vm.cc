@@ -144,6 +144,46 @@ kvm_pic_state ToKvm(const vcpu::PicChipState& s) {
 #undef VBTS_PIC_FIELDS
 }  // namespace
 
+absl::Status Vm::CreatePit() {
+  kvm_pit_config c{};
+  c.flags = KVM_PIT_SPEAKER_DUMMY;
+  return Ioctl(fd(), KVM_CREATE_PIT2, &c, "KVM_CREATE_PIT2").status();
+}
+
+absl::StatusOr<std::pair<std::array<vcpu::PitChannelState, 3>, bool>> Vm::GetPit() {
+  kvm_pit_state2 k{};
+  VBTS_RETURN_IF_ERROR(Ioctl(fd(), KVM_GET_PIT2, &k, "KVM_GET_PIT2").status());
+  std::array<vcpu::PitChannelState, 3> ch;
+  for (int i = 0; i < 3; i++) {
+    const kvm_pit_channel_state& c = k.channels[i];
+    ch[i] = {c.count, c.latched_count, c.count_latched, c.status_latched, c.status, c.read_state,
+             c.write_state, c.write_latch, c.rw_mode, c.mode, c.bcd, c.gate, c.count_load_time};
+  }
+  return std::make_pair(ch, (k.flags & KVM_PIT_FLAGS_SPEAKER_DATA_ON) != 0);
+}
+
+absl::Status Vm::SetPit(const std::array<vcpu::PitChannelState, 3>& ch, bool speaker) {
+  kvm_pit_state2 k{};
+  for (int i = 0; i < 3; i++) {
+    kvm_pit_channel_state& c = k.channels[i];
+    c.count = ch[i].count;
+    c.latched_count = ch[i].latched_count;
+    c.count_latched = ch[i].count_latched;
+    c.status_latched = ch[i].status_latched;
+    c.status = ch[i].status;
+    c.read_state = ch[i].read_state;
+    c.write_state = ch[i].write_state;
+    c.write_latch = ch[i].write_latch;
+    c.rw_mode = ch[i].rw_mode;
+    c.mode = ch[i].mode;
+    c.bcd = ch[i].bcd;
+    c.gate = ch[i].gate;
+    c.count_load_time = ch[i].count_load_time;
+  }
+  k.flags = speaker ? KVM_PIT_FLAGS_SPEAKER_DATA_ON : 0;
+  return Ioctl(fd(), KVM_SET_PIT2, &k, "KVM_SET_PIT2").status();
+}
+
 absl::StatusOr<std::pair<vcpu::PicChipState, vcpu::PicChipState>> Vm::GetPic() {
   std::pair<vcpu::PicChipState, vcpu::PicChipState> r;
   for (uint32_t id : {KVM_IRQCHIP_PIC_MASTER, KVM_IRQCHIP_PIC_SLAVE}) {

@@ -5,6 +5,7 @@
 
 #include "vcpu/kvm_uapi.h"
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -15,6 +16,7 @@
 #include "absl/types/span.h"
 #include "vcpu/ioapic.h"
 #include "vcpu/pic8259.h"
+#include "vcpu/pit8254.h"
 #include "vcpu/kvm_fd.h"
 #include "vcpu/kvm_vcpu.h"
 
@@ -69,6 +71,12 @@ class Vm {
   // the vCPU between the engines).
   absl::StatusOr<vcpu::IoapicState> GetIoapic();
   absl::Status SetIoapic(const vcpu::IoapicState& s);
+  // The in-kernel 8254 PIT (KVM_CREATE_PIT2, with KVM's port 61H), and its
+  // state (KVM_GET/SET_PIT2; count_load_time in CLOCK_MONOTONIC ns) with
+  // the speaker-data flag.
+  absl::Status CreatePit();
+  absl::StatusOr<std::pair<std::array<vcpu::PitChannelState, 3>, bool>> GetPit();
+  absl::Status SetPit(const std::array<vcpu::PitChannelState, 3>& ch, bool speaker);
   // The same for the in-kernel 8259 pair (master, then slave).
   absl::StatusOr<std::pair<vcpu::PicChipState, vcpu::PicChipState>> GetPic();
   absl::Status SetPic(const vcpu::PicChipState& master, const vcpu::PicChipState& slave);

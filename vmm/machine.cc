@@ -62,6 +62,29 @@ std::vector<MsrRange> PmuDenyList(const std::string& vpmu) {
   return deny;
 }
 
+// The 8254's ports (40H-43H, 61H).  Only the TCG engine's accesses reach
+// them: under KVM the in-kernel PIT answers.  A write may move channel 0's
+// next interrupt: `written` tells the machine.
+class PitPorts : public PioDevice {
+ public:
+  PitPorts(vcpu::Pit8254& pit, uint16_t base, std::function<uint64_t()> now_ns, std::function<void()> written)
+      : pit_(pit), base_(base), now_ns_(std::move(now_ns)), written_(std::move(written)) {}
+  void Read(uint16_t offset, absl::Span<uint8_t> data) override {
+    for (size_t i = 0; i < data.size(); i++) data[i] = pit_.Read(static_cast<uint16_t>(base_ + offset + i), now_ns_());
+  }
+  void Write(uint16_t offset, absl::Span<const uint8_t> data) override {
+    for (size_t i = 0; i < data.size(); i++)
+      pit_.Write(static_cast<uint16_t>(base_ + offset + i), data[i], now_ns_());
+    written_();
+  }
+
+ private:
+  vcpu::Pit8254& pit_;
+  uint16_t base_;
+  std::function<uint64_t()> now_ns_;
+  std::function<void()> written_;
+};
+
 // Two ports of the 8259 pair (20H/21H, A0H/A1H, 4D0H/4D1H), byte by byte.
 // Only the TCG engine's accesses reach them: under KVM the in-kernel PIC
 // answers these ports.
@@ -174,6 +197,9 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
   }
   VBTS_RETURN_IF_ERROR(vm_->SetMemoryRegion(0, 0, ram_->size(), ram_->host_base()));
   VBTS_RETURN_IF_ERROR(vm_->CreateIrqchip());
+  // The 8254 in both engines: KVM's in kernel, vbts's model (vcpu/pit8254.h)
+  // in TCG, moved with the vCPU.
+  VBTS_RETURN_IF_ERROR(vm_->CreatePit());
   VBTS_ASSIGN_OR_RETURN(vcpu_, vm_->CreateVcpu(0, facts_.sync_regs));
 
   // Guest CPUID: the model's table; the supervisor patches what KVM rewrites.
@@ -227,6 +253,17 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
       if (in_tcg_) NotifyInterrupts();
     }));
     VBTS_RETURN_IF_ERROR(pio_.Register(base, 2, pic_ports_.back().get(), "8259 PIC"));
+  }
+  pit_ = std::make_unique<vcpu::Pit8254>();
+  for (auto [base, size] : {std::pair<uint16_t, uint16_t>{vcpu::Pit8254::kPortBase, 4}, {vcpu::Pit8254::kPortB, 1}}) {
+    pit_ports_.push_back(std::make_unique<PitPorts>(
+        *pit_, base, [this] { return in_tcg_ ? GuestNs() : NowNs(); },
+        [this] {
+          // On instruction time the run loop turns channel 0's next edge
+          // into an instruction count: end the run so that it does.
+          if (in_tcg_ && clock_->source() == vcpu::GuestClock::Source::kInstructions) tcg_->RequestStop();
+        }));
+    VBTS_RETURN_IF_ERROR(pio_.Register(base, size, pit_ports_.back().get(), "8254 PIT"));
   }
   fw_cfg_ = std::make_unique<FwCfg>(ram_->size(), /*cpus=*/1);
   VBTS_RETURN_IF_ERROR(pio_.Register(FwCfg::kPort, FwCfg::kSize, fw_cfg_.get(), "fw_cfg"));
@@ -625,6 +662,7 @@ absl::StatusOr<std::optional<RunResult>> Machine::TraceInTcg(double deadline) {
   ioapic_->SetState(ioapic);
   VBTS_ASSIGN_OR_RETURN(auto pic, vm_->GetPic());
   pic_->SetState(pic.first, pic.second);
+  VBTS_RETURN_IF_ERROR(PitFromKvm());
   tcg_->FlushCode();  // guest memory changed under KVM
   VBTS_RETURN_IF_ERROR(tcg_->SetState(st));
   tcg_->SetFpu(fpu);
@@ -652,6 +690,7 @@ absl::StatusOr<std::optional<RunResult>> Machine::TraceInTcg(double deadline) {
   VBTS_RETURN_IF_ERROR(vcpu_->SetMsrs({&tsc_now, 1}));
   VBTS_RETURN_IF_ERROR(vm_->SetIoapic(ioapic_->GetState()));
   VBTS_RETURN_IF_ERROR(vm_->SetPic(pic_->master(), pic_->slave()));
+  VBTS_RETURN_IF_ERROR(PitToKvm());
   in_tcg_ = false;
   tracer_->Rebind(*vcpu_, [vm = vm_.get()](uint8_t vector) { return vm->SignalMsi(0, vector); },
                   facts_.emulate_data_breakpoints);
@@ -681,6 +720,7 @@ RunResult Machine::RunTcg() {
   absl::StatusOr<std::pair<vcpu::PicChipState, vcpu::PicChipState>> pic = vm_->GetPic();
   if (!pic.ok()) return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + pic.status().ToString());
   pic_->SetState(pic->first, pic->second);
+  if (absl::Status s = PitFromKvm(); !s.ok()) return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + s.ToString());
   in_tcg_ = true;
   return *RunTcgLoop(deadline, /*until_untraced=*/false);
 }
@@ -708,9 +748,10 @@ std::optional<RunResult> Machine::RunTcgLoop(uint64_t deadline, bool until_untra
       // Halted until an interrupt: the LAPIC timer's next expiry, or
       // --timeout (nothing else interrupts a halted vCPU here).  In slices,
       // so that a debugger's Ctrl-C is seen.
-      lapic_->Advance(GuestNs());
+      AdvanceTimers(GuestNs());
+      NotifyInterrupts();
       if (!lapic_->Pending() && !PicDelivers() && !tcg_->NmiPending()) {
-        const std::optional<uint64_t> t = lapic_->NextDeadline();
+        const std::optional<uint64_t> t = NextTimerNs();
         if (t && clock_->source() == vcpu::GuestClock::Source::kInstructions) {
           // On instruction time nothing runs until the timer fires: its
           // deadline comes at once (docs/tcg-engine.md, "Guest time").
@@ -731,7 +772,7 @@ std::optional<RunResult> Machine::RunTcgLoop(uint64_t deadline, bool until_untra
     UpdateTcgObservation();
     const uint64_t now = NowNs();
     const uint64_t guest_now = GuestNs();
-    lapic_->Advance(guest_now);
+    AdvanceTimers(guest_now);
     NotifyInterrupts();
     // Within the run the timer changes only by a write to the LAPIC page,
     // which ends the run, or by an expiry, which the deadline stops at.
@@ -739,7 +780,7 @@ std::optional<RunResult> Machine::RunTcgLoop(uint64_t deadline, bool until_untra
     uint64_t until = now + slice;
     // On host time the timer's deadline ends the run; on instruction time
     // the instruction hook stops at it (TimerDeadlineTicks).
-    if (std::optional<uint64_t> t = lapic_->NextDeadline();
+    if (std::optional<uint64_t> t = NextTimerNs();
         t && clock_->source() == vcpu::GuestClock::Source::kHost)
       until = std::min(until, now + std::max<uint64_t>(*t - std::min(*t, guest_now), 1000));
     if (deadline) until = std::min(until, std::max(deadline, now) + 1000);
@@ -1026,6 +1067,24 @@ std::optional<uint64_t> Machine::ReadTsc() { return clock_->Tsc(ClockNow()); }
 
 void Machine::WriteTsc(uint64_t value) { clock_->SetTsc(value, ClockNow()); }
 
+absl::Status Machine::PitFromKvm() {
+  // KVM's load times are CLOCK_MONOTONIC; the model's are the guest clock's:
+  // the same time before now in both.
+  VBTS_ASSIGN_OR_RETURN(auto pit, vm_->GetPit());
+  const int64_t host_now = static_cast<int64_t>(NowNs()), guest_now = static_cast<int64_t>(GuestNs());
+  for (vcpu::PitChannelState& c : pit.first) c.count_load_time = guest_now - (host_now - c.count_load_time);
+  pit_->SetState(pit.first, static_cast<uint64_t>(guest_now));
+  pit_->set_speaker_data_on(pit.second);
+  return absl::OkStatus();
+}
+
+absl::Status Machine::PitToKvm() {
+  std::array<vcpu::PitChannelState, 3> ch = pit_->GetState();
+  const int64_t host_now = static_cast<int64_t>(NowNs()), guest_now = static_cast<int64_t>(GuestNs());
+  for (vcpu::PitChannelState& c : ch) c.count_load_time = host_now - (guest_now - c.count_load_time);
+  return vm_->SetPit(ch, pit_->speaker_data_on());
+}
+
 vcpu::GuestClock::Now Machine::ClockNow() const {
   uint64_t retired = tracer_ ? tracer_->stats().instructions : 0;
   if (in_tcg_ && tcg_bulk_) retired += tcg_->skipped();
@@ -1034,9 +1093,28 @@ vcpu::GuestClock::Now Machine::ClockNow() const {
 
 std::optional<uint64_t> Machine::TimerDeadlineTicks() const {
   if (clock_->source() != vcpu::GuestClock::Source::kInstructions) return std::nullopt;
-  std::optional<uint64_t> ns = lapic_->NextDeadline();
+  std::optional<uint64_t> ns = NextTimerNs();
   if (!ns) return std::nullopt;
   return clock_->TicksOfNs(*ns);
+}
+
+std::optional<uint64_t> Machine::NextTimerNs() const {
+  std::optional<uint64_t> lapic = lapic_->NextDeadline();
+  std::optional<uint64_t> pit = pit_->NextEdgeNs(GuestNs());
+  if (lapic && pit) return std::min(*lapic, *pit);
+  return lapic ? lapic : pit;
+}
+
+void Machine::AdvanceTimers(uint64_t guest_ns) {
+  lapic_->Advance(guest_ns);
+  if (pit_->Advance(guest_ns)) {
+    // A rising edge of channel 0's output on ISA line 0: a pulse, as KVM's
+    // PIT gives it (edge-triggered in both controllers).
+    for (bool level : {true, false}) {
+      ioapic_->SetLine(0, level);
+      pic_->SetLine(0, level);
+    }
+  }
 }
 
 void Machine::DebugRegistersWritten() {

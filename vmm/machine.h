@@ -18,6 +18,7 @@
 #include "vcpu/guest_clock.h"
 #include "vcpu/host_facts.h"
 #include "vcpu/pic8259.h"
+#include "vcpu/pit8254.h"
 #include "vcpu/kvm_vcpu.h"
 #include "vcpu/supervisor.h"
 #include "vcpu/lapic.h"
@@ -152,6 +153,13 @@ class Machine : private vcpu::TcgDevices {
   vcpu::GuestClock::Now ClockNow() const;
   uint64_t GuestNs() const { return clock_->Ns(ClockNow()); }
   std::optional<uint64_t> TimerDeadlineTicks() const;
+  // The next LAPIC timer expiry or PIT channel-0 edge, in guest ns.
+  std::optional<uint64_t> NextTimerNs() const;
+  // Both timers up to `guest_ns` (the PIT's edges pulse ISA line 0).
+  void AdvanceTimers(uint64_t guest_ns);
+  // The PIT's state from and to KVM's in-kernel one.
+  absl::Status PitFromKvm();
+  absl::Status PitToKvm();
   // The tracer's transfer sink from what consumes transfers now: --branches,
   // --insns, vbts record, GDB's branch trace.
   void InstallSink();
@@ -215,6 +223,8 @@ class Machine : private vcpu::TcgDevices {
   std::unique_ptr<vcpu::Ioapic> ioapic_;  // the IOAPIC while in TCG (KVM's in-kernel one otherwise)
   std::unique_ptr<vcpu::Pic8259> pic_;    // the 8259 pair while in TCG (KVM's in-kernel one otherwise)
   std::vector<std::unique_ptr<PioDevice>> pic_ports_;
+  std::unique_ptr<vcpu::Pit8254> pit_;    // the 8254 while in TCG (KVM's in-kernel one otherwise)
+  std::vector<std::unique_ptr<PioDevice>> pit_ports_;
   std::optional<vcpu::GuestClock> clock_;  // the guest's time while in TCG
   std::optional<uint64_t> timer_deadline_ticks_;  // TimerDeadlineTicks() for the current run
   bool in_tcg_ = false;                // the TCG engine holds the vCPU state

@@ -310,6 +310,36 @@ TEST_F(MachineTest, KvmIoapicStateRoundTrips) {
   EXPECT_EQ(back->redirtbl, s.redirtbl);
 }
 
+// The in-kernel PIT's state the TCG engine's model takes and gives back
+// (Vm::GetPit/SetPit): the programmed fields survive the round trip.
+TEST_F(MachineTest, KvmPitStateRoundTrips) {
+  absl::StatusOr<std::unique_ptr<Vm>> vm = Vm::Create(*kvm_);
+  ASSERT_THAT(vm, testing::IsOk());
+  ASSERT_THAT((*vm)->CreateIrqchip(), testing::IsOk());
+  ASSERT_THAT((*vm)->CreatePit(), testing::IsOk());
+  absl::StatusOr<std::pair<std::array<vcpu::PitChannelState, 3>, bool>> reset = (*vm)->GetPit();
+  ASSERT_THAT(reset, testing::IsOk());
+  EXPECT_EQ(reset->first[2].gate, 0);  // channel 2's gate is port 61H bit 0, low at reset
+  std::array<vcpu::PitChannelState, 3> ch = reset->first;
+  ch[0].count = 11932;
+  ch[0].mode = 2;
+  ch[0].rw_mode = 3;
+  ch[0].read_state = 3;
+  ch[0].write_state = 3;
+  ch[2].mode = 0;
+  ch[2].count = 1000;
+  ch[2].gate = 1;
+  ASSERT_THAT((*vm)->SetPit(ch, /*speaker=*/true), testing::IsOk());
+  absl::StatusOr<std::pair<std::array<vcpu::PitChannelState, 3>, bool>> back = (*vm)->GetPit();
+  ASSERT_THAT(back, testing::IsOk());
+  EXPECT_EQ(back->first[0].count, 11932u);
+  EXPECT_EQ(back->first[0].mode, 2);
+  EXPECT_EQ(back->first[0].rw_mode, 3);
+  EXPECT_EQ(back->first[2].count, 1000u);
+  EXPECT_EQ(back->first[2].gate, 1);
+  EXPECT_TRUE(back->second);
+}
+
 TEST_F(MachineTest, SinkThatWantsNoMoreStopsTheStepping) {
   auto boundaries = [](const std::string& details) {
     const size_t at = details.find("tracer: ");
