@@ -150,14 +150,20 @@ absl::Status Vm::CreatePit() {
   return Ioctl(fd(), KVM_CREATE_PIT2, &c, "KVM_CREATE_PIT2").status();
 }
 
+namespace {
+#define VBTS_PIT_FIELDS(X)                                                                                         \
+  X(count) X(latched_count) X(count_latched) X(status_latched) X(status) X(read_state) X(write_state)               \
+  X(write_latch) X(rw_mode) X(mode) X(bcd) X(gate) X(count_load_time)
+}  // namespace
+
 absl::StatusOr<std::pair<std::array<vcpu::PitChannelState, 3>, bool>> Vm::GetPit() {
   kvm_pit_state2 k{};
   VBTS_RETURN_IF_ERROR(Ioctl(fd(), KVM_GET_PIT2, &k, "KVM_GET_PIT2").status());
   std::array<vcpu::PitChannelState, 3> ch;
   for (int i = 0; i < 3; i++) {
-    const kvm_pit_channel_state& c = k.channels[i];
-    ch[i] = {c.count, c.latched_count, c.count_latched, c.status_latched, c.status, c.read_state,
-             c.write_state, c.write_latch, c.rw_mode, c.mode, c.bcd, c.gate, c.count_load_time};
+#define VBTS_COPY(f) ch[i].f = k.channels[i].f;
+    VBTS_PIT_FIELDS(VBTS_COPY)
+#undef VBTS_COPY
   }
   return std::make_pair(ch, (k.flags & KVM_PIT_FLAGS_SPEAKER_DATA_ON) != 0);
 }
@@ -165,21 +171,11 @@ absl::StatusOr<std::pair<std::array<vcpu::PitChannelState, 3>, bool>> Vm::GetPit
 absl::Status Vm::SetPit(const std::array<vcpu::PitChannelState, 3>& ch, bool speaker) {
   kvm_pit_state2 k{};
   for (int i = 0; i < 3; i++) {
-    kvm_pit_channel_state& c = k.channels[i];
-    c.count = ch[i].count;
-    c.latched_count = ch[i].latched_count;
-    c.count_latched = ch[i].count_latched;
-    c.status_latched = ch[i].status_latched;
-    c.status = ch[i].status;
-    c.read_state = ch[i].read_state;
-    c.write_state = ch[i].write_state;
-    c.write_latch = ch[i].write_latch;
-    c.rw_mode = ch[i].rw_mode;
-    c.mode = ch[i].mode;
-    c.bcd = ch[i].bcd;
-    c.gate = ch[i].gate;
-    c.count_load_time = ch[i].count_load_time;
+#define VBTS_COPY(f) k.channels[i].f = ch[i].f;
+    VBTS_PIT_FIELDS(VBTS_COPY)
+#undef VBTS_COPY
   }
+#undef VBTS_PIT_FIELDS
   k.flags = speaker ? KVM_PIT_FLAGS_SPEAKER_DATA_ON : 0;
   return Ioctl(fd(), KVM_SET_PIT2, &k, "KVM_SET_PIT2").status();
 }

@@ -33,10 +33,13 @@
         mov eax, [IOWIN]
 %endmacro
 %macro LINE 2                           ; pin, level
-        push dword %2
-        push dword %1
-        call set_line
-        add esp, 8
+        push eax
+        push edx
+        mov eax, %1
+        mov edx, %2
+        call rt_irq_line32
+        pop edx
+        pop eax
 %endmacro
 
 main:
@@ -98,18 +101,6 @@ main:
 
 unmask_15:
         IOAPIC_WRITE 0x10 + 2 * 15, 0x78 | LEVEL
-        ret
-
-; set_line(pin, level): out 0x2000 + pin
-set_line:
-        push edx
-        push eax
-        mov edx, [esp + 12]
-        add edx, 0x2000
-        mov eax, [esp + 16]
-        out dx, eax
-        pop eax
-        pop edx
         ret
 
 ; TMR bit of vector V: register 180H + 10H * (V / 32), bit V % 32 -> EAX = 0/1

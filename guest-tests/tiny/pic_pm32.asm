@@ -17,10 +17,9 @@
 %define LVT_LINT0       (LAPIC_BASE + 0x350)
 
 %macro LINE 2                           ; pin, level
-        push dword %2
-        push dword %1
-        call set_line
-        add esp, 8
+        mov eax, %1
+        mov edx, %2
+        call rt_irq_line32
 %endmacro
 %macro PULSE 1
         LINE %1, 1
@@ -31,21 +30,8 @@ main:
         SET_HANDLER 0x2B, irq11_handler
         APIC_ENABLE
         mov dword [LVT_LINT0], 0x700
-        ; BIOS-style initialisation of the pair.
-        mov al, 0x11
-        out 0x20, al
-        out 0xA0, al
-        mov al, 0x20
-        out 0x21, al
-        mov al, 0x28
-        out 0xA1, al
-        mov al, 0x04
-        out 0x21, al
-        mov al, 0x02
-        out 0xA1, al
-        mov al, 0x01
-        out 0x21, al
-        out 0xA1, al
+        mov eax, 0x2820                         ; BIOS-style initialisation: bases 20H, 28H
+        call rt_pic_init32
         mov al, 0xFB                            ; master: only IRQ 2 (the slave)
         out 0x21, al
         mov al, 0xF7                            ; slave: only IRQ 11
@@ -105,18 +91,6 @@ read_isrs:
         mov ah, al
         in al, 0x20
         movzx eax, ax
-        ret
-
-; set_line(pin, level): out 0x2000 + pin
-set_line:
-        push edx
-        push eax
-        mov edx, [esp + 12]
-        add edx, 0x2000
-        mov eax, [esp + 16]
-        out dx, eax
-        pop eax
-        pop edx
         ret
 
 irq11_handler:

@@ -17,24 +17,10 @@ main:
         SET_HANDLER 0x20, irq0_handler
         APIC_ENABLE
         mov dword [LVT_LINT0], 0x700
-        mov al, 0x11
-        out 0x20, al
-        out 0xA0, al
-        mov al, 0x20
-        out 0x21, al
-        mov al, 0x28
-        out 0xA1, al
-        mov al, 0x04
-        out 0x21, al
-        mov al, 0x02
-        out 0xA1, al
-        mov al, 0x01
-        out 0x21, al
-        out 0xA1, al
+        mov eax, 0x2820                         ; vector bases 20H, 28H; all masked
+        call rt_pic_init32
         mov al, 0xFE                            ; master: IRQ 0 only
         out 0x21, al
-        mov al, 0xFF
-        out 0xA1, al
 
         ; ---- 1. channel 0, mode 2, ~1 kHz
         mov al, 0x34                            ; channel 0, LSB/MSB, mode 2, binary

@@ -85,11 +85,7 @@ main:
 
         ; ---- part 2: the LAPIC timer on instruction time
         WRMSR32 0x38F, 3                                        ; counters on again
-        mov eax, TIMER_VEC
-        mov edx, TIMER_COUNT
-        call rt_lapic_timer_oneshot32
-        rdtsc
-        mov [arm_tsc], eax
+        call arm_timer
         sti
         xor ebx, ebx
 .spin:  inc ebx
@@ -100,11 +96,7 @@ main:
         mov eax, [handler_tsc]
         sub eax, [arm_tsc]
         mov [spin_ticks], eax
-        mov eax, TIMER_VEC
-        mov edx, TIMER_COUNT
-        call rt_lapic_timer_oneshot32
-        rdtsc
-        mov [arm_tsc], eax
+        call arm_timer
         sti
         hlt
         cli
@@ -121,6 +113,15 @@ main:
         neg eax
 .abs:   cmp eax, 4
         CHECK_CC be, "ticks from arming to the handler: spin loop and HLT within 4"
+        ret
+
+; The one-shot timer armed, and the TSC right after (the same instructions both times).
+arm_timer:
+        mov eax, TIMER_VEC
+        mov edx, TIMER_COUNT
+        call rt_lapic_timer_oneshot32
+        rdtsc
+        mov [arm_tsc], eax
         ret
 
 timer_handler:                          ; EBX = frame
