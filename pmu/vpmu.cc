@@ -5,6 +5,7 @@
 #include "pmu/vpmu.h"
 
 #include <algorithm>
+#include <bit>
 #include <array>
 #include <cstring>
 #include <set>
@@ -195,6 +196,32 @@ struct VirtualPmu::State {
     if (fixed_counter) return ((fixed_ctrl >> (4 * i)) & 3) != 0;
     return (gp[i].evtsel & kEvtEn) != 0;
   }
+  // The counters that count every non-branch instruction (instructions,
+  // cycles, slots: GpIncrement(sel, plain) = 1) at CPL 0 ([0]) and above
+  // ([1]), as bit masks: what SequentialLimit and CountSequential need at
+  // every reported block.  Kept until GLOBAL_CTRL, an event select or
+  // FIXED_CTR_CTRL changes (PlainChanged: every WRMSR, the legacy freeze).
+  void PlainChanged() { plain_valid_ = false; }
+  void PlainMasks() const {
+    if (plain_valid_) return;
+    Branch plain;
+    for (int level = 0; level < 2; level++) {
+      plain_gp_[level] = plain_fixed_[level] = 0;
+      for (int i = 0; i < pmu.gp_counters; i++) {
+        const uint64_t sel = gp[i].evtsel;
+        if (CounterEnabled(i, false) && (sel & (level == 0 ? kEvtOs : kEvtUsr)) && GpIncrement(sel, plain))
+          plain_gp_[level] |= 1u << i;
+      }
+      for (int i = 0; i < pmu.fixed_counters; i++) {
+        if (CounterEnabled(i, true) && (((fixed_ctrl >> (4 * i)) & 0xF) & (level == 0 ? 1 : 2)))
+          plain_fixed_[level] |= 1u << i;
+      }
+    }
+    plain_valid_ = true;
+  }
+  mutable bool plain_valid_ = false;
+  mutable uint32_t plain_gp_[2] = {0, 0}, plain_fixed_[2] = {0, 0};
+
   bool AnyCounterEnabled() const {
     for (int i = 0; i < pmu.gp_counters; i++)
       if (CounterEnabled(i, false)) return true;
@@ -309,6 +336,7 @@ struct VirtualPmu::State {
     if (debugctl & kDbgFreezePerfmon) {
       if (pmu.perfmon_version >= 4) global_status |= kStatusCtrFrz;
       else global_ctrl = 0;
+      PlainChanged();
     }
   }
 
@@ -545,7 +573,7 @@ struct VirtualPmu::State {
       if (b.kind == BranchKind::kException && b.vector == 1) return;  // not #DB (SDM 17.4.2)
     }
     if (LbrFiltered(b)) return;
-    tos = (tos + 1) % pmu.lbr.entries;
+    tos = tos + 1 >= static_cast<uint32_t>(pmu.lbr.entries) ? 0 : tos + 1;
     LbrEntry& e = lbr[tos];
     if (pmu.lbr.packed) {
       e.from = b.from & 0xFFFFFFFFull;
@@ -785,6 +813,7 @@ MsrResult VirtualPmu::ReadMsr(uint32_t msr) const {
 
 MsrResult VirtualPmu::WriteMsr(uint32_t msr, uint64_t v) {
   State& s = *s_;
+  s.PlainChanged();  // whatever it writes
   const PmuModel& p = s.pmu;
   const MsrResult ok{false, 0}, gp{true, 0};
   int i;
@@ -963,14 +992,14 @@ uint64_t VirtualPmu::SequentialLimit(uint8_t cpl) const {
   if (s.pmu.perfmon_version >= 4 && (s.global_status & kStatusCtrFrz)) return UINT64_MAX;
   Branch plain;  // a non-branch instruction (GpIncrement's view)
   uint64_t limit = UINT64_MAX;
-  for (int i = 0; i < s.pmu.gp_counters; i++) {
-    if (!s.CounterEnabled(i, false)) continue;
-    const uint64_t sel = s.gp[i].evtsel;
-    if (!(sel & (cpl == 0 ? kEvtOs : kEvtUsr)) || !State::GpIncrement(sel, plain)) continue;
+  s.PlainMasks();
+  const int level = cpl == 0 ? 0 : 1;
+  for (uint32_t m = s.plain_gp_[level]; m; m &= m - 1) {
+    const int i = std::countr_zero(m);
     limit = std::min(limit, Mask(s.pmu.gp_width) - s.gp[i].value);  // increments before it wraps
   }
-  for (int i = 0; i < s.pmu.fixed_counters; i++) {
-    if (!s.CounterEnabled(i, true) || !(((s.fixed_ctrl >> (4 * i)) & 0xF) & (cpl == 0 ? 1 : 2))) continue;
+  for (uint32_t m = s.plain_fixed_[level]; m; m &= m - 1) {
+    const int i = std::countr_zero(m);
     limit = std::min(limit, Mask(s.pmu.fixed_width) - s.fixed[i].value);
   }
   for (int i = 0; i < s.nb_count(); i++) {
@@ -1019,14 +1048,14 @@ void VirtualPmu::CountSequential(uint64_t n, uint8_t cpl) {
   s.stats.instructions += n;
   if (n == 0 || (s.pmu.perfmon_version >= 4 && (s.global_status & kStatusCtrFrz))) return;
   Branch plain;
-  for (int i = 0; i < s.pmu.gp_counters; i++) {
-    if (!s.CounterEnabled(i, false)) continue;
-    const uint64_t sel = s.gp[i].evtsel;
-    if (!(sel & (cpl == 0 ? kEvtOs : kEvtUsr)) || !State::GpIncrement(sel, plain)) continue;
+  s.PlainMasks();
+  const int level = cpl == 0 ? 0 : 1;
+  for (uint32_t m = s.plain_gp_[level]; m; m &= m - 1) {
+    const int i = std::countr_zero(m);
     s.gp[i].value = (s.gp[i].value + n) & Mask(s.pmu.gp_width);
   }
-  for (int i = 0; i < s.pmu.fixed_counters; i++) {
-    if (!s.CounterEnabled(i, true) || !(((s.fixed_ctrl >> (4 * i)) & 0xF) & (cpl == 0 ? 1 : 2))) continue;
+  for (uint32_t m = s.plain_fixed_[level]; m; m &= m - 1) {
+    const int i = std::countr_zero(m);
     s.fixed[i].value = (s.fixed[i].value + n) & Mask(s.pmu.fixed_width);
   }
   for (int i = 0; i < s.nb_count(); i++) {
