@@ -90,9 +90,10 @@ std::optional<uint64_t> Pit8254::NextEdgeNs(uint64_t now_ns) const {
       return std::nullopt;
   }
   const absl::uint128 ns = (absl::uint128(clock) * kNsPerSecond + kPitHz - 1) / kPitHz;
-  const absl::uint128 at = absl::uint128(static_cast<uint64_t>(c.count_load_time)) + ns;
-  const uint64_t t = at > absl::uint128(UINT64_MAX) ? UINT64_MAX : absl::Uint128Low64(at);
-  return t > now_ns ? t : now_ns + 1;
+  // The load time may lie before the clock's 0 (moved from KVM): signed.
+  const absl::int128 at = absl::int128(c.count_load_time) + absl::int128(ns);
+  if (at <= absl::int128(now_ns)) return now_ns + 1;
+  return at > absl::int128(UINT64_MAX) ? UINT64_MAX : static_cast<uint64_t>(at);
 }
 
 void Pit8254::LoadCount(int i, uint32_t value, uint64_t now_ns) {

@@ -117,6 +117,11 @@ TEST(Pit8254Test, StateMovesWithoutReplayingOldEdges) {
   EXPECT_EQ(q.Advance(Ns(5500)), 0u);
   EXPECT_EQ(q.NextEdgeNs(Ns(5500)), Ns(6000));
   EXPECT_EQ(q.Advance(Ns(6000)), 1u);
+  // A load time before the clock's 0 (KVM's, converted): still counted from it.
+  std::array<PitChannelState, 3> early = s;
+  early[0].count_load_time = -static_cast<int64_t>(Ns(500));
+  q.SetState(early, 0);
+  EXPECT_EQ(q.NextEdgeNs(0), Ns(1000) - Ns(500));
   // KVM's unprogrammed channels (mode FFH) stay silent.
   std::array<PitChannelState, 3> k{};
   for (auto& c : k) c.mode = 0xFF;
