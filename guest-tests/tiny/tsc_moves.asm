@@ -2,7 +2,7 @@
 ; engines", "Guest time"). Run with --engine=kvm-tcg: the guest starts on KVM; the WRMSR that
 ; enables PMC0 (instructions retired) makes vbts move it to the TCG engine, where the TSC runs
 ; one tick per instruction; the WRMSR that disables it moves it back to KVM.
-;   t0 = RDTSC (KVM) | enable PMC0 | t1 = RDTSC | 1000 x (dec, jnz) | t2 = RDTSC (TCG)
+;   t0 = RDTSC (KVM) | enable PMC0 | 8 NOPs | t1 = RDTSC | 1000 x (dec, jnz) | t2 = RDTSC (TCG)
 ;   | disable PMC0 | t3 = RDTSC (KVM)
 ; Checks: t0 < t1 < t2 < t3 (no step backwards at either move) and t2 - t1 = 2004 (the RDTSC,
 ; two MOVs that save it, MOV ECX and 2000 loop instructions, one tick each on instruction time).
@@ -25,6 +25,7 @@ main:
         mov [t0], eax
         mov [t0 + 4], edx
         WRMSR32 0x38F, 1                                        ; counting: tracing on
+        times 8 nop                     ; room for a move a few steps after the WRMSR (docs/tcg-engine.md)
         rdtsc
         mov esi, eax
         mov edi, edx
