@@ -96,7 +96,6 @@ class Ioapic {
   DeliverFn deliver_;
   NmiFn nmi_;
   IoapicState s_;
-  uint32_t lines_ = 0;  // current input levels
 };
 
 }  // namespace vbts::vcpu
