@@ -949,8 +949,13 @@ void Machine::MmioWrite(uint64_t gpa, int size, uint64_t value) {
       lapic_->Write(static_cast<uint32_t>(gpa & 0xFFF), static_cast<uint32_t>(value), GuestNs());
       NotifyInterrupts();
       // On instruction time the run loop turns the timer's deadline into an
-      // instruction count (TimerDeadlineTicks): end the run so that it does.
-      if (clock_->source() == vcpu::GuestClock::Source::kInstructions) tcg_->RequestStop();
+      // instruction count (TimerDeadlineTicks): after a write that can move
+      // it (LVT timer, initial count, divide), end the run so that it does.
+      const uint32_t reg = static_cast<uint32_t>(gpa & 0xFF0);
+      if (clock_->source() == vcpu::GuestClock::Source::kInstructions &&
+          (reg == vcpu::kApicRegLvtTimer || reg == vcpu::kApicRegTimerInitialCount ||
+           reg == vcpu::kApicRegTimerDivide))
+        tcg_->RequestStop();
     } else {
       mmio_unclaimed_writes_++;
     }
