@@ -84,7 +84,9 @@ void Ioapic::WriteIndirect(uint32_t reg, uint32_t value) {
     e = kept | (value & kLowWritable);
     if (!(e & kLevel)) e &= ~kRemoteIrr;
   }
-  if ((e & kLevel) && (s_.irr & (1u << pin)) && !(e & kMasked) && !(e & kRemoteIrr)) Service(pin);
+  // A level entry whose line is high delivers once unmasked (Service checks
+  // the mask and Remote IRR).
+  if ((e & kLevel) && (s_.irr & (1u << pin))) Service(pin);
 }
 
 void Ioapic::SetLine(uint32_t pin, bool level) {
@@ -129,7 +131,7 @@ void Ioapic::Eoi(uint8_t vector) {
     uint64_t& e = s_.redirtbl[pin];
     if ((e & kVector) != vector || !(e & kLevel)) continue;
     e &= ~kRemoteIrr;
-    if (!(e & kMasked) && (s_.irr & (1u << pin))) Service(pin);
+    if (s_.irr & (1u << pin)) Service(pin);
   }
 }
 

@@ -12,33 +12,21 @@ constexpr int kCascadeInput = 2;
 Pic8259::Pic8259() { Reset(); }
 
 void Pic8259::Reset() {
-  for (int c = 0; c < 2; c++) {
-    chip_[c] = PicChipState{};
-    InitReset(c);
-  }
+  chip_[kMaster] = chip_[kSlave] = PicChipState{};
   chip_[kMaster].elcr_mask = 0xF8;
   chip_[kSlave].elcr_mask = 0xDE;
 }
 
 void Pic8259::InitReset(int c) {
-  // What ICW1 resets (QEMU pic_init_reset, KVM kvm_pic_reset): IMR, ISR,
-  // edge state and the modes; IRR keeps only level-triggered requests.
+  // What ICW1 resets (QEMU pic_init_reset, KVM kvm_pic_reset): everything
+  // but the ELCR (and its mask) goes back to its power-up value; IRR keeps
+  // only level-triggered requests.
   PicChipState& s = chip_[c];
-  s.last_irr = 0;
-  s.irr &= s.elcr;
-  s.imr = 0;
-  s.isr = 0;
-  s.priority_add = 0;
-  s.irq_base = 0;
-  s.read_reg_select = 0;
-  s.poll = 0;
-  s.special_mask = 0;
-  s.init_state = 0;
-  s.auto_eoi = 0;
-  s.rotate_on_auto_eoi = 0;
-  s.special_fully_nested_mode = 0;
-  s.init4 = 0;
-  s.single_mode = 0;
+  PicChipState fresh;
+  fresh.irr = s.irr & s.elcr;
+  fresh.elcr = s.elcr;
+  fresh.elcr_mask = s.elcr_mask;
+  s = fresh;
 }
 
 int Pic8259::Priority(const PicChipState& s, uint8_t mask) {

@@ -827,8 +827,8 @@ void helper_load_seg_x86_64(void* env, int seg_reg, int selector) {
     const bool code64 = (e->hflags & (1u << 15)) != 0;  // HF_CS64
     if ((selector & 0xFFFC) == 0 && code64 && static_cast<uint32_t>(selector & 3) != cpl)
       raise_exception_err_ra_x86_64(env, 13, 0, reinterpret_cast<uintptr_t>(__builtin_return_address(0)));
+    TcgCallbacks::SsLoaded(self, true);
   }
-  if (self != nullptr && seg_reg == vbts::vcpu::uabi::kSs) TcgCallbacks::SsLoaded(self, true);
   // Last, as a tail call: QEMU's checks raise their faults with the return
   // address into the translated block (GETPC), which must be the caller's.
   original(env, seg_reg, selector);

@@ -167,6 +167,9 @@ class TcgCpu {
   // observer counts instructions without telling branches apart); a REP
   // string instruction's iterations are one instruction.
   void SkipSequential(uint64_t limit, bool across_blocks = false);
+  // How many started unreported since the last TakeSkipped, without taking
+  // them (from a callback: the instruction there included).
+  uint64_t skipped() const { return skipped_; }
   struct Skipped {
     uint64_t count = 0;   // instructions that started unreported since the last TakeSkipped
     uint64_t last = 0;    // linear address of the last instruction that started before now
@@ -176,9 +179,6 @@ class TcgCpu {
   // instruction hook `last` is the instruction before the hooked one; from
   // the event hook or a callback (RDMSR, ...) it is the instruction there
   // (it has started, and may not run: a fault, an interrupt before it).
-  // How many started unreported since the last TakeSkipped, without taking
-  // them (from a callback: the instruction there included).
-  uint64_t skipped() const { return skipped_; }
   Skipped TakeSkipped() {
     Skipped s{skipped_, last_start_, hook_block_start_};
     skipped_ = 0;

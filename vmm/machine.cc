@@ -62,49 +62,29 @@ std::vector<MsrRange> PmuDenyList(const std::string& vpmu) {
   return deny;
 }
 
-// The 8254's ports (40H-43H, 61H).  Only the TCG engine's accesses reach
-// them: under KVM the in-kernel PIT answers.  A write may move channel 0's
-// next interrupt: `written` tells the machine.
-class PitPorts : public PioDevice {
+// Byte-wide ports of a device model (the 8259 pair, the 8254), each byte
+// of an access in turn at its own port number, then `after` (the machine's
+// reaction to the device's new state).  Only the TCG engine's accesses reach
+// them: under KVM the in-kernel devices answer these ports.
+class BytePorts : public PioDevice {
  public:
-  PitPorts(vcpu::Pit8254& pit, uint16_t base, std::function<uint64_t()> now_ns, std::function<void()> written)
-      : pit_(pit), base_(base), now_ns_(std::move(now_ns)), written_(std::move(written)) {}
+  BytePorts(uint16_t base, std::function<uint8_t(uint16_t port)> read,
+            std::function<void(uint16_t port, uint8_t value)> write, std::function<void()> after)
+      : base_(base), read_(std::move(read)), write_(std::move(write)), after_(std::move(after)) {}
   void Read(uint16_t offset, absl::Span<uint8_t> data) override {
-    for (size_t i = 0; i < data.size(); i++) data[i] = pit_.Read(static_cast<uint16_t>(base_ + offset + i), now_ns_());
+    for (size_t i = 0; i < data.size(); i++) data[i] = read_(static_cast<uint16_t>(base_ + offset + i));
+    after_();  // an 8259 poll-mode read acknowledges
   }
   void Write(uint16_t offset, absl::Span<const uint8_t> data) override {
-    for (size_t i = 0; i < data.size(); i++)
-      pit_.Write(static_cast<uint16_t>(base_ + offset + i), data[i], now_ns_());
-    written_();
+    for (size_t i = 0; i < data.size(); i++) write_(static_cast<uint16_t>(base_ + offset + i), data[i]);
+    after_();
   }
 
  private:
-  vcpu::Pit8254& pit_;
   uint16_t base_;
-  std::function<uint64_t()> now_ns_;
-  std::function<void()> written_;
-};
-
-// Two ports of the 8259 pair (20H/21H, A0H/A1H, 4D0H/4D1H), byte by byte.
-// Only the TCG engine's accesses reach them: under KVM the in-kernel PIC
-// answers these ports.
-class PicPorts : public PioDevice {
- public:
-  PicPorts(vcpu::Pic8259& pic, uint16_t base, std::function<void()> changed)
-      : pic_(pic), base_(base), changed_(std::move(changed)) {}
-  void Read(uint16_t offset, absl::Span<uint8_t> data) override {
-    for (size_t i = 0; i < data.size(); i++) data[i] = pic_.Read(static_cast<uint16_t>(base_ + offset + i));
-    changed_();  // a poll-mode read acknowledges
-  }
-  void Write(uint16_t offset, absl::Span<const uint8_t> data) override {
-    for (size_t i = 0; i < data.size(); i++) pic_.Write(static_cast<uint16_t>(base_ + offset + i), data[i]);
-    changed_();
-  }
-
- private:
-  vcpu::Pic8259& pic_;
-  uint16_t base_;
-  std::function<void()> changed_;
+  std::function<uint8_t(uint16_t)> read_;
+  std::function<void(uint16_t, uint8_t)> write_;
+  std::function<void()> after_;
 };
 
 }  // namespace
@@ -249,21 +229,25 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
   VBTS_RETURN_IF_ERROR(pio_.Register(TestdevIrq::kPort, TestdevIrq::kSize, testdev_irq_.get(), "pc-testdev irq"));
   pic_ = std::make_unique<vcpu::Pic8259>();
   for (uint16_t base : {vcpu::Pic8259::kMasterCommand, vcpu::Pic8259::kSlaveCommand, vcpu::Pic8259::kElcrMaster}) {
-    pic_ports_.push_back(std::make_unique<PicPorts>(*pic_, base, [this] {
-      if (in_tcg_) NotifyInterrupts();
-    }));
-    VBTS_RETURN_IF_ERROR(pio_.Register(base, 2, pic_ports_.back().get(), "8259 PIC"));
+    device_ports_.push_back(std::make_unique<BytePorts>(
+        base, [this](uint16_t port) { return pic_->Read(port); },
+        [this](uint16_t port, uint8_t value) { pic_->Write(port, value); },
+        [this] {
+          if (in_tcg_) NotifyInterrupts();
+        }));
+    VBTS_RETURN_IF_ERROR(pio_.Register(base, 2, device_ports_.back().get(), "8259 PIC"));
   }
   pit_ = std::make_unique<vcpu::Pit8254>();
   for (auto [base, size] : {std::pair<uint16_t, uint16_t>{vcpu::Pit8254::kPortBase, 4}, {vcpu::Pit8254::kPortB, 1}}) {
-    pit_ports_.push_back(std::make_unique<PitPorts>(
-        *pit_, base, [this] { return in_tcg_ ? GuestNs() : NowNs(); },
+    device_ports_.push_back(std::make_unique<BytePorts>(
+        base, [this](uint16_t port) { return pit_->Read(port, in_tcg_ ? GuestNs() : NowNs()); },
+        [this](uint16_t port, uint8_t value) { pit_->Write(port, value, in_tcg_ ? GuestNs() : NowNs()); },
         [this] {
           // On instruction time the run loop turns channel 0's next edge
           // into an instruction count: end the run so that it does.
           if (in_tcg_ && clock_->source() == vcpu::GuestClock::Source::kInstructions) tcg_->RequestStop();
         }));
-    VBTS_RETURN_IF_ERROR(pio_.Register(base, size, pit_ports_.back().get(), "8254 PIT"));
+    VBTS_RETURN_IF_ERROR(pio_.Register(base, size, device_ports_.back().get(), "8254 PIT"));
   }
   fw_cfg_ = std::make_unique<FwCfg>(ram_->size(), /*cpus=*/1);
   VBTS_RETURN_IF_ERROR(pio_.Register(FwCfg::kPort, FwCfg::kSize, fw_cfg_.get(), "fw_cfg"));
@@ -656,13 +640,7 @@ absl::StatusOr<std::optional<RunResult>> Machine::TraceInTcg(double deadline) {
   VBTS_ASSIGN_OR_RETURN(vcpu::FpuState fpu, vcpu_->GetFpu());
   VBTS_ASSIGN_OR_RETURN(kvm_lapic_state lapic, vcpu_->GetLapic());
   VBTS_ASSIGN_OR_RETURN(kvm_debugregs dr, vcpu_->GetDebugRegs());
-  VBTS_ASSIGN_OR_RETURN(uint64_t tsc, vcpu_->GetMsr(kMsrTsc));
-  clock_->SetTsc(tsc, ClockNow());
-  VBTS_ASSIGN_OR_RETURN(vcpu::IoapicState ioapic, vm_->GetIoapic());
-  ioapic_->SetState(ioapic);
-  VBTS_ASSIGN_OR_RETURN(auto pic, vm_->GetPic());
-  pic_->SetState(pic.first, pic.second);
-  VBTS_RETURN_IF_ERROR(PitFromKvm());
+  VBTS_RETURN_IF_ERROR(TimeAndIrqchipsFromKvm());
   tcg_->FlushCode();  // guest memory changed under KVM
   VBTS_RETURN_IF_ERROR(tcg_->SetState(st));
   tcg_->SetFpu(fpu);
@@ -686,11 +664,7 @@ absl::StatusOr<std::optional<RunResult>> Machine::TraceInTcg(double deadline) {
   VBTS_RETURN_IF_ERROR(vcpu_->SetFpu(fpu));
   VBTS_RETURN_IF_ERROR(vcpu_->SetLapic(lapic));
   VBTS_RETURN_IF_ERROR(vcpu_->SetDebugRegs(dr));
-  const vcpu::MsrValue tsc_now{kMsrTsc, clock_->Tsc(ClockNow())};
-  VBTS_RETURN_IF_ERROR(vcpu_->SetMsrs({&tsc_now, 1}));
-  VBTS_RETURN_IF_ERROR(vm_->SetIoapic(ioapic_->GetState()));
-  VBTS_RETURN_IF_ERROR(vm_->SetPic(pic_->master(), pic_->slave()));
-  VBTS_RETURN_IF_ERROR(PitToKvm());
+  VBTS_RETURN_IF_ERROR(TimeAndIrqchipsToKvm());
   in_tcg_ = false;
   tracer_->Rebind(*vcpu_, [vm = vm_.get()](uint8_t vector) { return vm->SignalMsi(0, vector); },
                   facts_.emulate_data_breakpoints);
@@ -711,16 +685,8 @@ RunResult Machine::RunTcg() {
   if (!lapic.ok()) return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + lapic.status().ToString());
   if (absl::Status s = tcg_control_->SetLapic(*lapic); !s.ok())
     return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + s.ToString());
-  absl::StatusOr<uint64_t> tsc = vcpu_->GetMsr(kMsrTsc);
-  if (!tsc.ok()) return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + tsc.status().ToString());
-  clock_->SetTsc(*tsc, ClockNow());
-  absl::StatusOr<vcpu::IoapicState> ioapic = vm_->GetIoapic();
-  if (!ioapic.ok()) return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + ioapic.status().ToString());
-  ioapic_->SetState(*ioapic);
-  absl::StatusOr<std::pair<vcpu::PicChipState, vcpu::PicChipState>> pic = vm_->GetPic();
-  if (!pic.ok()) return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + pic.status().ToString());
-  pic_->SetState(pic->first, pic->second);
-  if (absl::Status s = PitFromKvm(); !s.ok()) return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + s.ToString());
+  if (absl::Status s = TimeAndIrqchipsFromKvm(); !s.ok())
+    return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + s.ToString());
   in_tcg_ = true;
   return *RunTcgLoop(deadline, /*until_untraced=*/false);
 }
@@ -938,8 +904,7 @@ uint64_t Machine::MmioRead(uint64_t gpa, int size) {
 void Machine::MmioWrite(uint64_t gpa, int size, uint64_t value) {
   if (IsIoapicPage(gpa)) {
     const uint32_t v = static_cast<uint32_t>(size >= 4 ? value : value & ((1ull << (8 * size)) - 1));
-    ioapic_->Write(static_cast<uint32_t>(gpa & 0xFF), v);
-    tcg_control_->Notify();
+    ioapic_->Write(static_cast<uint32_t>(gpa & 0xFF), v);  // (a delivery notifies the engine itself)
     return;
   }
   if (IsLapicPage(gpa)) {
@@ -1072,9 +1037,15 @@ std::optional<uint64_t> Machine::ReadTsc() { return clock_->Tsc(ClockNow()); }
 
 void Machine::WriteTsc(uint64_t value) { clock_->SetTsc(value, ClockNow()); }
 
-absl::Status Machine::PitFromKvm() {
-  // KVM's load times are CLOCK_MONOTONIC; the model's are the guest clock's:
-  // the same time before now in both.
+absl::Status Machine::TimeAndIrqchipsFromKvm() {
+  VBTS_ASSIGN_OR_RETURN(uint64_t tsc, vcpu_->GetMsr(kMsrTsc));
+  clock_->SetTsc(tsc, ClockNow());
+  VBTS_ASSIGN_OR_RETURN(vcpu::IoapicState ioapic, vm_->GetIoapic());
+  ioapic_->SetState(ioapic);
+  VBTS_ASSIGN_OR_RETURN(auto pic, vm_->GetPic());
+  pic_->SetState(pic.first, pic.second);
+  // KVM's PIT load times are CLOCK_MONOTONIC; the model's are the guest
+  // clock's: the same time before now in both.
   VBTS_ASSIGN_OR_RETURN(auto pit, vm_->GetPit());
   const int64_t host_now = static_cast<int64_t>(NowNs()), guest_now = static_cast<int64_t>(GuestNs());
   for (vcpu::PitChannelState& c : pit.first) c.count_load_time = guest_now - (host_now - c.count_load_time);
@@ -1083,7 +1054,11 @@ absl::Status Machine::PitFromKvm() {
   return absl::OkStatus();
 }
 
-absl::Status Machine::PitToKvm() {
+absl::Status Machine::TimeAndIrqchipsToKvm() {
+  const vcpu::MsrValue tsc{kMsrTsc, clock_->Tsc(ClockNow())};
+  VBTS_RETURN_IF_ERROR(vcpu_->SetMsrs({&tsc, 1}));
+  VBTS_RETURN_IF_ERROR(vm_->SetIoapic(ioapic_->GetState()));
+  VBTS_RETURN_IF_ERROR(vm_->SetPic(pic_->master(), pic_->slave()));
   std::array<vcpu::PitChannelState, 3> ch = pit_->GetState();
   const int64_t host_now = static_cast<int64_t>(NowNs()), guest_now = static_cast<int64_t>(GuestNs());
   for (vcpu::PitChannelState& c : ch) c.count_load_time = host_now - (guest_now - c.count_load_time);

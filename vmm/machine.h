@@ -157,9 +157,11 @@ class Machine : private vcpu::TcgDevices {
   std::optional<uint64_t> NextTimerNs() const;
   // Both timers up to `guest_ns` (the PIT's edges pulse ISA line 0).
   void AdvanceTimers(uint64_t guest_ns);
-  // The PIT's state from and to KVM's in-kernel one.
-  absl::Status PitFromKvm();
-  absl::Status PitToKvm();
+  // What moves with the vCPU besides its registers, LAPIC and debug
+  // registers: the TSC, and the I/O APIC, 8259 and 8254 state, from KVM's
+  // vCPU and in-kernel irqchip into the TCG engine's models and back.
+  absl::Status TimeAndIrqchipsFromKvm();
+  absl::Status TimeAndIrqchipsToKvm();
   // The tracer's transfer sink from what consumes transfers now: --branches,
   // --insns, vbts record, GDB's branch trace.
   void InstallSink();
@@ -222,9 +224,8 @@ class Machine : private vcpu::TcgDevices {
   std::unique_ptr<vcpu::TcgControl> tcg_control_;
   std::unique_ptr<vcpu::Ioapic> ioapic_;  // the IOAPIC while in TCG (KVM's in-kernel one otherwise)
   std::unique_ptr<vcpu::Pic8259> pic_;    // the 8259 pair while in TCG (KVM's in-kernel one otherwise)
-  std::vector<std::unique_ptr<PioDevice>> pic_ports_;
   std::unique_ptr<vcpu::Pit8254> pit_;    // the 8254 while in TCG (KVM's in-kernel one otherwise)
-  std::vector<std::unique_ptr<PioDevice>> pit_ports_;
+  std::vector<std::unique_ptr<PioDevice>> device_ports_;  // their ports
   std::optional<vcpu::GuestClock> clock_;  // the guest's time while in TCG
   std::optional<uint64_t> timer_deadline_ticks_;  // TimerDeadlineTicks() for the current run
   bool in_tcg_ = false;                // the TCG engine holds the vCPU state
