@@ -40,12 +40,7 @@
 %endmacro
 
 main:
-        mov eax, 0xA
-        call dbg_cpuid32
-        cmp al, 2
-        jb .skip
-        cmp ah, 2
-        jb .skip
+        PERFMON_REQUIRE 2, 2, .skip
         test ebx, (1 << 3) | (1 << 4)   ; LLC reference / miss events not available
         jnz .skip
         jmp .go

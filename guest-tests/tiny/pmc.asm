@@ -25,12 +25,7 @@
 %define LVT_PERFMON     (LAPIC_BASE + 0x340)
 
 main:
-        mov eax, 0xA
-        call dbg_cpuid32
-        cmp al, 2
-        jb .skip
-        cmp ah, 2
-        jb .skip
+        PERFMON_REQUIRE 2, 2, .skip
         and edx, 0x1F
         jz .skip
         jmp .go

@@ -25,12 +25,7 @@
 %define TIMER_COUNT     100000
 
 main:
-        mov eax, 0xA
-        call dbg_cpuid32
-        cmp al, 2
-        jb .skip
-        cmp ah, 2
-        jb .skip
+        PERFMON_REQUIRE 2, 2, .skip
         test bl, 4                                              ; EBX bit 2 = 0: reference cycles available
         jz .go
 .skip:

@@ -11,11 +11,10 @@
 %include "debug32.inc"
 
 main:
-        mov eax, 0xA
-        call dbg_cpuid32
-        cmp al, 2
-        jae .go
-        SKIP "arch perfmon v2 needed"
+        PERFMON_REQUIRE 2, 1, .skip
+        jmp .go
+.skip:
+        SKIP "arch perfmon v2 with a GP counter needed"
         ret
 .go:
         WRMSR32 0x38F, 0
