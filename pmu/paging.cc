@@ -288,11 +288,18 @@ absl::StatusOr<AccessFault> LinearMemory::ForEachChunk(Gva la, uint64_t len, Acc
     Gpa gpa;
     uint64_t offset, len;
   };
-  const bool wrap32 = PagingModeOf(regs_) != PagingMode::k4Level;
+  const PagingMode mode = PagingModeOf(regs_);
+  const bool wrap32 = mode != PagingMode::k4Level;
   if (len > 0 && (la.value & 0xfff) + len <= 4096) {
     // Within one page (BTS and PEBS records, DS fields): one walk, and a
     // second only to set accessed/dirty flags that are clear.
     const Gva addr(wrap32 ? (la.value & 0xffffffffull) : la.value);
+    if (mode == PagingMode::kNone) {
+      // Linear = physical (SDM 4.1): nothing to walk or cache.
+      VBTS_RETURN_IF_ERROR(ChunkInRam(la, len, 0, len, Gpa(addr.value)));
+      VBTS_RETURN_IF_ERROR(fn(Gpa(addr.value), 0, len));
+      return AccessFault{};
+    }
     const bool cached = cache_ != nullptr && set_ad;
     if (cached) {
       if (const TranslationCache::Entry* e = cache_->Find(regs_, addr.value >> 12, access, mem_)) {

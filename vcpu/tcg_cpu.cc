@@ -485,7 +485,35 @@ struct TcgCallbacks {
         if (static_cast<void*>(e->uc_) == uc) self = e;
       }
     }
-    if (self != nullptr) self->NoteCodePage(ram_addr >> 12, has_code);
+    if (self == nullptr) return;
+    const uint64_t page = ram_addr >> 12;
+    const bool was_code = page < (self->config_.ram_bytes >> 12) && self->MayHoldCode(page);
+    self->NoteCodePage(page, has_code);
+    // Stores to a page without code skip QEMU's check for translated code
+    // in it (StoresWithoutCodeCheck); now that it has some, every TLB entry
+    // that maps it checks again.
+    if (has_code && !was_code && page < (self->config_.ram_bytes >> 12)) {
+      self->stats_.store_checks_restored++;
+      tlb_reset_dirty_x86_64(self->cpu_, reinterpret_cast<uintptr_t>(self->config_.ram) + (page << 12), 4096);
+    }
+  }
+  // QEMU filled a TLB entry for linear page `vaddr` at `paddr`.  Unicorn
+  // 2.0.1 keeps no dirty-memory bitmaps: every RAM page counts as clean, so
+  // every store to RAM would take QEMU's slow path to look for translated
+  // code in its page (notdirty_write: a page-collection lock, a tree
+  // allocated and freed per store).  A writable RAM page without code gets a
+  // plain write entry, as QEMU itself gives a page whose code-dirty bit is
+  // set; CodePage puts the check back when code appears in the page.
+  static void StoresWithoutCodeCheck(void* cpu, uint64_t vaddr, uint64_t paddr, int prot) {
+    constexpr int kPageWrite = 2;  // QEMU's PAGE_WRITE
+    if (!(prot & kPageWrite)) return;
+    TcgCpu* self = t_running;
+    if (self == nullptr || self->cpu_ != cpu) self = Owner(cpu);
+    if (self == nullptr) return;
+    const uint64_t page = paddr >> 12;
+    if (page >= (self->config_.ram_bytes >> 12) || self->MayHoldCode(page)) return;
+    self->stats_.plain_store_entries++;
+    tlb_set_dirty_x86_64(cpu, vaddr);
   }
   static TcgCpu* Running(void* env) {
     TcgCpu* t = t_running;
@@ -957,11 +985,13 @@ bool x86_cpu_exec_interrupt_x86_64(void* cpu, int interrupt_request) {
 struct MemTxAttrs {
   uint32_t bits;
 };
-void tlb_set_page_with_attrs_x86_64(void* cpu, uint64_t vaddr, uint64_t paddr, MemTxAttrs attrs, int prot,
+void tlb_set_page_with_attrs_x86_64(void* cpu, uint64_t vaddr, uint64_t /*qemu_paddr*/, MemTxAttrs attrs, int prot,
                                     int mmu_idx, uint64_t size) {
   using Fn = void (*)(void*, uint64_t, uint64_t, MemTxAttrs, int, int, uint64_t);
   static const auto original = vbts::vcpu::Original<Fn>("tlb_set_page_with_attrs_x86_64");
-  original(cpu, vaddr, TcgCallbacks::PhysicalPage(cpu, vaddr), attrs, prot, mmu_idx, size);
+  const uint64_t paddr = TcgCallbacks::PhysicalPage(cpu, vaddr);
+  original(cpu, vaddr, paddr, attrs, prot, mmu_idx, size);
+  TcgCallbacks::StoresWithoutCodeCheck(cpu, vaddr, paddr, prot);
 }
 
 // IRET and far RET to an outer privilege level make ES, DS, FS and GS whose

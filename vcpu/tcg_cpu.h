@@ -94,6 +94,10 @@ struct TcgStats {
   uint64_t breakpoints = 0;  // the guest's instruction breakpoints raised
   uint64_t completed = 0;    // SYSCALL/SYSENTER performed by vbts's completion engine
   uint64_t code_invalidations = 0;  // InvalidateCodeBytes calls that reached a page holding translations
+  // TLB write entries for RAM pages without code made plain (stores skip
+  // QEMU's look for translated code), and pages where code appeared, whose
+  // entries look again (docs/tcg-engine.md, "The guest's stores").
+  uint64_t plain_store_entries = 0, store_checks_restored = 0;
 };
 
 class TcgCpu {

@@ -568,6 +568,32 @@ TEST_F(TcgCpuTest, VbtsStoresInvalidateTranslationsOnlyInPagesThatHoldThem) {
   EXPECT_EQ(st.gpr[kRax], 5u);
 }
 
+TEST_F(TcgCpuTest, GuestStoresToAPageSeeTheCodeThatAppearsInIt) {
+  // Stores to a RAM page without translations take QEMU's fast path
+  // (TcgCallbacks::StoresWithoutCodeCheck); once code from the page has been
+  // translated, a store there must drop that translation (SDM vol. 3A 11.6),
+  // also through the TLB entry made before the code appeared.
+  //   mov edi, 0x20000 / mov dword [edi], 0x000007b8 / mov byte [edi+4], 0
+  //   mov byte [edi+5], 0xc3      ; [edi]: mov eax, 7 / ret
+  //   call edi / mov ebx, eax     ; 7
+  //   mov byte [edi+1], 9         ; [edi]: mov eax, 9 / ret
+  //   call edi / hlt              ; 9 from a new translation, 7 from the stale one
+  Code(kCodeRip, {0xbf, 0x00, 0x00, 0x02, 0x00,        // mov edi, 0x20000
+                  0xc7, 0x07, 0xb8, 0x07, 0x00, 0x00,  // mov dword [edi], 0x7b8
+                  0xc6, 0x47, 0x04, 0x00,              // mov byte [edi+4], 0
+                  0xc6, 0x47, 0x05, 0xc3,              // mov byte [edi+5], 0xc3
+                  0xff, 0xd7,                          // call edi
+                  0x89, 0xc3,                          // mov ebx, eax
+                  0xc6, 0x47, 0x01, 0x09,              // mov byte [edi+1], 9
+                  0xff, 0xd7,                          // call edi
+                  0xf4});                              // hlt
+  CpuState st = RunFrom(Pm32(0));
+  EXPECT_EQ(st.gpr[kRbx], 7u);
+  EXPECT_EQ(st.gpr[kRax], 9u);
+  EXPECT_GE(cpu_->stats().plain_store_entries, 1u);  // the first store's entry (and the stack's)
+  EXPECT_GE(cpu_->stats().store_checks_restored, 2u);  // the code's page, then 0x20000's
+}
+
 // Block-level observation (TcgCpu::SkipSequential): a loop of 5 iterations,
 //   mov ecx, 5 / L: nop / nop / dec ecx / jnz L / hlt
 // QEMU translates [mov .. jnz] as one block, [L .. jnz] as another (the

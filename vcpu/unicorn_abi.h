@@ -93,6 +93,12 @@ extern "C" {
 void x86_update_hflags_x86_64(void* env);
 void cpu_x86_update_cr4_x86_64(void* env, uint32_t cr4);
 void tlb_flush_x86_64(void* cpu);
+// Clears TLB_NOTDIRTY from the write entries of linear page `vaddr` (every
+// MMU index and the victim TLB) that carry exactly that flag.
+void tlb_set_dirty_x86_64(void* cpu, uint64_t vaddr);
+// Sets TLB_NOTDIRTY on every plain RAM write entry whose host address lies in
+// [host_start, host_start + length).
+void tlb_reset_dirty_x86_64(void* cpu, uint64_t host_start, uint64_t length);
 void tb_invalidate_phys_range_x86_64(void* uc, uint64_t start, uint64_t end);
 void x86_cpu_do_interrupt_x86_64(void* cpu);
 void do_interrupt_x86_hardirq_x86_64(void* env, int intno, int is_hw);
