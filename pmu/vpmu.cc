@@ -202,15 +202,19 @@ struct VirtualPmu::State {
   // every reported block.  Kept until GLOBAL_CTRL, an event select or
   // FIXED_CTR_CTRL changes (PlainChanged: every WRMSR, the legacy freeze).
   void PlainChanged() { plain_valid_ = false; }
+  // Also the GP counters a branch instruction increments (branch_gp_):
+  // GpIncrement depends on nothing else of the instruction, and is 0 or 1.
   void PlainMasks() const {
     if (plain_valid_) return;
-    Branch plain;
+    Branch plain, branch;
+    branch.branch_insn = true;
     for (int level = 0; level < 2; level++) {
-      plain_gp_[level] = plain_fixed_[level] = 0;
+      plain_gp_[level] = plain_fixed_[level] = branch_gp_[level] = 0;
       for (int i = 0; i < pmu.gp_counters; i++) {
         const uint64_t sel = gp[i].evtsel;
-        if (CounterEnabled(i, false) && (sel & (level == 0 ? kEvtOs : kEvtUsr)) && GpIncrement(sel, plain))
-          plain_gp_[level] |= 1u << i;
+        if (!CounterEnabled(i, false) || !(sel & (level == 0 ? kEvtOs : kEvtUsr))) continue;
+        if (GpIncrement(sel, plain)) plain_gp_[level] |= 1u << i;
+        if (GpIncrement(sel, branch)) branch_gp_[level] |= 1u << i;
       }
       for (int i = 0; i < pmu.fixed_counters; i++) {
         if (CounterEnabled(i, true) && (((fixed_ctrl >> (4 * i)) & 0xF) & (level == 0 ? 1 : 2)))
@@ -220,7 +224,7 @@ struct VirtualPmu::State {
     plain_valid_ = true;
   }
   mutable bool plain_valid_ = false;
-  mutable uint32_t plain_gp_[2] = {0, 0}, plain_fixed_[2] = {0, 0};
+  mutable uint32_t plain_gp_[2] = {0, 0}, plain_fixed_[2] = {0, 0}, branch_gp_[2] = {0, 0};
 
   bool AnyCounterEnabled() const {
     for (int i = 0; i < pmu.gp_counters; i++)
@@ -386,24 +390,24 @@ struct VirtualPmu::State {
     const bool ring0 = b.cpl_from == 0;
     bool overflow_pmi = false;
     uint64_t assist = 0;  // armed PEBS counters this instruction is the next event of
-    for (int i = 0; i < pmu.gp_counters; i++) {
-      if (!CounterEnabled(i, false)) continue;
+    PlainMasks();
+    const int level = ring0 ? 0 : 1;
+    // The enabled GP counters whose event this instruction is, at its CPL
+    // (each counts it once: GpIncrement is 0 or 1).
+    for (uint32_t m = b.branch_insn ? branch_gp_[level] : plain_gp_[level]; m; m &= m - 1) {
+      const int i = std::countr_zero(m);
       const uint64_t sel = gp[i].evtsel;
-      if (!(sel & (ring0 ? kEvtOs : kEvtUsr))) continue;
-      const uint64_t inc = GpIncrement(sel, b);
-      if (!inc) continue;
       if (pebs_armed & (1ull << i)) assist |= 1ull << i;
-      if (AddToGp(i, inc)) {
+      if (AddToGp(i, 1)) {
         if (sel & kEvtInt) overflow_pmi = true;
         // A PEBS-enabled counter's overflow arms PEBS; the next event of
         // the counter causes the assist (SDM 18.6.1.1).
         if (pebs() && (pebs_enable & (1ull << i)) && i < PebsGp()) pebs_armed |= 1ull << i;
       }
     }
-    for (int i = 0; i < pmu.fixed_counters; i++) {
-      if (!CounterEnabled(i, true)) continue;
+    for (uint32_t fm = plain_fixed_[level]; fm; fm &= fm - 1) {
+      const int i = std::countr_zero(fm);
       const uint64_t ctl = (fixed_ctrl >> (4 * i)) & 0xF;
-      if (!(ctl & (ring0 ? 1 : 2))) continue;
       const uint64_t m = Mask(pmu.fixed_width);
       const uint64_t next = (fixed[i].value + 1) & m;  // instructions, core and reference cycles alike
       const uint64_t bit = 1ull << (32 + i);

@@ -396,13 +396,16 @@ class TcgCpu {
 // holds the vCPU now, or null (KVM fetches from RAM: nothing to drop).
 class CodeCoherentMemory : public PhysMemory {
  public:
-  CodeCoherentMemory(PhysMemory& ram, std::function<TcgCpu*()> engine) : ram_(ram), engine_(std::move(engine)) {}
-  uint64_t size() const override { return ram_.size(); }
+  // RAM's size is fixed for the machine's life: kept, not asked at every access.
+  CodeCoherentMemory(PhysMemory& ram, std::function<TcgCpu*()> engine)
+      : ram_(ram), size_(ram.size()), engine_(std::move(engine)) {}
+  uint64_t size() const override { return size_; }
   absl::Status Read(Gpa gpa, absl::Span<uint8_t> out) const override { return ram_.Read(gpa, out); }
   absl::Status Write(Gpa gpa, absl::Span<const uint8_t> data) override;
 
  private:
   PhysMemory& ram_;
+  const uint64_t size_;
   std::function<TcgCpu*()> engine_;
 };
 

@@ -821,7 +821,8 @@ absl::Status Tracer::BulkBoundary(CpuState& st, uint64_t skipped, uint64_t last,
   }
   VBTS_RETURN_IF_ERROR(BoundaryEvents(st));
   if (emulate_data_bps_ && !guest_bp_) ReadGuestBreakpoints();
-  if (BulkAllowed()) {
+  bulk_after_boundary_ = BulkAllowed();
+  if (bulk_after_boundary_) {
     if (!prev_) prev_ = Boundary{};
     Light(st, *prev_);
     return absl::OkStatus();

@@ -94,6 +94,8 @@ class Tracer : public StepObserver {
   // armed PEBS assist, a pending #DB or PMI, a sink wanting every
   // instruction.
   bool BulkAllowed() const;
+  // BulkAllowed() as the last BulkBoundary that returned OK left it.
+  bool BulkAfterBoundary() const { return bulk_after_boundary_; }
   // How many instructions may go unreported before the next report: the
   // next one after them may overflow a counter (VirtualPmu::SequentialLimit).
   uint64_t BulkLimit() const;
@@ -219,6 +221,7 @@ class Tracer : public StepObserver {
   std::function<bool(const pmu::Branch&)> sink_;
   bool sink_active_ = false;
   bool sink_every_insn_ = false;
+  bool bulk_after_boundary_ = false;  // BulkAfterBoundary
   std::optional<Boundary> prev_;
   bool pmi_due_ = false;
   bool emulate_data_bps_ = false;

@@ -825,7 +825,7 @@ void Machine::UpdateTcgObservation() {
       s = tracer_->AtBoundary(st, dirty);
     }
     if (!s.ok() && tcg_error_.ok()) tcg_error_ = s;
-    tcg_bulk_ = s.ok() && tracer_->BulkAllowed();
+    tcg_bulk_ = s.ok() && (tcg_bulk_ ? tracer_->BulkAfterBoundary() : tracer_->BulkAllowed());
     // The LAPIC timer's deadline on instruction time: the boundary where it
     // has passed ends the run (the loop raises the interrupt there), and no
     // bulk runs past it.
