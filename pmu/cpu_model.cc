@@ -181,9 +181,11 @@ std::vector<CpuModel> MakeModels() {
                {}};
     auto& t = m.leaves;
     t.push_back({0, 0, false, 0x16, Ascii4("Genu"), Ascii4("ntel"), Ascii4("ineI")});
+    // TSC-deadline timer: every Core processor since Sandy Bridge (Linux's
+    // cpuinfo flag tsc_deadline_timer on Skylake).
     t.push_back({1, 0, false, 0x000506E3, 0x00010800,
                  kSse3 | kPclmul | kCpuid1EcxDtes64 | kCpuid1EcxDsCpl | kSsse3 | kCx16 | kCpuid1EcxPdcm | kSse41 |
-                     kSse42 | kPopcnt | kAes,
+                     kSse42 | kPopcnt | kCpuid1EcxTscDeadline | kAes,
                  kBaseEdx | kCpuid1EdxDs});
     t.push_back({0xA, 0, false, 0x08300404, 0, 0, 0x00000603});  // v4, 4 counters, 48 bits, 3 fixed
     t.push_back({0x80000000, 0, false, 0x80000008, 0, 0, 0});
@@ -226,7 +228,7 @@ std::vector<CpuModel> MakeModels() {
     t.push_back({0, 0, false, 0x16, Ascii4("Genu"), Ascii4("ntel"), Ascii4("ineI")});
     t.push_back({1, 0, false, 0x000606A6, 0x00010800,
                  kSse3 | kPclmul | kCpuid1EcxDtes64 | kCpuid1EcxDsCpl | kSsse3 | kCx16 | kCpuid1EcxPdcm | kSse41 |
-                     kSse42 | kPopcnt | kAes,
+                     kSse42 | kPopcnt | kCpuid1EcxTscDeadline | kAes,
                  kBaseEdx | kCpuid1EdxDs});
     // 0xA (SDM vol. 2A CPUID leaf 0AH; vol. 3B 18.2.5 v5): EAX version 5,
     // 8 GP counters of 48 bits, EBX length 8 (the 7 events of v1 + topdown

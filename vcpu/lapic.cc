@@ -132,6 +132,20 @@ void Lapic::Reset() {
   arm_ns_ = 0;
   first_count_ = 0;
   expirations_ = 0;
+  tsc_deadline_ = 0;
+}
+
+uint64_t Lapic::ReadTscDeadline(uint64_t now_ns) {
+  Advance(now_ns);
+  return tsc_deadline_mode() ? tsc_deadline_ : 0;
+}
+
+void Lapic::WriteTscDeadline(uint64_t tsc, uint64_t deadline_ns, uint64_t now_ns) {
+  Advance(now_ns);
+  if (!tsc_deadline_mode()) return;  // 10.5.4.1: ignored in the other modes
+  tsc_deadline_ = tsc;
+  deadline_ns_ = deadline_ns;
+  Advance(last_now_ns_);  // a deadline already passed fires now
 }
 
 uint32_t Lapic::svr_mask() const {
@@ -183,8 +197,14 @@ uint32_t Lapic::Read(uint32_t offset, uint64_t now_ns) {
   return Peek(offset, last_now_ns_);
 }
 
+uint32_t Lapic::LvtMask(int index) const {
+  // With TSC-deadline support the timer's mode field is bits 18:17 (10.5.4.1).
+  if (index == kLvtTimer && config_.tsc_deadline) return kLvtMask[index] | kApicLvtTimerModeMask;
+  return kLvtMask[index];
+}
+
 void Lapic::WriteLvt(int index, uint32_t value) {
-  uint32_t v = value & kLvtMask[index];
+  uint32_t v = value & LvtMask(index);
   if (index == kLvtLint0 || index == kLvtLint1) v |= lvt_[index] & kApicLvtRemoteIrr;  // read only
   // 10.4.7.2: while software disabled the mask bits are set and attempts to
   // clear them are ignored.
@@ -243,7 +263,17 @@ void Lapic::Write(uint32_t offset, uint32_t value, uint64_t now_ns) {
       // countdown ends under the new mode.  Re-base the countdown at the
       // last tick boundary so that ticks already counted keep the old mode's
       // meaning.
-      if (counting_ && ((lvt_[kLvtTimer] ^ value) & kApicLvtTimerPeriodic)) Rebase(now, /*keep_phase=*/true);
+      if (const bool deadline = (value & LvtMask(kLvtTimer) & kApicLvtTimerModeMask) == kApicLvtTimerTscDeadline;
+          deadline != tsc_deadline_mode()) {
+        // Into or out of TSC-deadline mode: KVM stops the timer, clearing
+        // the initial count, and disarms the deadline.
+        counting_ = false;
+        initial_count_ = first_count_ = 0;
+        expirations_ = 0;
+        tsc_deadline_ = 0;
+      } else if (counting_ && ((lvt_[kLvtTimer] ^ value) & kApicLvtTimerModeMask)) {
+        Rebase(now, /*keep_phase=*/true);
+      }
       WriteLvt(kLvtTimer, value);
       return;
     case kApicRegLvtThermal:
@@ -255,7 +285,9 @@ void Lapic::Write(uint32_t offset, uint32_t value, uint64_t now_ns) {
       return;
     case kApicRegTimerInitialCount:
       // 10.5.4: a write copies the initial count into the current count and
-      // starts counting down; writing 0 stops the timer.
+      // starts counting down; writing 0 stops the timer.  Ignored in
+      // TSC-deadline mode (10.5.4.1).
+      if (tsc_deadline_mode()) return;
       initial_count_ = value;
       counting_ = value != 0;
       arm_ns_ = now;
@@ -422,7 +454,7 @@ uint32_t Lapic::CurrentCount(uint64_t now_ns) const {
   if (!counting_) return 0;
   const absl::uint128 ticks = TicksAt(now_ns);
   if (ticks < first_count_) return first_count_ - absl::Uint128Low64(ticks);
-  if (!(lvt_[kLvtTimer] & kApicLvtTimerPeriodic)) return 0;  // one-shot: stays 0
+  if (!periodic()) return 0;  // one-shot: stays 0
   // Periodic: reloaded from the initial count at each expiration.
   return initial_count_ - absl::Uint128Low64((ticks - first_count_) % initial_count_);
 }
@@ -446,12 +478,17 @@ void Lapic::Rebase(uint64_t now_ns, bool keep_phase) {
 void Lapic::Advance(uint64_t now_ns) {
   if (now_ns < last_now_ns_) now_ns = last_now_ns_;
   last_now_ns_ = now_ns;
+  if (tsc_deadline_ != 0 && now_ns >= deadline_ns_) {
+    // 10.5.4.1: the deadline passed: one interrupt, and the timer disarms.
+    tsc_deadline_ = 0;
+    if (!(lvt_[kLvtTimer] & kApicLvtMasked)) Raise(uint8_t(lvt_[kLvtTimer]));
+  }
   if (!counting_) return;
   const absl::uint128 ticks = TicksAt(now_ns);
   if (ticks < first_count_) return;
   const bool masked = (lvt_[kLvtTimer] & kApicLvtMasked) != 0;
   const uint8_t vector = uint8_t(lvt_[kLvtTimer]);
-  if (!(lvt_[kLvtTimer] & kApicLvtTimerPeriodic)) {
+  if (!periodic()) {
     // 10.5.4 one-shot: one interrupt when the count reaches 0, where it stays.
     counting_ = false;
     if (!masked) Raise(vector);
@@ -466,7 +503,9 @@ void Lapic::Advance(uint64_t now_ns) {
 }
 
 std::optional<uint64_t> Lapic::NextDeadline() const {
-  if (!counting_ || (lvt_[kLvtTimer] & kApicLvtMasked)) return std::nullopt;
+  if (lvt_[kLvtTimer] & kApicLvtMasked) return std::nullopt;
+  if (tsc_deadline_ != 0) return deadline_ns_;
+  if (!counting_) return std::nullopt;
   // The (expirations_ + 1)-th expiration; a counting one-shot has none yet.
   const absl::uint128 ticks = absl::uint128(first_count_) + expirations_ * initial_count_;
   return SaturatingAdd(arm_ns_, NsForTicks(ticks));
@@ -496,7 +535,7 @@ void Lapic::SetState(const uint8_t regs[kLapicStateSize], uint64_t now_ns) {
       lvt_[i] = 0;
       continue;
     }
-    uint32_t mask = kLvtMask[i];
+    uint32_t mask = LvtMask(i);
     if (i == kLvtLint0 || i == kLvtLint1) mask |= kApicLvtRemoteIrr;
     lvt_[i] = reg(LvtOffset(i)) & mask;
     // Taken as is, also while software disabled: KVM's reset state is SVR
@@ -509,10 +548,13 @@ void Lapic::SetState(const uint8_t regs[kLapicStateSize], uint64_t now_ns) {
   // The countdown restarts from the exported current count, as KVM_SET_LAPIC
   // does with the count KVM_GET_LAPIC stored at 390H.
   const uint32_t current = reg(kApicRegTimerCurrentCount);
-  const bool periodic = (lvt_[kLvtTimer] & kApicLvtTimerPeriodic) != 0;
   arm_ns_ = now_ns;
   expirations_ = 0;
-  counting_ = initial_count_ != 0 && (current != 0 || periodic);
+  // The page holds no TSC deadline (an MSR): disarmed until the caller
+  // writes it (WriteTscDeadline).
+  tsc_deadline_ = 0;
+  if (tsc_deadline_mode()) initial_count_ = 0;
+  counting_ = initial_count_ != 0 && (current != 0 || periodic());
   first_count_ = counting_ ? (current != 0 ? current : initial_count_) : 0;
 }
 

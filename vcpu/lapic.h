@@ -25,10 +25,15 @@
 //    I/O APIC), unless SVR bit 12 suppresses it.  LVT LINT0/LINT1 have no
 //    input pins here; their Remote IRR bit is only carried through
 //    SetState/GetState.
-//  - The LVT timer supports one-shot and periodic mode.  TSC-deadline mode is
-//    not supported: timer-mode bit 18 is reserved and reads 0 (SDM 10.5.4.1),
-//    as on a CPU with CPUID.1:ECX.TSC_Deadline[bit 24] = 0, which is what every
-//    model in pmu/cpu_model.cc reports.
+//  - The LVT timer supports one-shot and periodic mode, and TSC-deadline mode
+//    when LapicConfig::tsc_deadline says the CPU has it (CPUID.1:ECX
+//    .TSC_Deadline[bit 24]; SDM 10.5.4.1); without it timer-mode bit 18 is
+//    reserved and reads 0.  The deadline is the caller's TSC value, which
+//    it also converts to the model's nanoseconds when it writes it
+//    (WriteTscDeadline): a later change of the TSC (WRMSR IA32_TSC) does not
+//    move an armed deadline, as under KVM, which converts at the write too.
+//    The reserved mode 11b runs the countdown as one-shot (KVM keeps such a
+//    timer running and does not reload it).
 //  - ESR bit 7 (illegal register address) is never set: accesses to reserved
 //    offsets read 0 and ignore writes, as KVM does.
 //  - Delivery status (bit 12 of the ICR and of every LVT entry) always reads 0
@@ -95,6 +100,8 @@ inline constexpr uint32_t kApicRegTimerDivide = 0x3E0;
 inline constexpr uint32_t kApicSvrEnable = 1u << 8;           // SDM 10.9, figure 10-23
 inline constexpr uint32_t kApicLvtMasked = 1u << 16;          // SDM 10.5.1, figure 10-8
 inline constexpr uint32_t kApicLvtTimerPeriodic = 1u << 17;   // SDM 10.5.4.1
+inline constexpr uint32_t kApicLvtTimerTscDeadline = 2u << 17;  // mode field 18:17 = 10b
+inline constexpr uint32_t kApicLvtTimerModeMask = 3u << 17;
 inline constexpr uint32_t kApicLvtRemoteIrr = 1u << 14;       // LINT0/LINT1 only
 inline constexpr uint32_t kApicEsrSendIllegalVector = 1u << 5;     // SDM 10.5.3
 inline constexpr uint32_t kApicEsrReceiveIllegalVector = 1u << 6;  // SDM 10.5.3
@@ -112,6 +119,9 @@ struct LapicConfig {
   // The default 1 GHz makes one count one nanosecond at divide-by-1, the
   // figure docs/guest-abi.md promises guests (KVM's APIC bus is 1 GHz too).
   uint64_t bus_hz = 1'000'000'000;
+  // TSC-deadline mode (CPUID.1:ECX[24]): LVT timer mode 10b and
+  // IA32_TSC_DEADLINE (6E0H), SDM 10.5.4.1.
+  bool tsc_deadline = false;
 };
 
 class Lapic {
@@ -209,6 +219,22 @@ class Lapic {
   void SetState(const uint8_t regs[kLapicStateSize], uint64_t now_ns);
   void GetState(uint8_t regs[kLapicStateSize], uint64_t now_ns) const;
 
+  // IA32_TSC_DEADLINE (SDM 10.5.4.1), for a configuration with tsc_deadline.
+  // Outside TSC-deadline mode it reads 0 and writes are ignored; in it a
+  // write of 0 disarms the timer, any other value arms it for `deadline_ns`
+  // (the caller's conversion of that TSC value to this model's time; a time
+  // at or before `now_ns` fires at once).  The timer interrupt (if the LVT
+  // entry is unmasked) comes when the time reaches it, and the MSR then
+  // reads 0 again (disarmed, also when masked).  Leaving or entering
+  // TSC-deadline mode through the LVT timer entry disarms it and stops a
+  // countdown, clearing the initial count (KVM); in the mode the initial
+  // count ignores writes and the current count reads 0.
+  uint64_t ReadTscDeadline(uint64_t now_ns);
+  void WriteTscDeadline(uint64_t tsc, uint64_t deadline_ns, uint64_t now_ns);
+  bool tsc_deadline_mode() const {
+    return config_.tsc_deadline && (lvt_[kLvtTimer] & kApicLvtTimerModeMask) == kApicLvtTimerTscDeadline;
+  }
+
   bool software_enabled() const { return (svr_ & kApicSvrEnable) != 0; }
   // LVT LINT0 (350H): in ExtINT mode and unmasked it passes the 8259's INTR
   // to the processor (SDM 10.5.1; virtual wire mode).
@@ -238,6 +264,8 @@ class Lapic {
   absl::uint128 TicksAt(uint64_t now_ns) const;  // timer ticks since arm_ns_
   absl::uint128 NsForTicks(absl::uint128 ticks) const;
   uint32_t CurrentCount(uint64_t now_ns) const;
+  bool periodic() const { return (lvt_[kLvtTimer] & kApicLvtTimerModeMask) == kApicLvtTimerPeriodic; }
+  uint32_t LvtMask(int index) const;
   void Rebase(uint64_t now_ns, bool keep_phase);
 
   LapicConfig config_;
@@ -257,6 +285,9 @@ class Lapic {
   uint32_t first_count_ = 0;
   absl::uint128 expirations_ = 0;
   uint64_t last_now_ns_ = 0;
+  // TSC-deadline mode: the MSR's value (0: disarmed) and when it fires.
+  uint64_t tsc_deadline_ = 0;
+  uint64_t deadline_ns_ = 0;
 
   std::function<void(uint8_t)> level_eoi_;
 };

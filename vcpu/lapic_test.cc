@@ -566,6 +566,80 @@ TEST(LapicTest, DivideAndModeChangesContinueTheCount) {
   EXPECT_EQ(slow.NextDeadline(), 105u);
 }
 
+TEST(LapicTest, TscDeadlineModeArmsFiresAndDisarms) {
+  // SDM 10.5.4.1 on a CPU with CPUID.1:ECX.TSC_Deadline = 1: LVT timer mode
+  // 10b; IA32_TSC_DEADLINE arms the timer with a TSC value (the caller
+  // passes its time, here TSC 5000 -> 500 ns), the interrupt comes when the
+  // time reaches it, and the MSR then reads 0.
+  Lapic lapic = Enabled({.tsc_deadline = true});
+  lapic.Write(kApicRegLvtTimer, 0x000400EF, 0);  // mode 10b, vector EFH
+  EXPECT_EQ(lapic.Read(kApicRegLvtTimer, 0), 0x000400EFu);
+  EXPECT_TRUE(lapic.tsc_deadline_mode());
+  EXPECT_EQ(lapic.ReadTscDeadline(0), 0u);
+  EXPECT_EQ(lapic.NextDeadline(), std::nullopt);
+  lapic.WriteTscDeadline(5000, 500, 10);
+  EXPECT_EQ(lapic.ReadTscDeadline(499), 5000u);
+  EXPECT_EQ(lapic.NextDeadline(), 500u);
+  EXPECT_EQ(lapic.Pending(), std::nullopt);
+  lapic.Advance(500);
+  EXPECT_EQ(lapic.Pending(), 0xEF);
+  EXPECT_EQ(lapic.ReadTscDeadline(500), 0u);
+  EXPECT_EQ(lapic.NextDeadline(), std::nullopt);
+  EXPECT_EQ(lapic.Acknowledge(), 0xEF);
+  lapic.Write(kApicRegEoi, 0, 500);
+  // In this mode the initial count ignores writes and the current count reads 0.
+  lapic.Write(kApicRegTimerInitialCount, 100, 600);
+  EXPECT_EQ(lapic.Read(kApicRegTimerInitialCount, 600), 0u);
+  EXPECT_EQ(lapic.Read(kApicRegTimerCurrentCount, 600), 0u);
+  // A deadline already passed fires at the write (kvm-unit-tests apic.c writes
+  // the TSC it just read and expects the interrupt by the next instruction).
+  lapic.WriteTscDeadline(7000, 650, 700);
+  EXPECT_EQ(lapic.Pending(), 0xEF);
+  EXPECT_EQ(lapic.ReadTscDeadline(700), 0u);
+  EXPECT_EQ(lapic.Acknowledge(), 0xEF);
+  lapic.Write(kApicRegEoi, 0, 700);
+  // 0 disarms; masked, the deadline passes without an interrupt but disarms
+  // (KVM's kvm_apic_inject_pending_timer_irqs clears the deadline after the
+  // LVT delivery, which the mask suppresses; the SDM's "disarms itself" has
+  // no exception for a masked entry).
+  lapic.WriteTscDeadline(9000, 900, 700);
+  lapic.WriteTscDeadline(0, 0, 710);
+  EXPECT_EQ(lapic.NextDeadline(), std::nullopt);
+  lapic.Advance(2000);
+  EXPECT_EQ(lapic.Pending(), std::nullopt);
+  lapic.Write(kApicRegLvtTimer, 0x000500EF, 2000);  // masked
+  lapic.WriteTscDeadline(30000, 3000, 2000);
+  EXPECT_EQ(lapic.NextDeadline(), std::nullopt);  // no interrupt will come
+  EXPECT_EQ(lapic.ReadTscDeadline(2999), 30000u);
+  EXPECT_EQ(lapic.ReadTscDeadline(3000), 0u);
+  EXPECT_EQ(lapic.Pending(), std::nullopt);
+  // Leaving the mode disarms; outside it the MSR reads 0 and ignores writes.
+  lapic.Write(kApicRegLvtTimer, 0x000400EF, 3000);
+  lapic.WriteTscDeadline(50000, 5000, 3000);
+  lapic.Write(kApicRegLvtTimer, 0x000000EF, 3100);  // one-shot
+  EXPECT_FALSE(lapic.tsc_deadline_mode());
+  EXPECT_EQ(lapic.ReadTscDeadline(3100), 0u);
+  lapic.WriteTscDeadline(60000, 6000, 3100);
+  EXPECT_EQ(lapic.NextDeadline(), std::nullopt);
+  lapic.Advance(10000);
+  EXPECT_EQ(lapic.Pending(), std::nullopt);
+  // Entering the mode stops a one-shot countdown and clears its initial count (KVM).
+  lapic.Write(kApicRegTimerInitialCount, 1000, 10000);
+  EXPECT_EQ(lapic.NextDeadline(), 12000u);  // DCR 0: divide by 2, 1000 counts = 2000 ns
+  lapic.Write(kApicRegLvtTimer, 0x000400EF, 10100);
+  EXPECT_EQ(lapic.Read(kApicRegTimerInitialCount, 10100), 0u);
+  EXPECT_EQ(lapic.NextDeadline(), std::nullopt);
+  lapic.Advance(20000);
+  EXPECT_EQ(lapic.Pending(), std::nullopt);
+  // The register page holds no deadline: SetState disarms it.
+  lapic.WriteTscDeadline(90000, 30000, 20000);
+  uint8_t page[kLapicStateSize];
+  lapic.GetState(page, 20000);
+  lapic.SetState(page, 20000);
+  EXPECT_TRUE(lapic.tsc_deadline_mode());
+  EXPECT_EQ(lapic.ReadTscDeadline(20000), 0u);
+}
+
 TEST(LapicTest, BusFrequencyScalesTheTimer) {
   // SDM 10.5.4: the timer counts bus clocks divided by DCR.  At 100 MHz a
   // clock is 10 ns: 10 counts at divide by 1 take 100 ns.

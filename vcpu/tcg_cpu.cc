@@ -563,6 +563,13 @@ struct TcgCallbacks {
   static void SsLoaded(TcgCpu* self, bool loaded) { self->ss_shadow_ = loaded; }
   static bool Owns(TcgCpu* self, void* cpu) { return self->cpu_ == cpu; }
   static bool StopRequested(TcgCpu* self) { return self->stop_requested_; }
+  // An interrupt the guest can take now (IF=1) is pending at a device: a
+  // WRMSR that raised it (a TSC deadline already passed, an x2APIC self-IPI)
+  // leaves its block, so that QEMU's loop delivers it at the next
+  // instruction boundary (SDM vol. 3A 6.6), not at the end of the block.
+  static bool InterruptTakenNext(TcgCpu* self) {
+    return (self->env_->eflags & (1u << 9)) && self->config_.devices->InterruptPending();
+  }
   static bool TrapsOwned(TcgCpu* self) { return self->own_single_step_; }
   // Performs the instruction at EIP (synced by QEMU before the helper) with
   // the completion engine and leaves the block with the new state; a fault
@@ -781,7 +788,8 @@ __attribute__((noinline)) void helper_wrmsr_x86_64(void* env) {
       // The machine wants the run to end here (tracing turned on or off):
       // QEMU would finish the translation block first, so the WRMSR retires
       // now and the block is left at the next instruction.
-      if (TcgCallbacks::StopRequested(self)) TcgCallbacks::LeaveAfterWrmsr(self);
+      if (TcgCallbacks::StopRequested(self) || TcgCallbacks::InterruptTakenNext(self))
+        TcgCallbacks::LeaveAfterWrmsr(self);
       return;
     case TcgDevices::Msr::kCpu:
       if (index == vbts::vcpu::kMsrTsc) return TcgCallbacks::WriteTsc(self, value);  // the machine's clock

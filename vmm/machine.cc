@@ -41,6 +41,7 @@ double Now() {
 // IA32_APIC_BASE: the machine's own while in TCG (SDM vol. 3A 10.4.4).
 constexpr uint32_t kMsrTsc = 0x10;
 constexpr uint32_t kMsrApicBase = 0x1B;
+constexpr uint32_t kMsrTscDeadline = 0x6E0;  // SDM vol. 3A 10.5.4.1, with CPUID.1:ECX[24]
 
 // A virtual-PMU or feature-MSR answer as the TCG engine takes it.
 vcpu::TcgDevices::Msr TcgMsr(const pmu::MsrResult& r, uint64_t& value) {
@@ -592,7 +593,9 @@ void Machine::WriteGuestOutput(uint8_t c) { output_.Write(c); }
 absl::Status Machine::CreateTcg() {
   VBTS_ASSIGN_OR_RETURN(tcg_, vcpu::TcgCpu::Create({ram_->host_base(), ram_->size(),
                                                     vcpu::TcgCpu::UnicornModelFor(config_.cpu_model), this}));
-  VBTS_ASSIGN_OR_RETURN(vcpu::Lapic lapic, vcpu::Lapic::Create(vcpu::LapicConfig{}));
+  vcpu::LapicConfig lapic_config;
+  lapic_config.tsc_deadline = (model_->Cpuid(1, 0).ecx & pmu::kCpuid1EcxTscDeadline) != 0;
+  VBTS_ASSIGN_OR_RETURN(vcpu::Lapic lapic, vcpu::Lapic::Create(lapic_config));
   lapic_ = std::make_unique<vcpu::Lapic>(std::move(lapic));
   // The guest's TSC runs at the frequency KVM gives it, in both engines.
   absl::StatusOr<uint64_t> khz = vcpu_->TscKhz();
@@ -645,6 +648,7 @@ absl::StatusOr<std::optional<RunResult>> Machine::TraceInTcg(double deadline) {
   VBTS_RETURN_IF_ERROR(tcg_->SetState(st));
   tcg_->SetFpu(fpu);
   VBTS_RETURN_IF_ERROR(tcg_control_->SetLapic(lapic));
+  VBTS_RETURN_IF_ERROR(TscDeadlineFromKvm());
   VBTS_RETURN_IF_ERROR(tcg_control_->SetDebugRegs(dr));
   tracer_->Rebind(*tcg_control_, [this](uint8_t vector) { return tcg_control_->SendInterrupt(vector); },
                   /*emulate_data_bps=*/true);
@@ -665,6 +669,7 @@ absl::StatusOr<std::optional<RunResult>> Machine::TraceInTcg(double deadline) {
   VBTS_RETURN_IF_ERROR(vcpu_->SetLapic(lapic));
   VBTS_RETURN_IF_ERROR(vcpu_->SetDebugRegs(dr));
   VBTS_RETURN_IF_ERROR(TimeAndIrqchipsToKvm());
+  VBTS_RETURN_IF_ERROR(TscDeadlineToKvm());
   in_tcg_ = false;
   tracer_->Rebind(*vcpu_, [vm = vm_.get()](uint8_t vector) { return vm->SignalMsi(0, vector); },
                   facts_.emulate_data_breakpoints);
@@ -686,6 +691,8 @@ RunResult Machine::RunTcg() {
   if (absl::Status s = tcg_control_->SetLapic(*lapic); !s.ok())
     return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + s.ToString());
   if (absl::Status s = TimeAndIrqchipsFromKvm(); !s.ok())
+    return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + s.ToString());
+  if (absl::Status s = TscDeadlineFromKvm(); !s.ok())
     return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + s.ToString());
   in_tcg_ = true;
   return *RunTcgLoop(deadline, /*until_untraced=*/false);
@@ -937,6 +944,11 @@ vcpu::TcgDevices::Msr Machine::ReadMsr(uint32_t index, uint64_t& value) {
     value = apic_base_;
     return Msr::kDone;
   }
+  if (index == kMsrTscDeadline) {
+    if (!lapic_->config().tsc_deadline) return Msr::kGp;
+    value = lapic_->ReadTscDeadline(GuestNs());
+    return Msr::kDone;
+  }
   if (feature_msrs_ && pmu::FeatureMsrs::Owns(index)) return TcgMsr(feature_msrs_->Read(index), value);
   if (vpmu_ && vpmu_->Owns(index)) {
     FlushTcgBulk();
@@ -959,6 +971,15 @@ vcpu::TcgDevices::Msr Machine::WriteMsr(uint32_t index, uint64_t value) {
     constexpr uint64_t kWritable = (1ull << 11) | 0xFFFFFF000ull;
     if (value & ~(kWritable | (1ull << 8))) return Msr::kGp;
     apic_base_ = (apic_base_ & (1ull << 8)) | (value & kWritable);
+    return Msr::kDone;
+  }
+  if (index == kMsrTscDeadline) {
+    if (!lapic_->config().tsc_deadline) return Msr::kGp;
+    ArmTscDeadline(value);
+    NotifyInterrupts();
+    // On instruction time the deadline becomes an instruction count at the
+    // next run (TimerDeadlineTicks), as after a timer-register write.
+    if (clock_->source() == vcpu::GuestClock::Source::kInstructions) tcg_->RequestStop();
     return Msr::kDone;
   }
   if (feature_msrs_ && pmu::FeatureMsrs::Owns(index)) return feature_msrs_->Write(index, value).gp ? Msr::kGp : Msr::kDone;
@@ -1063,6 +1084,31 @@ absl::Status Machine::TimeAndIrqchipsToKvm() {
   const int64_t host_now = static_cast<int64_t>(NowNs()), guest_now = static_cast<int64_t>(GuestNs());
   for (vcpu::PitChannelState& c : ch) c.count_load_time = host_now - (guest_now - c.count_load_time);
   return vm_->SetPit(ch, pit_->speaker_data_on());
+}
+
+void Machine::ArmTscDeadline(uint64_t tsc) {
+  // The LAPIC counts the guest clock's nanoseconds: the deadline's TSC value
+  // becomes the time the TSC reaches it (now, if it already has).
+  const vcpu::GuestClock::Now now = ClockNow();
+  const uint64_t now_tsc = clock_->Tsc(now), now_ns = clock_->Ns(now);
+  const uint64_t at_ns = tsc <= now_tsc ? now_ns : clock_->NsOfTicks(clock_->Ticks(now) + (tsc - now_tsc));
+  lapic_->WriteTscDeadline(tsc, at_ns, now_ns);
+}
+
+absl::Status Machine::TscDeadlineFromKvm() {
+  // After the LAPIC page (the timer's mode) and the TSC have moved.
+  if (!lapic_->config().tsc_deadline) return absl::OkStatus();
+  VBTS_ASSIGN_OR_RETURN(uint64_t tsc, vcpu_->GetMsr(kMsrTscDeadline));
+  if (tsc != 0) ArmTscDeadline(tsc);
+  return absl::OkStatus();
+}
+
+absl::Status Machine::TscDeadlineToKvm() {
+  // After KVM_SET_LAPIC (KVM ignores the MSR outside TSC-deadline mode) and
+  // the TSC (KVM converts the deadline against the guest's TSC at the write).
+  if (!lapic_->config().tsc_deadline) return absl::OkStatus();
+  const vcpu::MsrValue m{kMsrTscDeadline, lapic_->ReadTscDeadline(GuestNs())};
+  return vcpu_->SetMsrs({&m, 1});
 }
 
 vcpu::GuestClock::Now Machine::ClockNow() const {

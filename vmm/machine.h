@@ -161,6 +161,11 @@ class Machine : private vcpu::TcgDevices {
   // registers: the TSC, and the I/O APIC, 8259 and 8254 state, from KVM's
   // vCPU and in-kernel irqchip into the TCG engine's models and back.
   absl::Status TimeAndIrqchipsFromKvm();
+  // IA32_TSC_DEADLINE in TCG: arms the LAPIC model at the guest clock's
+  // time of that TSC value; moved with the LAPIC at engine switches.
+  void ArmTscDeadline(uint64_t tsc);
+  absl::Status TscDeadlineFromKvm();
+  absl::Status TscDeadlineToKvm();
   absl::Status TimeAndIrqchipsToKvm();
   // The tracer's transfer sink from what consumes transfers now: --branches,
   // --insns, vbts record, GDB's branch trace.
