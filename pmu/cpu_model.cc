@@ -181,13 +181,16 @@ std::vector<CpuModel> MakeModels() {
                {}};
     auto& t = m.leaves;
     t.push_back({0, 0, false, 0x16, Ascii4("Genu"), Ascii4("ntel"), Ascii4("ineI")});
-    // TSC-deadline timer: every Core processor since Sandy Bridge (Linux's
-    // cpuinfo flag tsc_deadline_timer on Skylake).
+    // x2APIC and the TSC-deadline timer: every Core processor since Sandy
+    // Bridge (Linux's cpuinfo flags x2apic, tsc_deadline_timer on Skylake).
     t.push_back({1, 0, false, 0x000506E3, 0x00010800,
                  kSse3 | kPclmul | kCpuid1EcxDtes64 | kCpuid1EcxDsCpl | kSsse3 | kCx16 | kCpuid1EcxPdcm | kSse41 |
-                     kSse42 | kPopcnt | kCpuid1EcxTscDeadline | kAes,
+                     kSse42 | kCpuid1EcxX2apic | kPopcnt | kCpuid1EcxTscDeadline | kAes,
                  kBaseEdx | kCpuid1EdxDs});
     t.push_back({0xA, 0, false, 0x08300404, 0, 0, 0x00000603});  // v4, 4 counters, 48 bits, 3 fixed
+    // 0xB: x2APIC topology, one thread, one core (EDX: the x2APIC ID).
+    t.push_back({0xB, 0, true, 0, 1, 0x100, 0});
+    t.push_back({0xB, 1, true, 0, 1, 0x201, 0});
     t.push_back({0x80000000, 0, false, 0x80000008, 0, 0, 0});
     t.push_back({0x80000001, 0, false, 0, 0, 1, (1u << 11) | (1u << 20) | (1u << 26) | (1u << 27) | (1u << 29)});
     AddBrand(t, "vbts virtual Intel(R) Core(TM) i7-6700 (Skylake)");
@@ -228,13 +231,16 @@ std::vector<CpuModel> MakeModels() {
     t.push_back({0, 0, false, 0x16, Ascii4("Genu"), Ascii4("ntel"), Ascii4("ineI")});
     t.push_back({1, 0, false, 0x000606A6, 0x00010800,
                  kSse3 | kPclmul | kCpuid1EcxDtes64 | kCpuid1EcxDsCpl | kSsse3 | kCx16 | kCpuid1EcxPdcm | kSse41 |
-                     kSse42 | kPopcnt | kCpuid1EcxTscDeadline | kAes,
+                     kSse42 | kCpuid1EcxX2apic | kPopcnt | kCpuid1EcxTscDeadline | kAes,
                  kBaseEdx | kCpuid1EdxDs});
     // 0xA (SDM vol. 2A CPUID leaf 0AH; vol. 3B 18.2.5 v5): EAX version 5,
     // 8 GP counters of 48 bits, EBX length 8 (the 7 events of v1 + topdown
     // slots), EBX 0 (all available); ECX fixed-counter bitmap 0FH (v5);
     // EDX 4 fixed counters of 48 bits, bit 15 AnyThread deprecated.
     t.push_back({0xA, 0, false, 0x08300805, 0, 0xF, 0x00008604});
+    // 0xB: x2APIC topology, one thread, one core (EDX: the x2APIC ID).
+    t.push_back({0xB, 0, true, 0, 1, 0x100, 0});
+    t.push_back({0xB, 1, true, 0, 1, 0x201, 0});
     t.push_back({0x80000000, 0, false, 0x80000008, 0, 0, 0});
     t.push_back({0x80000001, 0, false, 0, 0, 1, (1u << 11) | (1u << 20) | (1u << 26) | (1u << 27) | (1u << 29)});
     AddBrand(t, "vbts virtual Intel(R) Xeon(R) Platinum 8380 (Ice Lake)");

@@ -28,6 +28,7 @@ struct CpuidResult {
 inline constexpr uint32_t kCpuid1EcxDtes64 = 1u << 2;
 inline constexpr uint32_t kCpuid1EcxDsCpl = 1u << 4;
 inline constexpr uint32_t kCpuid1EcxPdcm = 1u << 15;
+inline constexpr uint32_t kCpuid1EcxX2apic = 1u << 21;        // x2APIC mode (SDM 10.12)
 inline constexpr uint32_t kCpuid1EcxTscDeadline = 1u << 24;  // LAPIC timer TSC-deadline mode (SDM 10.5.4.1)
 inline constexpr uint32_t kCpuid1EdxDs = 1u << 21;
 

@@ -128,6 +128,7 @@ void Lapic::Reset() {
   tmr_.fill(0);
   irr_.fill(0);
   nmi_pending_ = false;
+  x2apic_mode_ = false;
   counting_ = false;
   arm_ns_ = 0;
   first_count_ = 0;
@@ -379,9 +380,103 @@ bool Lapic::TakeNmi() {
   return nmi;
 }
 
+uint32_t Lapic::X2apicLdr() const {
+  const uint32_t id = config_.apic_id;
+  return ((id >> 4) << 16) | (1u << (id & 0xF));
+}
+
+bool Lapic::MatchesX2apicDestination(uint32_t dest, bool logical) const {
+  if (dest == 0xFFFFFFFF) return true;
+  if (!logical) return dest == config_.apic_id;  // 10.12.9: the 32-bit x2APIC ID
+  // 10.12.10.2: cluster in bits 31:16, one bit per member in 15:0.
+  const uint32_t ldr = X2apicLdr();
+  return (dest >> 16) == (ldr >> 16) && (dest & ldr & 0xFFFF) != 0;
+}
+
+void Lapic::SetX2apicMode(bool on) {
+  if (!config_.x2apic || on == x2apic_mode_) return;
+  x2apic_mode_ = on;
+  id_ = uint32_t(config_.apic_id) << 24;
+  ldr_ = on ? X2apicLdr() : 0;
+  icr_high_ = 0;
+}
+
+bool Lapic::ReadX2apicMsr(uint32_t msr, uint64_t& value, uint64_t now_ns) {
+  if (!x2apic_mode_ || msr < 0x800 || msr > 0x8FF) return false;
+  const uint32_t offset = (msr - 0x800) << 4;
+  Advance(now_ns);
+  const uint64_t now = last_now_ns_;
+  if ((offset >= kApicRegIsr && offset < kApicRegIrr + 0x80) ||
+      (offset >= kApicRegLvtTimer && offset <= kApicRegLvtError)) {
+    value = Peek(offset, now);
+    return true;
+  }
+  switch (offset) {
+    case kApicRegId:
+      value = config_.apic_id;
+      return true;
+    case kApicRegIcrLow:
+      value = uint64_t(icr_high_) << 32 | icr_low_;
+      return true;
+    case kApicRegLvtCmci:
+      if (!has_cmci()) return false;
+      [[fallthrough]];
+    case kApicRegVersion: case kApicRegTpr: case kApicRegPpr: case kApicRegLdr: case kApicRegSvr:
+    case kApicRegEsr: case kApicRegTimerInitialCount: case kApicRegTimerCurrentCount: case kApicRegTimerDivide:
+      value = Peek(offset, now);
+      return true;
+    default:  // EOI and SELF IPI (write only), DFR, ICR high, APR, RRD, reserved
+      return false;
+  }
+}
+
+bool Lapic::WriteX2apicMsr(uint32_t msr, uint64_t value, uint64_t now_ns) {
+  if (!x2apic_mode_ || msr < 0x800 || msr > 0x8FF) return false;
+  const uint32_t offset = (msr - 0x800) << 4;
+  if (offset == kApicRegIcrLow) {
+    // 10.12.9: one 64-bit write; bits 13, 16-17 and 20-31 of the low half
+    // are reserved (no delivery status: bit 12 reserved too).
+    Advance(now_ns);
+    icr_low_ = uint32_t(value) & kIcrLowMask;
+    icr_high_ = uint32_t(value >> 32);
+    SendIpi();
+    return true;
+  }
+  if (value >> 32) return false;  // 10.12.1.2: bits 63:32 reserved
+  const uint32_t v = uint32_t(value);
+  switch (offset) {
+    case kApicRegEoi:
+    case kApicRegEsr:
+      if (v != 0) return false;  // 10.12.1.2: a non-zero write raises #GP
+      Write(offset, 0, now_ns);
+      return true;
+    case 0x3F0: {  // SELF IPI (10.12.11): a fixed, edge-triggered interrupt to this APIC
+      if (v & ~0xFFu) return false;  // 10.12.1.3: bits 31:8 reserved (kvm-unit-tests msr.c)
+      Advance(now_ns);
+      const uint8_t vector = uint8_t(v);
+      if (vector < 16) LogError(kApicEsrSendIllegalVector);
+      Raise(vector);
+      return true;
+    }
+    case kApicRegLvtCmci:
+      if (!has_cmci()) return false;
+      [[fallthrough]];
+    case kApicRegTpr: case kApicRegSvr: case kApicRegLvtTimer: case kApicRegLvtThermal: case kApicRegLvtPerf:
+    case kApicRegLvtLint0: case kApicRegLvtLint1: case kApicRegLvtError: case kApicRegTimerInitialCount:
+    case kApicRegTimerDivide:
+      Write(offset, v, now_ns);
+      return true;
+    default:  // read only (ID, version, PPR, LDR, ISR, TMR, IRR, current count) or no register
+      return false;
+  }
+}
+
 bool Lapic::MatchesDestination(uint8_t dest, bool logical) const {
   // 10.6.2.1 / 10.6.2.2: a destination of FFH is a broadcast in either mode.
   if (dest == 0xFF) return true;
+  // An 8-bit destination (an I/O APIC entry's) at an APIC in x2APIC mode: its
+  // ID as an x2APIC destination, FFH still a broadcast (as KVM converts it).
+  if (x2apic_mode_) return MatchesX2apicDestination(dest, logical);
   if (!logical) return dest == uint8_t(id_ >> 24);  // 10.6.2.1: physical
   const uint8_t ldr = uint8_t(ldr_ >> 24);
   switch (dfr_ >> 28) {
@@ -405,7 +500,8 @@ void Lapic::SendIpi() {
       to_self = true;
       break;
     case kShorthandNone:
-      to_self = MatchesDestination(uint8_t(icr_high_ >> 24), (icr_low_ & kIcrDestLogical) != 0);
+      to_self = x2apic_mode_ ? MatchesX2apicDestination(icr_high_, (icr_low_ & kIcrDestLogical) != 0)
+                             : MatchesDestination(uint8_t(icr_high_ >> 24), (icr_low_ & kIcrDestLogical) != 0);
       break;
     default:  // all excluding self: there is no other processor
       to_self = false;
@@ -516,13 +612,14 @@ void Lapic::SetState(const uint8_t regs[kLapicStateSize], uint64_t now_ns) {
   last_now_ns_ = now_ns;
   id_ = reg(kApicRegId) & kIdMask;
   tpr_ = reg(kApicRegTpr) & kTprMask;
-  ldr_ = reg(kApicRegLdr) & kLdrMask;
+  // In x2APIC mode the logical ID follows from the ID (KVM recomputes it).
+  ldr_ = x2apic_mode_ ? X2apicLdr() : reg(kApicRegLdr) & kLdrMask;
   dfr_ = (reg(kApicRegDfr) & kDfrModel) | kDfrReservedOnes;
   svr_ = reg(kApicRegSvr) & svr_mask();
   esr_ = reg(kApicRegEsr) & kEsrMask;
   esr_pending_ = 0;
   icr_low_ = reg(kApicRegIcrLow) & kIcrLowMask;
-  icr_high_ = reg(kApicRegIcrHigh) & kIcrHighMask;
+  icr_high_ = reg(kApicRegIcrHigh) & (x2apic_mode_ ? 0xFFFFFFFFu : kIcrHighMask);
   for (int i = 0; i < 8; i++) {
     // Bits for vectors 0-15 are reserved (10.8.4).
     const uint32_t valid = i == 0 ? 0xFFFF0000 : 0xFFFFFFFF;

@@ -8,10 +8,13 @@
 // on time takes the current time), no aborts on any guest input.
 //
 // Scope and deliberate simplifications:
-//  - xAPIC mode only.  x2APIC (IA32_APIC_BASE.EXTD, the MSRs 800H-8FFH,
-//    SDM 10.12) is out of scope; none of pmu/cpu_model.cc's CPUID models sets
-//    CPUID.1:ECX.x2APIC[bit 21].  IA32_APIC_BASE itself (base address, global
-//    enable, SDM 10.4.4) belongs to the caller.
+//  - xAPIC mode, and x2APIC mode (SDM 10.12) when LapicConfig::x2apic says the
+//    CPU has it (CPUID.1:ECX.x2APIC[bit 21]): the registers as MSRs 800H-8FFH
+//    (ReadX2apicMsr/WriteX2apicMsr), the 32-bit x2APIC ID and the logical ID
+//    derived from it (read only), the 64-bit ICR with a 32-bit destination,
+//    SELF IPI.  IA32_APIC_BASE itself (base address, global enable, EXTD and
+//    its transitions, SDM 10.4.4 and 10.12.5) belongs to the caller, which
+//    tells the model the mode (SetX2apicMode).
 //  - One CPU.  An IPI is delivered to this APIC when its destination includes
 //    it (SDM 10.6.2); nothing else exists, so "all excluding self" delivers
 //    nothing.  Fixed and lowest-priority IPIs become Raise(vector); NMI IPIs
@@ -122,6 +125,8 @@ struct LapicConfig {
   // TSC-deadline mode (CPUID.1:ECX[24]): LVT timer mode 10b and
   // IA32_TSC_DEADLINE (6E0H), SDM 10.5.4.1.
   bool tsc_deadline = false;
+  // x2APIC mode (CPUID.1:ECX[21]), SDM 10.12.
+  bool x2apic = false;
 };
 
 class Lapic {
@@ -235,6 +240,30 @@ class Lapic {
     return config_.tsc_deadline && (lvt_[kLvtTimer] & kApicLvtTimerModeMask) == kApicLvtTimerTscDeadline;
   }
 
+  // x2APIC mode on or off, as IA32_APIC_BASE.EXTD (the caller checks the
+  // transitions, SDM 10.12.5).  Entering it gives the APIC its x2APIC ID
+  // (apic_id, read only) and the logical ID derived from it (10.12.10.2:
+  // cluster ID[19:4] in LDR[31:16], bit ID[3:0] of LDR[15:0]); leaving it
+  // (only through the disabled state) gives back the xAPIC ID apic_id << 24,
+  // as KVM does.  Ignored without LapicConfig::x2apic.
+  void SetX2apicMode(bool on);
+  bool x2apic_mode() const { return x2apic_mode_; }
+  // RDMSR/WRMSR of MSR 800H + (offset >> 4) in x2APIC mode (10.12.1.2, table
+  // 10-6); false means #GP: outside x2APIC mode, an MSR with no register
+  // (DFR, ICR high, APR, RRD, reserved), a read of a write-only register (EOI,
+  // SELF IPI), a write of a read-only one (ID, version, PPR, LDR, ISR, TMR,
+  // IRR, current count), a write with bits 63:32 set (but the ICR), a
+  // non-zero write to EOI or ESR (table 10-6), SELF IPI bits 31:8 set
+  // (10.12.1.3).  Other reserved bits in the low half are dropped, as in
+  // xAPIC mode and as KVM does (10.12.1.3 would #GP them; KVM also takes a
+  // non-zero EOI write).  The ICR is one 64-bit register whose
+  // write sends the IPI; SELF IPI (83FH) sends a fixed interrupt to this APIC
+  // with the vector in bits 7:0.  Page-layout state (GetState/SetState) keeps
+  // KVM's convention in x2APIC mode: ID apic_id << 24 at 20H, the logical ID
+  // at 0D0H, the ICR's destination (bits 63:32) at 310H.
+  bool ReadX2apicMsr(uint32_t msr, uint64_t& value, uint64_t now_ns);
+  bool WriteX2apicMsr(uint32_t msr, uint64_t value, uint64_t now_ns);
+
   bool software_enabled() const { return (svr_ & kApicSvrEnable) != 0; }
   // LVT LINT0 (350H): in ExtINT mode and unmasked it passes the 8259's INTR
   // to the processor (SDM 10.5.1; virtual wire mode).
@@ -258,6 +287,9 @@ class Lapic {
   void Eoi();
   void SendIpi();
   bool MatchesDestination(uint8_t dest, bool logical) const;
+  // x2APIC destinations (10.12.9, 10.12.10.2): 32 bits, FFFFFFFFH a broadcast.
+  bool MatchesX2apicDestination(uint32_t dest, bool logical) const;
+  uint32_t X2apicLdr() const;
 
   // Timer arithmetic (SDM 10.5.4).
   uint32_t divide() const;
@@ -277,6 +309,7 @@ class Lapic {
   uint32_t initial_count_ = 0, dcr_ = 0;
   std::array<uint32_t, 8> isr_{}, tmr_{}, irr_{};
   bool nmi_pending_ = false;
+  bool x2apic_mode_ = false;
 
   // The countdown: `first_count_` counts from `arm_ns_`, then (periodic)
   // reloads of `initial_count_`; `expirations_` of them have been processed.

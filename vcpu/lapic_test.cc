@@ -640,6 +640,69 @@ TEST(LapicTest, TscDeadlineModeArmsFiresAndDisarms) {
   EXPECT_EQ(lapic.ReadTscDeadline(20000), 0u);
 }
 
+TEST(LapicTest, X2apicModeRegistersAsMsrs) {
+  // SDM 10.12 on a CPU with CPUID.1:ECX.x2APIC = 1, APIC ID 0x23 (cluster 2,
+  // member bit 3).
+  Lapic lapic = Enabled({.apic_id = 0x23, .x2apic = true});
+  uint64_t v = 0;
+  // Outside x2APIC mode the MSRs do not exist.
+  EXPECT_FALSE(lapic.ReadX2apicMsr(0x802, v, 0));
+  EXPECT_FALSE(lapic.WriteX2apicMsr(0x808, 0, 0));
+  lapic.SetX2apicMode(true);
+  ASSERT_TRUE(lapic.x2apic_mode());
+  ASSERT_TRUE(lapic.ReadX2apicMsr(0x802, v, 0));
+  EXPECT_EQ(v, 0x23u);  // 10.12.9: the 32-bit x2APIC ID
+  ASSERT_TRUE(lapic.ReadX2apicMsr(0x80D, v, 0));
+  EXPECT_EQ(v, (2u << 16) | (1u << 3));  // 10.12.10.2: ID[19:4] << 16 | 1 << ID[3:0]
+  ASSERT_TRUE(lapic.ReadX2apicMsr(0x803, v, 0));
+  EXPECT_EQ(v, 0x00050014u);
+  // Table 10-6: read only, write only, absent; bits 63:32 reserved.
+  EXPECT_FALSE(lapic.WriteX2apicMsr(0x802, 0, 0));         // ID
+  EXPECT_FALSE(lapic.WriteX2apicMsr(0x80D, 0, 0));         // LDR
+  EXPECT_FALSE(lapic.ReadX2apicMsr(0x80B, v, 0));          // EOI
+  EXPECT_FALSE(lapic.ReadX2apicMsr(0x83F, v, 0));          // SELF IPI
+  EXPECT_FALSE(lapic.ReadX2apicMsr(0x80E, v, 0));          // DFR: none in x2APIC mode
+  EXPECT_FALSE(lapic.ReadX2apicMsr(0x831, v, 0));          // ICR high: part of 830H
+  EXPECT_FALSE(lapic.WriteX2apicMsr(0x808, 1ull << 32, 0));  // TPR with bit 32
+  EXPECT_FALSE(lapic.WriteX2apicMsr(0x80B, 1, 0));         // EOI of a non-zero value
+  EXPECT_FALSE(lapic.WriteX2apicMsr(0x828, 1, 0));         // ESR of a non-zero value
+  EXPECT_FALSE(lapic.WriteX2apicMsr(0x83F, 0x100, 0));     // SELF IPI bits 31:8 (10.12.1.3)
+  EXPECT_TRUE(lapic.WriteX2apicMsr(0x808, 0x20, 0));
+  EXPECT_EQ(lapic.Read(kApicRegTpr, 0), 0x20u);
+  // SELF IPI: a fixed interrupt to this APIC.
+  EXPECT_TRUE(lapic.WriteX2apicMsr(0x83F, 0x51, 0));
+  EXPECT_EQ(lapic.Pending(), 0x51);
+  EXPECT_EQ(lapic.Acknowledge(), 0x51);
+  EXPECT_TRUE(lapic.WriteX2apicMsr(0x80B, 0, 0));
+  EXPECT_EQ(lapic.Pending(), std::nullopt);
+  // The 64-bit ICR: physical destination 0x23 reaches this APIC, 0x24 does
+  // not; logical cluster 2 with bit 3 does; FFFFFFFFH is a broadcast.
+  EXPECT_TRUE(lapic.WriteX2apicMsr(0x830, (0x24ull << 32) | 0x61, 0));
+  EXPECT_EQ(lapic.Pending(), std::nullopt);
+  EXPECT_TRUE(lapic.WriteX2apicMsr(0x830, (0x23ull << 32) | 0x62, 0));
+  EXPECT_EQ(lapic.Pending(), 0x62);
+  ASSERT_TRUE(lapic.ReadX2apicMsr(0x830, v, 0));
+  EXPECT_EQ(v, (0x23ull << 32) | 0x62);
+  EXPECT_TRUE(lapic.WriteX2apicMsr(0x830, (((2ull << 16) | (1 << 3)) << 32) | 0x800 | 0x63, 0));  // logical
+  EXPECT_TRUE(lapic.WriteX2apicMsr(0x830, (0xFFFFFFFFull << 32) | 0x64, 0));
+  EXPECT_EQ(lapic.Read(VecReg(kApicRegIrr, 0x63), 0) & VecBit(0x63), VecBit(0x63));
+  EXPECT_EQ(lapic.Read(VecReg(kApicRegIrr, 0x64), 0) & VecBit(0x64), VecBit(0x64));
+  // The page keeps KVM's layout: ID << 24, the derived LDR, ICR destination at 310H.
+  Page page{};
+  lapic.GetState(page.data(), 0);
+  EXPECT_EQ(PageReg(page, kApicRegId), 0x23000000u);
+  EXPECT_EQ(PageReg(page, kApicRegLdr), (2u << 16) | (1u << 3));
+  EXPECT_EQ(PageReg(page, kApicRegIcrHigh), 0xFFFFFFFFu);
+  // Leaving x2APIC mode: the xAPIC ID again, the MSRs gone.
+  lapic.SetX2apicMode(false);
+  EXPECT_EQ(lapic.Read(kApicRegId, 0), 0x23000000u);
+  EXPECT_FALSE(lapic.ReadX2apicMsr(0x802, v, 0));
+  // Without x2APIC support the mode cannot be entered.
+  Lapic plain = Enabled();
+  plain.SetX2apicMode(true);
+  EXPECT_FALSE(plain.x2apic_mode());
+}
+
 TEST(LapicTest, BusFrequencyScalesTheTimer) {
   // SDM 10.5.4: the timer counts bus clocks divided by DCR.  At 100 MHz a
   // clock is 10 ns: 10 counts at divide by 1 take 100 ns.

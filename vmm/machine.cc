@@ -42,6 +42,8 @@ double Now() {
 constexpr uint32_t kMsrTsc = 0x10;
 constexpr uint32_t kMsrApicBase = 0x1B;
 constexpr uint32_t kMsrTscDeadline = 0x6E0;  // SDM vol. 3A 10.5.4.1, with CPUID.1:ECX[24]
+constexpr uint64_t kApicBaseEn = 1ull << 11, kApicBaseExtd = 1ull << 10;  // SDM 10.4.4, 10.12.1
+bool IsX2apicMsr(uint32_t index) { return index >= 0x800 && index <= 0x8FF; }
 
 // A virtual-PMU or feature-MSR answer as the TCG engine takes it.
 vcpu::TcgDevices::Msr TcgMsr(const pmu::MsrResult& r, uint64_t& value) {
@@ -595,6 +597,7 @@ absl::Status Machine::CreateTcg() {
                                                     vcpu::TcgCpu::UnicornModelFor(config_.cpu_model), this}));
   vcpu::LapicConfig lapic_config;
   lapic_config.tsc_deadline = (model_->Cpuid(1, 0).ecx & pmu::kCpuid1EcxTscDeadline) != 0;
+  lapic_config.x2apic = (model_->Cpuid(1, 0).ecx & pmu::kCpuid1EcxX2apic) != 0;
   VBTS_ASSIGN_OR_RETURN(vcpu::Lapic lapic, vcpu::Lapic::Create(lapic_config));
   lapic_ = std::make_unique<vcpu::Lapic>(std::move(lapic));
   // The guest's TSC runs at the frequency KVM gives it, in both engines.
@@ -647,6 +650,7 @@ absl::StatusOr<std::optional<RunResult>> Machine::TraceInTcg(double deadline) {
   tcg_->FlushCode();  // guest memory changed under KVM
   VBTS_RETURN_IF_ERROR(tcg_->SetState(st));
   tcg_->SetFpu(fpu);
+  VBTS_RETURN_IF_ERROR(ApicBaseFromKvm());
   VBTS_RETURN_IF_ERROR(tcg_control_->SetLapic(lapic));
   VBTS_RETURN_IF_ERROR(TscDeadlineFromKvm());
   VBTS_RETURN_IF_ERROR(tcg_control_->SetDebugRegs(dr));
@@ -666,6 +670,7 @@ absl::StatusOr<std::optional<RunResult>> Machine::TraceInTcg(double deadline) {
   VBTS_ASSIGN_OR_RETURN(dr, tcg_control_->GetDebugRegs());
   VBTS_RETURN_IF_ERROR(vcpu_->SetState(st, /*with_msrs=*/true));
   VBTS_RETURN_IF_ERROR(vcpu_->SetFpu(fpu));
+  VBTS_RETURN_IF_ERROR(ApicBaseToKvm());
   VBTS_RETURN_IF_ERROR(vcpu_->SetLapic(lapic));
   VBTS_RETURN_IF_ERROR(vcpu_->SetDebugRegs(dr));
   VBTS_RETURN_IF_ERROR(TimeAndIrqchipsToKvm());
@@ -688,6 +693,7 @@ RunResult Machine::RunTcg() {
   if (absl::Status s = tcg_->SetState(*boot); !s.ok()) return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + s.ToString());
   absl::StatusOr<kvm_lapic_state> lapic = vcpu_->GetLapic();
   if (!lapic.ok()) return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + lapic.status().ToString());
+  if (absl::Status s = ApicBaseFromKvm(); !s.ok()) return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + s.ToString());
   if (absl::Status s = tcg_control_->SetLapic(*lapic); !s.ok())
     return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + s.ToString());
   if (absl::Status s = TimeAndIrqchipsFromKvm(); !s.ok())
@@ -882,7 +888,9 @@ void Machine::PortOut(uint16_t port, int size, uint32_t value) {
 
 bool Machine::IsLapicPage(uint64_t gpa) const {
   // The xAPIC page while IA32_APIC_BASE has it enabled (SDM vol. 3A 10.4.4).
-  return (apic_base_ & (1u << 11)) && (gpa & ~0xFFFull) == (apic_base_ & 0xFFFFFF000ull);
+  // Not in x2APIC mode (SDM 10.12.2: the MMIO interface is then unavailable).
+  return (apic_base_ & (1u << 11)) && !(apic_base_ & kApicBaseExtd) &&
+         (gpa & ~0xFFFull) == (apic_base_ & 0xFFFFFF000ull);
 }
 
 bool Machine::IsIoapicPage(uint64_t gpa) const {
@@ -949,6 +957,7 @@ vcpu::TcgDevices::Msr Machine::ReadMsr(uint32_t index, uint64_t& value) {
     value = lapic_->ReadTscDeadline(GuestNs());
     return Msr::kDone;
   }
+  if (IsX2apicMsr(index)) return lapic_->ReadX2apicMsr(index, value, GuestNs()) ? Msr::kDone : Msr::kGp;
   if (feature_msrs_ && pmu::FeatureMsrs::Owns(index)) return TcgMsr(feature_msrs_->Read(index), value);
   if (vpmu_ && vpmu_->Owns(index)) {
     FlushTcgBulk();
@@ -966,11 +975,30 @@ vcpu::TcgDevices::Msr Machine::ReadMsr(uint32_t index, uint64_t& value) {
 vcpu::TcgDevices::Msr Machine::WriteMsr(uint32_t index, uint64_t value) {
   msr_exits_++;
   if (index == kMsrApicBase) {
-    // BSP (8), x2APIC enable (10, not modelled), global enable (11), base
-    // (12..MAXPHYADDR-1); the rest is reserved (SDM vol. 3A 10.4.4).
-    constexpr uint64_t kWritable = (1ull << 11) | 0xFFFFFF000ull;
-    if (value & ~(kWritable | (1ull << 8))) return Msr::kGp;
-    apic_base_ = (apic_base_ & (1ull << 8)) | (value & kWritable);
+    // BSP (8), x2APIC enable (10, with CPUID.1:ECX.x2APIC), global enable
+    // (11), base (12..MAXPHYADDR-1); the rest is reserved (SDM vol. 3A
+    // 10.4.4).
+    const uint64_t writable = kApicBaseEn | 0xFFFFFF000ull | (lapic_->config().x2apic ? kApicBaseExtd : 0);
+    if (value & ~(writable | (1ull << 8))) return Msr::kGp;
+    // SDM 10.12.5, figure 10-27: EXTD without EN is invalid; x2APIC mode is
+    // left only to disabled, and entered only from xAPIC mode.
+    const bool en = value & kApicBaseEn, extd = value & kApicBaseExtd;
+    const bool was_x2 = (apic_base_ & kApicBaseEn) && (apic_base_ & kApicBaseExtd);
+    const bool was_disabled = !(apic_base_ & kApicBaseEn);
+    if ((extd && !en) || (was_x2 && en && !extd) || (was_disabled && extd)) return Msr::kGp;
+    apic_base_ = (apic_base_ & (1ull << 8)) | (value & writable);
+    lapic_->SetX2apicMode(en && extd);
+    return Msr::kDone;
+  }
+  if (IsX2apicMsr(index)) {
+    if (!lapic_->WriteX2apicMsr(index, value, GuestNs())) return Msr::kGp;
+    NotifyInterrupts();
+    // As after an MMIO write of a timer register (MmioWrite).
+    const uint32_t reg = (index - 0x800) << 4;
+    if (clock_->source() == vcpu::GuestClock::Source::kInstructions &&
+        (reg == vcpu::kApicRegLvtTimer || reg == vcpu::kApicRegTimerInitialCount ||
+         reg == vcpu::kApicRegTimerDivide))
+      tcg_->RequestStop();
     return Msr::kDone;
   }
   if (index == kMsrTscDeadline) {
@@ -1093,6 +1121,19 @@ void Machine::ArmTscDeadline(uint64_t tsc) {
   const uint64_t now_tsc = clock_->Tsc(now), now_ns = clock_->Ns(now);
   const uint64_t at_ns = tsc <= now_tsc ? now_ns : clock_->NsOfTicks(clock_->Ticks(now) + (tsc - now_tsc));
   lapic_->WriteTscDeadline(tsc, at_ns, now_ns);
+}
+
+absl::Status Machine::ApicBaseFromKvm() {
+  // Before the LAPIC page: its layout depends on the mode.
+  VBTS_ASSIGN_OR_RETURN(uint64_t base, vcpu_->GetMsr(kMsrApicBase));
+  apic_base_ = base;
+  lapic_->SetX2apicMode((base & kApicBaseEn) && (base & kApicBaseExtd));
+  return absl::OkStatus();
+}
+
+absl::Status Machine::ApicBaseToKvm() {
+  const vcpu::MsrValue m{kMsrApicBase, apic_base_};
+  return vcpu_->SetMsrs({&m, 1});
 }
 
 absl::Status Machine::TscDeadlineFromKvm() {

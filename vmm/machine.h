@@ -164,6 +164,10 @@ class Machine : private vcpu::TcgDevices {
   // IA32_TSC_DEADLINE in TCG: arms the LAPIC model at the guest clock's
   // time of that TSC value; moved with the LAPIC at engine switches.
   void ArmTscDeadline(uint64_t tsc);
+  // IA32_APIC_BASE (and so xAPIC or x2APIC mode) moved with the LAPIC at
+  // engine switches, before its page.
+  absl::Status ApicBaseFromKvm();
+  absl::Status ApicBaseToKvm();
   absl::Status TscDeadlineFromKvm();
   absl::Status TscDeadlineToKvm();
   absl::Status TimeAndIrqchipsToKvm();
