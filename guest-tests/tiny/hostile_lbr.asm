@@ -10,13 +10,6 @@
 %include "rt.inc"
 %include "debug32.inc"
 
-%macro WRMSR_SAFE 3                     ; msr, eax, edx: [gp_count] counts the #GP
-        mov ecx, %1
-        mov eax, %2
-        mov edx, %3
-        wrmsr
-%endmacro
-
 main:
         mov eax, 1
         call dbg_cpuid32
@@ -33,20 +26,20 @@ main:
 .ok:
         SET_HANDLER 13, gp_handler
         ; ---- 1. TOS
-        WRMSR_SAFE 0x1C9, 15, 0
+        WRMSR64 0x1C9, 15, 0
         CHECK_EQ dword [gp_count], 0, "TOS = 15 accepted"
-        WRMSR_SAFE 0x1C9, 16, 0
+        WRMSR64 0x1C9, 16, 0
         CHECK_EQ dword [gp_count], 1, "TOS = 16: #GP"
-        WRMSR_SAFE 0x1C9, 0xFFFFFFFF, 0
+        WRMSR64 0x1C9, 0xFFFFFFFF, 0
         CHECK_EQ dword [gp_count], 2, "TOS = 0xFFFFFFFF: #GP"
-        WRMSR_SAFE 0x1C9, 0, 1
+        WRMSR64 0x1C9, 0, 1
         CHECK_EQ dword [gp_count], 3, "TOS = 2^32: #GP"
         mov ecx, 0x1C9
         rdmsr
         CHECK_EQ eax, 15, "TOS still 15 after the faults"
         ; ---- 2. FROM/TO garbage
-        WRMSR_SAFE 0x685, 0xDEADBEEF, 0xCAFEBABE
-        WRMSR_SAFE 0x6C5, 0x12345678, 0x80000000
+        WRMSR64 0x685, 0xDEADBEEF, 0xCAFEBABE
+        WRMSR64 0x6C5, 0x12345678, 0x80000000
         CHECK_EQ dword [gp_count], 3, "FROM/TO garbage: accepted"
         mov ecx, 0x685
         rdmsr

@@ -20,14 +20,6 @@
 %define BASE_EN         (1 << 11)
 %define BASE_EXTD       (1 << 10)
 
-; WRMSR_TRY msr, lo, hi: WRMSR; the #GP handler skips it and counts.
-%macro WRMSR_TRY 3
-        mov ecx, %1
-        mov eax, %2
-        mov edx, %3
-        wrmsr
-%endmacro
-
 main:
         mov eax, 1
         xor ecx, ecx
@@ -46,7 +38,7 @@ main:
         mov [mmio_version], eax
 
         ; 1. Into x2APIC mode.
-        WRMSR_TRY MSR_APIC_BASE, 0xFEE00000 | BASE_EN | BASE_EXTD | (1 << 8), 0
+        WRMSR64 MSR_APIC_BASE, 0xFEE00000 | BASE_EN | BASE_EXTD | (1 << 8), 0
         mov ecx, MSR_APIC_BASE
         rdmsr
         and eax, BASE_EN | BASE_EXTD
@@ -66,24 +58,24 @@ main:
         CHECK_EQ eax, dword [mmio_version], "version MSR = the MMIO version register"
 
         ; 2. #GP cases, then the MMIO page.
-        WRMSR_TRY X2(0x20), 5, 0        ; ID: read only
-        WRMSR_TRY X2(0xE0), 0, 0        ; DFR: not in x2APIC mode
+        WRMSR64 X2(0x20), 5, 0        ; ID: read only
+        WRMSR64 X2(0xE0), 0, 0        ; DFR: not in x2APIC mode
         mov ecx, X2(0xB0)               ; EOI: write only
         rdmsr
-        WRMSR_TRY X2(0x80), 0, 1        ; TPR with bit 32
-        WRMSR_TRY X2(0x3F0), 0x141, 0   ; SELF IPI with bit 8 (reserved: kvm-unit-tests msr.c)
+        WRMSR64 X2(0x80), 0, 1        ; TPR with bit 32
+        WRMSR64 X2(0x3F0), 0x141, 0   ; SELF IPI with bit 8 (reserved: kvm-unit-tests msr.c)
         CHECK_EQ dword [gp_count], 5, "#GP: ID write, DFR, EOI read, bits 63:32, SELF IPI bit 8"
         CHECK_EQ dword [LAPIC_BASE + LAPIC_VER], 0xFFFFFFFF, "the xAPIC MMIO page is gone (reads all ones)"
 
         ; 3. SELF IPI and the 64-bit ICR.
         sti
-        WRMSR_TRY X2(0x3F0), 0x41, 0
+        WRMSR64 X2(0x3F0), 0x41, 0
         mov esi, self_ipi_count
         call wait_for_one
         cli
         CHECK_EQ dword [self_ipi_count], 1, "SELF IPI (83FH) delivered vector 0x41 once"
         sti
-        WRMSR_TRY X2(0x300), 0x42, 0    ; fixed, physical, no shorthand, destination 0
+        WRMSR64 X2(0x300), 0x42, 0    ; fixed, physical, no shorthand, destination 0
         mov esi, icr_ipi_count
         call wait_for_one
         cli
@@ -94,10 +86,10 @@ main:
 
         ; 4. Transitions.
         mov dword [gp_count], 0
-        WRMSR_TRY MSR_APIC_BASE, 0xFEE00000 | BASE_EN | (1 << 8), 0   ; x2APIC -> xAPIC: #GP
-        WRMSR_TRY MSR_APIC_BASE, 0xFEE00000 | (1 << 8), 0             ; -> disabled
-        WRMSR_TRY MSR_APIC_BASE, 0xFEE00000 | BASE_EN | BASE_EXTD | (1 << 8), 0 ; disabled -> x2APIC: #GP
-        WRMSR_TRY MSR_APIC_BASE, 0xFEE00000 | BASE_EN | (1 << 8), 0   ; disabled -> xAPIC
+        WRMSR64 MSR_APIC_BASE, 0xFEE00000 | BASE_EN | (1 << 8), 0   ; x2APIC -> xAPIC: #GP
+        WRMSR64 MSR_APIC_BASE, 0xFEE00000 | (1 << 8), 0             ; -> disabled
+        WRMSR64 MSR_APIC_BASE, 0xFEE00000 | BASE_EN | BASE_EXTD | (1 << 8), 0 ; disabled -> x2APIC: #GP
+        WRMSR64 MSR_APIC_BASE, 0xFEE00000 | BASE_EN | (1 << 8), 0   ; disabled -> xAPIC
         CHECK_EQ dword [gp_count], 2, "x2APIC->xAPIC and disabled->x2APIC are #GP"
         mov ecx, MSR_APIC_BASE
         rdmsr
