@@ -28,6 +28,9 @@ namespace {
 thread_local TcgCpu* t_running = nullptr;
 // Every flush of QEMU's TLB (by any TcgCpu) counts here.
 std::atomic<uint64_t> g_paging_generation{0};
+// Changes whenever bytes QEMU translated may have changed or new code was
+// translated (TcgCpu::CodeBytesGeneration).
+std::atomic<uint64_t> g_code_bytes_generation{0};
 
 // Every live engine, for the callbacks QEMU makes with only its CPU in hand.
 std::mutex g_engines_mu;
@@ -1047,8 +1050,34 @@ void tlb_flush_page_by_mmuidx_x86_64(void* cpu, uint64_t addr, uint16_t idxmap) 
 void tlb_protect_code_x86_64(void* uc, uint64_t ram_addr) {
   using Fn = void (*)(void*, uint64_t);
   static const auto original = vbts::vcpu::Original<Fn>("tlb_protect_code_x86_64");
+  vbts::vcpu::g_code_bytes_generation.fetch_add(1, std::memory_order_relaxed);
   TcgCallbacks::CodePage(uc, ram_addr, true);
   original(uc, ram_addr);
+}
+
+// Every store to a page holding translations reaches one of these (guest
+// stores through notdirty_write, vbts's through InvalidateCodeBytes and
+// FlushCode): the bytes of translated code may have changed
+// (TcgCpu::CodeBytesGeneration).
+void tb_invalidate_phys_page_fast_x86_64(void* uc, void* pages, uint64_t start, int len, uintptr_t retaddr) {
+  using Fn = void (*)(void*, void*, uint64_t, int, uintptr_t);
+  static const auto original = vbts::vcpu::Original<Fn>("tb_invalidate_phys_page_fast_x86_64");
+  vbts::vcpu::g_code_bytes_generation.fetch_add(1, std::memory_order_relaxed);
+  original(uc, pages, start, len, retaddr);
+}
+
+void tb_invalidate_phys_page_range_x86_64(void* uc, uint64_t start, uint64_t end) {
+  using Fn = void (*)(void*, uint64_t, uint64_t);
+  static const auto original = vbts::vcpu::Original<Fn>("tb_invalidate_phys_page_range_x86_64");
+  vbts::vcpu::g_code_bytes_generation.fetch_add(1, std::memory_order_relaxed);
+  original(uc, start, end);
+}
+
+void tb_invalidate_phys_range_x86_64(void* uc, uint64_t start, uint64_t end) {
+  using Fn = void (*)(void*, uint64_t, uint64_t);
+  static const auto original = vbts::vcpu::Original<Fn>("tb_invalidate_phys_range_x86_64");
+  vbts::vcpu::g_code_bytes_generation.fetch_add(1, std::memory_order_relaxed);
+  original(uc, start, end);
 }
 
 void tlb_unprotect_code_x86_64(void* uc, uint64_t ram_addr) {
@@ -1245,6 +1274,9 @@ absl::Status TcgCpu::SelfCheck() {
                                    {"tlb_flush_page_by_mmuidx_x86_64", reinterpret_cast<void*>(&tlb_flush_page_by_mmuidx_x86_64)},
                                    {"tlb_protect_code_x86_64", reinterpret_cast<void*>(&tlb_protect_code_x86_64)},
                                    {"tlb_unprotect_code_x86_64", reinterpret_cast<void*>(&tlb_unprotect_code_x86_64)},
+                                   {"tb_invalidate_phys_page_fast_x86_64", reinterpret_cast<void*>(&tb_invalidate_phys_page_fast_x86_64)},
+                                   {"tb_invalidate_phys_page_range_x86_64", reinterpret_cast<void*>(&tb_invalidate_phys_page_range_x86_64)},
+                                   {"tb_invalidate_phys_range_x86_64", reinterpret_cast<void*>(&tb_invalidate_phys_range_x86_64)},
                                    {"helper_raise_interrupt_x86_64", reinterpret_cast<void*>(&helper_raise_interrupt_x86_64)},
                                    {"helper_into_x86_64", reinterpret_cast<void*>(&helper_into_x86_64)},
                                    {"x86_cpu_exec_interrupt_x86_64", reinterpret_cast<void*>(&x86_cpu_exec_interrupt_x86_64)},
@@ -1411,6 +1443,7 @@ void TcgCpu::GetCodeState(CpuState& st) {
 uint64_t TcgCpu::cr4() const { return env_->cr[4]; }
 
 uint64_t TcgCpu::PagingGeneration() { return g_paging_generation.load(std::memory_order_relaxed); }
+uint64_t TcgCpu::CodeBytesGeneration() { return g_code_bytes_generation.load(std::memory_order_relaxed); }
 
 // env->error_code sits 16 bytes before env->dr[0] (QEMU 5.0 layout; found by
 // SelfCheck writing DR0..DR7 through the API and searching for them).

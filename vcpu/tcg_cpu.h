@@ -253,6 +253,13 @@ class TcgCpu {
   // while it stays the same, a linear address of code maps to the same
   // physical address as QEMU's own translations do.
   static uint64_t PagingGeneration();
+  // Changes whenever a store may have changed bytes QEMU translated (every
+  // such store reaches QEMU's invalidation: the guest's through the TLB
+  // entries of pages with code, vbts's through InvalidateCodeBytes), and
+  // whenever code is translated in a page that had none.  While it is
+  // unchanged, the bytes of an instruction that ran from a translation are
+  // the bytes it ran with.
+  static uint64_t CodeBytesGeneration();
   const TcgStats& stats() const { return stats_; }
 
  private:

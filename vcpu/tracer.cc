@@ -681,7 +681,7 @@ void Tracer::Light(const CpuState& st, Boundary& b) const {
 }
 
 const DecodedInsn* Tracer::BlockEndInsn(const Boundary& p, uint64_t last, const CpuState& st,
-                                        uint64_t code_generation, absl::Status& error) {
+                                        CodeGenerations code_generation, absl::Status& error) {
   constexpr size_t kEntries = 4096;
   if (insn_cache_.empty()) insn_cache_.resize(kEntries);
   const bool user = p.cpl == 3;
@@ -695,16 +695,22 @@ const DecodedInsn* Tracer::BlockEndInsn(const Boundary& p, uint64_t last, const 
     return t->gpa.value;
   };
   if (e.lin == last && e.user == user && e.dmode.mode == p.dmode.mode && e.dmode.stack_width == p.dmode.stack_width) {
-    if (e.generation != code_generation) {
+    if (e.generation != code_generation.paging) {
       std::optional<uint64_t> gpa = where(e.insn.length);
-      e.generation = code_generation;
+      e.generation = code_generation.paging;
+      e.bytes_generation = ~code_generation.bytes;  // compare them below
       if (gpa) e.gpa = *gpa;
       else e.lin = ~0ull;
     }
+    // Same mapping and no store to translated code since the bytes last
+    // matched: they still do (TcgCpu::CodeBytesGeneration).
+    if (e.lin == last && e.bytes_generation == code_generation.bytes) return &e.insn;
     uint8_t now[15];
     if (e.lin == last && mem_.Read(Gpa(e.gpa), absl::MakeSpan(now, e.insn.length)).ok() &&
-        std::memcmp(now, e.insn.bytes, e.insn.length) == 0)
+        std::memcmp(now, e.insn.bytes, e.insn.length) == 0) {
+      e.bytes_generation = code_generation.bytes;
       return &e.insn;
+    }
   }
   // `last` ran in p's block: p's CPL and mode; decoded under the paging in
   // force now (QEMU fetched it through the same TLB unless a flush came
@@ -716,7 +722,8 @@ const DecodedInsn* Tracer::BlockEndInsn(const Boundary& p, uint64_t last, const 
   }
   if (std::optional<uint64_t> gpa = where(d->length)) {
     e.lin = last;
-    e.generation = code_generation;
+    e.generation = code_generation.paging;
+    e.bytes_generation = code_generation.bytes;
     e.gpa = *gpa;
     e.dmode = p.dmode;
     e.user = user;
@@ -727,7 +734,7 @@ const DecodedInsn* Tracer::BlockEndInsn(const Boundary& p, uint64_t last, const 
   return &uncached_insn_;
 }
 
-absl::Status Tracer::ResolveBlockEnd(const Boundary& p, uint64_t last, const CpuState& st, uint64_t code_generation) {
+absl::Status Tracer::ResolveBlockEnd(const Boundary& p, uint64_t last, const CpuState& st, CodeGenerations code_generation) {
   using pmu::BranchKind;
   absl::Status error;
   const DecodedInsn* found =
@@ -798,7 +805,7 @@ absl::Status Tracer::ResolveBlockEnd(const Boundary& p, uint64_t last, const Cpu
 }
 
 absl::Status Tracer::BulkBoundary(CpuState& st, uint64_t skipped, uint64_t last, bool block_start,
-                                  uint64_t code_generation) {
+                                  CodeGenerations code_generation) {
   stats_.boundaries++;
   if (prev_) {
     const Boundary& p = *prev_;  // replaced only below
@@ -835,7 +842,7 @@ absl::Status Tracer::BulkBoundary(CpuState& st, uint64_t skipped, uint64_t last,
 }
 
 absl::Status Tracer::BulkEvent(const CpuState& st, uint64_t skipped, uint64_t last,
-                               std::optional<uint64_t> soft_linear, uint64_t code_generation) {
+                               std::optional<uint64_t> soft_linear, CodeGenerations code_generation) {
   if (prev_) {
     const Boundary& p = *prev_;  // replaced only below
     CountSkipped(skipped, p.cpl);

@@ -39,6 +39,13 @@ struct TracerStats {
 
 pmu::ExecMode ExecModeOf(const CpuState& st);
 
+// The TCG engine's counters of what may have changed under cached decodings
+// of its code (Tracer::BulkBoundary).
+struct CodeGenerations {
+  uint64_t paging = 0;
+  uint64_t bytes = 0;
+};
+
 class Tracer : public StepObserver {
  public:
   // `send_msi(vector)`: fixed-delivery interrupt to the vCPU's LAPIC.
@@ -109,17 +116,18 @@ class Tracer : public StepObserver {
   // translated block started here, so `last` may have been a branch.
   // `st` needs only what TcgCpu::GetCodeState fills (the tracer reads the
   // whole state itself when it leaves bulk mode).
-  // `code_generation` (TcgCpu::PagingGeneration): while it is unchanged, a
-  // linear address of code maps where it mapped before, so a decoding made
-  // then is still good if the bytes are.
+  // `code_generation`: while its `paging` part (TcgCpu::PagingGeneration) is
+  // unchanged, a linear address of code maps where it mapped before, so a
+  // decoding made then is still good if the bytes are; while its `bytes`
+  // part (TcgCpu::CodeBytesGeneration) is unchanged too, they are.
   absl::Status BulkBoundary(CpuState& st, uint64_t skipped, uint64_t last, bool block_start,
-                            uint64_t code_generation);
+                            CodeGenerations code_generation);
   // An event is about to be delivered in bulk mode (`st`: the state before
   // delivery; `soft_linear`: the INT n/INT3/INTO that raised it).  The tracer
   // accounts for what ran and goes back to following every boundary: the
   // next boundary (the handler) is reported through AtBoundary.
   absl::Status BulkEvent(const CpuState& st, uint64_t skipped, uint64_t last, std::optional<uint64_t> soft_linear,
-                         uint64_t code_generation);
+                         CodeGenerations code_generation);
   // Before the virtual PMU is read or written by the instruction at `last`
   // (RDMSR, WRMSR, RDPMC), in bulk mode: counts what ran before it.
   absl::Status BulkFlush(uint64_t skipped, uint64_t last);
@@ -180,11 +188,11 @@ class Tracer : public StepObserver {
   void Light(const CpuState& st, Boundary& b) const;
   // Bulk mode: the instruction at `last`, in the block of `p`, ran and the
   // guest is now at `st`: reports it as the branch (or not) it was.
-  absl::Status ResolveBlockEnd(const Boundary& p, uint64_t last, const CpuState& st, uint64_t code_generation);
+  absl::Status ResolveBlockEnd(const Boundary& p, uint64_t last, const CpuState& st, CodeGenerations code_generation);
   // The decoding of `last` (in p's block), from insn_cache_ when its bytes
   // and the code generation are unchanged; null when it cannot be decoded
   // (`error` says why).
-  const DecodedInsn* BlockEndInsn(const Boundary& p, uint64_t last, const CpuState& st, uint64_t code_generation,
+  const DecodedInsn* BlockEndInsn(const Boundary& p, uint64_t last, const CpuState& st, CodeGenerations code_generation,
                                   absl::Status& error);
   // What AtBoundary and BulkBoundary do at every boundary after resolving.
   absl::Status BoundaryEvents(const CpuState& st);
@@ -242,7 +250,8 @@ class Tracer : public StepObserver {
   // linear address, each checked against its bytes in RAM when used.
   struct CachedInsn {
     uint64_t lin = ~0ull;
-    uint64_t generation = 0;
+    uint64_t generation = 0;        // CodeGenerations::paging when `gpa` was found
+    uint64_t bytes_generation = 0;  // CodeGenerations::bytes when the bytes last matched
     uint64_t gpa = 0;  // the instruction's bytes (within one page)
     DecodeMode dmode;
     bool user = false;

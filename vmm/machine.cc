@@ -827,7 +827,7 @@ void Machine::UpdateTcgObservation() {
       // ran inside one block (docs/tcg-engine.md).
       tcg_->GetCodeState(tcg_code_state_);
       const vcpu::TcgCpu::Skipped k = tcg_->TakeSkipped();
-      s = tracer_->BulkBoundary(tcg_code_state_, k.count, k.last, k.block_start, vcpu::TcgCpu::PagingGeneration());
+      s = tracer_->BulkBoundary(tcg_code_state_, k.count, k.last, k.block_start, CodeGenerationsNow());
     } else {
       vcpu::CpuState st = tcg_->GetState(/*with_msrs=*/false);
       // Every instruction is observed while the hook is on: consecutive
@@ -857,9 +857,13 @@ void Machine::UpdateTcgObservation() {
     tcg_bulk_ = false;  // the handler's first instruction is followed one by one
     const vcpu::TcgCpu::Skipped k = tcg_->TakeSkipped();
     absl::Status s = tracer_->BulkEvent(tcg_->GetState(/*with_msrs=*/false), k.count, k.last, soft_linear,
-                                        vcpu::TcgCpu::PagingGeneration());
+                                        CodeGenerationsNow());
     if (!s.ok() && tcg_error_.ok()) tcg_error_ = s;
   });
+}
+
+vcpu::CodeGenerations Machine::CodeGenerationsNow() {
+  return {vcpu::TcgCpu::PagingGeneration(), vcpu::TcgCpu::CodeBytesGeneration()};
 }
 
 void Machine::FlushTcgBulk() {

@@ -167,6 +167,7 @@ class Machine : private vcpu::TcgDevices {
   // IA32_APIC_BASE (and so xAPIC or x2APIC mode) moved with the LAPIC at
   // engine switches, before its page.
   absl::Status ApicBaseFromKvm();
+  static vcpu::CodeGenerations CodeGenerationsNow();
   absl::Status ApicBaseToKvm();
   absl::Status TscDeadlineFromKvm();
   absl::Status TscDeadlineToKvm();
