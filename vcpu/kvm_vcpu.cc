@@ -375,6 +375,26 @@ absl::StatusOr<uint64_t> KvmVcpu::TscKhz() {
   return static_cast<uint64_t>(khz);
 }
 
+absl::Status KvmVcpu::SetTsc(uint64_t tsc) {
+  constexpr uint32_t kMsrTsc = 0x10;
+  uint64_t offset = 0;
+  kvm_device_attr attr{};
+  attr.group = KVM_VCPU_TSC_CTRL;
+  attr.attr = KVM_VCPU_TSC_OFFSET;
+  attr.addr = reinterpret_cast<uint64_t>(&offset);
+  if (::ioctl(fd(), KVM_HAS_DEVICE_ATTR, &attr) != 0 || ::ioctl(fd(), KVM_GET_DEVICE_ATTR, &attr) != 0) {
+    const MsrValue m{kMsrTsc, tsc};
+    return SetMsrs({&m, 1});
+  }
+  // guest TSC = scaled host TSC + offset: moving the offset by the difference
+  // moves the guest's TSC by it (the microseconds between the two reads are
+  // the error).
+  VBTS_ASSIGN_OR_RETURN(uint64_t now, GetMsr(kMsrTsc));
+  offset += tsc - now;
+  VBTS_RETURN_IF_ERROR(Ioctl(fd(), KVM_SET_DEVICE_ATTR, &attr, "KVM_SET_DEVICE_ATTR", "KVM_VCPU_TSC_OFFSET").status());
+  return absl::OkStatus();
+}
+
 absl::Status KvmVcpu::Nmi() { return Ioctl(fd(), KVM_NMI, nullptr, "KVM_NMI", "").status(); }
 
 }  // namespace vbts::vcpu

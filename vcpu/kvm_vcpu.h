@@ -80,6 +80,14 @@ class KvmVcpu : public VcpuControl {
   absl::Status SetMpState(uint32_t state);
   // KVM_GET_TSC_KHZ: the guest TSC's frequency in kHz.
   absl::StatusOr<uint64_t> TscKhz();
+  // Makes the guest's TSC read `tsc` now.  A KVM_SET_MSRS of IA32_TSC is not
+  // exact: KVM takes a host write within a second of the value it expects as
+  // a synchronization and keeps its offset (kvm_synchronize_tsc), so after a
+  // traced stretch, whose TSC runs on instructions, the guest's TSC would
+  // jump.  With the vCPU TSC offset attribute (KVM_VCPU_TSC_OFFSET, Linux
+  // 5.16) the offset moves by the difference between `tsc` and the TSC KVM
+  // reports; without it, the MSR write.
+  absl::Status SetTsc(uint64_t tsc);
   // KVM_NMI: an NMI to this vCPU's LAPIC (taken at the next boundary).
   absl::Status Nmi() override;
 

@@ -653,6 +653,14 @@ absl::StatusOr<std::optional<RunResult>> Machine::TraceInTcg(double deadline) {
   VBTS_RETURN_IF_ERROR(ApicBaseFromKvm());
   VBTS_RETURN_IF_ERROR(tcg_control_->SetLapic(lapic));
   VBTS_RETURN_IF_ERROR(TscDeadlineFromKvm());
+  {
+    // The timer now runs in the model: KVM's countdown stops (initial count
+    // 0), so that it does not expire while the vCPU is idle and come back as
+    // an interrupt after the switch back, which loads the model's page.
+    kvm_lapic_state idle = lapic;
+    std::memset(idle.regs + vcpu::kApicRegTimerInitialCount, 0, 4);
+    VBTS_RETURN_IF_ERROR(vcpu_->SetLapic(idle));
+  }
   VBTS_RETURN_IF_ERROR(tcg_control_->SetDebugRegs(dr));
   tracer_->Rebind(*tcg_control_, [this](uint8_t vector) { return tcg_control_->SendInterrupt(vector); },
                   /*emulate_data_bps=*/true);
@@ -1108,8 +1116,7 @@ absl::Status Machine::TimeAndIrqchipsFromKvm() {
 }
 
 absl::Status Machine::TimeAndIrqchipsToKvm() {
-  const vcpu::MsrValue tsc{kMsrTsc, clock_->Tsc(ClockNow())};
-  VBTS_RETURN_IF_ERROR(vcpu_->SetMsrs({&tsc, 1}));
+  VBTS_RETURN_IF_ERROR(vcpu_->SetTsc(clock_->Tsc(ClockNow())));
   VBTS_RETURN_IF_ERROR(vm_->SetIoapic(ioapic_->GetState()));
   VBTS_RETURN_IF_ERROR(vm_->SetPic(pic_->master(), pic_->slave()));
   std::array<vcpu::PitChannelState, 3> ch = pit_->GetState();
@@ -1144,8 +1151,13 @@ absl::Status Machine::TscDeadlineFromKvm() {
   // After the LAPIC page (the timer's mode) and the TSC have moved.
   if (!lapic_->config().tsc_deadline) return absl::OkStatus();
   VBTS_ASSIGN_OR_RETURN(uint64_t tsc, vcpu_->GetMsr(kMsrTscDeadline));
-  if (tsc != 0) ArmTscDeadline(tsc);
-  return absl::OkStatus();
+  if (tsc == 0) return absl::OkStatus();
+  ArmTscDeadline(tsc);
+  // The deadline now belongs to the model: KVM's timer for it is disarmed,
+  // or it would expire while the vCPU is idle and KVM would inject that
+  // interrupt after the switch back (image apic_switch_pm32).
+  const vcpu::MsrValue off{kMsrTscDeadline, 0};
+  return vcpu_->SetMsrs({&off, 1});
 }
 
 absl::Status Machine::TscDeadlineToKvm() {
