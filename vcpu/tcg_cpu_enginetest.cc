@@ -668,11 +668,14 @@ TEST_F(TcgSkipTest, AcrossBlocksTheHookSeesOnlyTheLimit) {
 }
 
 TEST_F(TcgCpuTest, RunsCutByTheirTimeLimitResumeExactly) {
-  // 200000 calls of f (push rbp; mov rbp, rsp; add rax, rcx; adc rdx, 0;
+  // 5 000 000 calls of f (push rbp; mov rbp, rsp; add rax, rcx; adc rdx, 0;
   // pop rbp; ret) cut into 20-us runs: every run must end at an instruction
-  // boundary with the whole state, so RAX = sum of 1..200000 and RSP is back
+  // boundary with the whole state, so RAX = sum of 1..5000000 and RSP is back
   // at the stack top.  (Unicorn's own time limit fails this: docs/tcg-engine.md.)
-  Code(kCodeRip, {0x48, 0xc7, 0xc1, 0x40, 0x0d, 0x03, 0x00,  // mov rcx, 200000
+  // The loop takes tens of milliseconds, so that the watcher thread cuts it
+  // even on a loaded host (200 000 calls once ran whole within one slice
+  // after the guest's stores got faster).
+  Code(kCodeRip, {0x48, 0xc7, 0xc1, 0x40, 0x4b, 0x4c, 0x00,  // mov rcx, 5000000
                   0xe8, 0x06, 0x00, 0x00, 0x00,              // call f
                   0x48, 0xff, 0xc9,                          // dec rcx
                   0x75, 0xf6,                                // jnz (the call)
@@ -689,7 +692,7 @@ TEST_F(TcgCpuTest, RunsCutByTheirTimeLimitResumeExactly) {
     ASSERT_LT(runs, 1'000'000);
   }
   const CpuState end = cpu_->GetState();
-  EXPECT_EQ(end.gpr[kRax], 200000ull * 200001 / 2);
+  EXPECT_EQ(end.gpr[kRax], 5000000ull * 5000001 / 2);
   EXPECT_EQ(end.gpr[kRsp], kKernelStack);
   EXPECT_GT(runs, 2);  // the limit did cut the loop
 }
