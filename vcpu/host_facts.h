@@ -62,6 +62,10 @@ struct HostFacts {
   int cap_signal_msi = 0;          // KVM_CAP_SIGNAL_MSI
   int cap_vcpu_events = 0;         // KVM_CAP_VCPU_EVENTS
   int cap_exit_on_emulation_failure = 0;  // KVM_CAP_EXIT_ON_EMULATION_FAILURE
+  // KVM_CAP_TSC_DEADLINE_TIMER: the in-kernel LAPIC's TSC-deadline mode, which
+  // the KVM engine relies on for the models that have it (skylake,
+  // icelake-server; docs/tcg-engine.md).
+  int cap_tsc_deadline_timer = 0;
 
   // --- in-kernel PMU ---
   Tristate enable_pmu = Tristate::kAbsent;

@@ -812,6 +812,7 @@ void ReadCapabilities(const Kvm& kvm, HostFacts& f) {
   f.cap_signal_msi = kvm.CheckExtension(KVM_CAP_SIGNAL_MSI);
   f.cap_vcpu_events = kvm.CheckExtension(KVM_CAP_VCPU_EVENTS);
   f.cap_exit_on_emulation_failure = kvm.CheckExtension(KVM_CAP_EXIT_ON_EMULATION_FAILURE);
+  f.cap_tsc_deadline_timer = kvm.CheckExtension(KVM_CAP_TSC_DEADLINE_TIMER);
 }
 
 }  // namespace

@@ -103,6 +103,7 @@ std::string FormatHostInfo(const vcpu::HostFacts& f, bool verbose) {
   Row(out, "SIGNAL_MSI", Cap(f.cap_signal_msi));
   Row(out, "VCPU_EVENTS", Cap(f.cap_vcpu_events));
   Row(out, "EXIT_ON_EMULATION_FAILURE", Cap(f.cap_exit_on_emulation_failure));
+  Row(out, "TSC_DEADLINE_TIMER", Cap(f.cap_tsc_deadline_timer));
 
   Section(out, "In-kernel PMU / LBR");
   Row(out, "kvm.enable_pmu", TristateName(f.enable_pmu));

@@ -126,6 +126,11 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
   if (!model_)
     return absl::InvalidArgumentError(absl::StrFormat("--cpu=%s: unknown CPU model (known: %s)", config_.cpu_model,
                                                       pmu::CpuModelNames()));
+  if ((model_->Cpuid(1, 0).ecx & pmu::kCpuid1EcxTscDeadline) && !facts_.cap_tsc_deadline_timer)
+    std::fprintf(stderr,
+                 "vbts: warning: this host's KVM lacks KVM_CAP_TSC_DEADLINE_TIMER: on the KVM engine the %s "
+                 "model's TSC-deadline timer (CPUID.1:ECX[24]) does not fire; the TCG engine's does\n",
+                 model_->name.c_str());
   if (config_.vpmu == "passthrough") {
     // The host KVM keeps the LBRs; it does so only for a guest with the
     // host's CPUID model and LBR format (pmu/passthrough.h).
