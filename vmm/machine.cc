@@ -44,6 +44,10 @@ constexpr uint32_t kMsrApicBase = 0x1B;
 constexpr uint32_t kMsrTscDeadline = 0x6E0;  // SDM vol. 3A 10.5.4.1, with CPUID.1:ECX[24]
 constexpr uint64_t kApicBaseEn = 1ull << 11, kApicBaseExtd = 1ull << 10;  // SDM 10.4.4, 10.12.1
 bool IsX2apicMsr(uint32_t index) { return index >= 0x800 && index <= 0x8FF; }
+// LAPIC registers (page offsets) whose write can move the timer's next expiry.
+bool MovesLapicTimer(uint32_t reg) {
+  return reg == vcpu::kApicRegLvtTimer || reg == vcpu::kApicRegTimerInitialCount || reg == vcpu::kApicRegTimerDivide;
+}
 
 // A virtual-PMU or feature-MSR answer as the TCG engine takes it.
 vcpu::TcgDevices::Msr TcgMsr(const pmu::MsrResult& r, uint64_t& value) {
@@ -600,9 +604,10 @@ void Machine::WriteGuestOutput(uint8_t c) { output_.Write(c); }
 absl::Status Machine::CreateTcg() {
   VBTS_ASSIGN_OR_RETURN(tcg_, vcpu::TcgCpu::Create({ram_->host_base(), ram_->size(),
                                                     vcpu::TcgCpu::UnicornModelFor(config_.cpu_model), this}));
+  const uint32_t cpuid1_ecx = model_->Cpuid(1, 0).ecx;
   vcpu::LapicConfig lapic_config;
-  lapic_config.tsc_deadline = (model_->Cpuid(1, 0).ecx & pmu::kCpuid1EcxTscDeadline) != 0;
-  lapic_config.x2apic = (model_->Cpuid(1, 0).ecx & pmu::kCpuid1EcxX2apic) != 0;
+  lapic_config.tsc_deadline = (cpuid1_ecx & pmu::kCpuid1EcxTscDeadline) != 0;
+  lapic_config.x2apic = (cpuid1_ecx & pmu::kCpuid1EcxX2apic) != 0;
   VBTS_ASSIGN_OR_RETURN(vcpu::Lapic lapic, vcpu::Lapic::Create(lapic_config));
   lapic_ = std::make_unique<vcpu::Lapic>(std::move(lapic));
   // The guest's TSC runs at the frequency KVM gives it, in both engines.
@@ -649,23 +654,12 @@ absl::StatusOr<std::optional<RunResult>> Machine::TraceInTcg(double deadline) {
   // guest's debug registers (docs/tcg-engine.md, "Switching engines").
   VBTS_ASSIGN_OR_RETURN(vcpu::CpuState st, vcpu_->GetState(/*with_msrs=*/true));
   VBTS_ASSIGN_OR_RETURN(vcpu::FpuState fpu, vcpu_->GetFpu());
-  VBTS_ASSIGN_OR_RETURN(kvm_lapic_state lapic, vcpu_->GetLapic());
   VBTS_ASSIGN_OR_RETURN(kvm_debugregs dr, vcpu_->GetDebugRegs());
   VBTS_RETURN_IF_ERROR(TimeAndIrqchipsFromKvm());
   tcg_->FlushCode();  // guest memory changed under KVM
   VBTS_RETURN_IF_ERROR(tcg_->SetState(st));
   tcg_->SetFpu(fpu);
-  VBTS_RETURN_IF_ERROR(ApicBaseFromKvm());
-  VBTS_RETURN_IF_ERROR(tcg_control_->SetLapic(lapic));
-  VBTS_RETURN_IF_ERROR(TscDeadlineFromKvm());
-  {
-    // The timer now runs in the model: KVM's countdown stops (initial count
-    // 0), so that it does not expire while the vCPU is idle and come back as
-    // an interrupt after the switch back, which loads the model's page.
-    kvm_lapic_state idle = lapic;
-    std::memset(idle.regs + vcpu::kApicRegTimerInitialCount, 0, 4);
-    VBTS_RETURN_IF_ERROR(vcpu_->SetLapic(idle));
-  }
+  VBTS_RETURN_IF_ERROR(LapicFromKvm());
   VBTS_RETURN_IF_ERROR(tcg_control_->SetDebugRegs(dr));
   tracer_->Rebind(*tcg_control_, [this](uint8_t vector) { return tcg_control_->SendInterrupt(vector); },
                   /*emulate_data_bps=*/true);
@@ -679,11 +673,14 @@ absl::StatusOr<std::optional<RunResult>> Machine::TraceInTcg(double deadline) {
   UpdateTcgObservation();  // removes the hooks
   st = tcg_->GetState(/*with_msrs=*/true);
   fpu = tcg_->GetFpu();
-  VBTS_ASSIGN_OR_RETURN(lapic, tcg_control_->GetLapic());
+  VBTS_ASSIGN_OR_RETURN(kvm_lapic_state lapic, tcg_control_->GetLapic());
   VBTS_ASSIGN_OR_RETURN(dr, tcg_control_->GetDebugRegs());
   VBTS_RETURN_IF_ERROR(vcpu_->SetState(st, /*with_msrs=*/true));
   VBTS_RETURN_IF_ERROR(vcpu_->SetFpu(fpu));
-  VBTS_RETURN_IF_ERROR(ApicBaseToKvm());
+  // IA32_APIC_BASE (xAPIC or x2APIC mode) before the page whose layout it
+  // decides; the page before the I/O APIC, whose state KVM re-injects into it.
+  const vcpu::MsrValue base{kMsrApicBase, apic_base_};
+  VBTS_RETURN_IF_ERROR(vcpu_->SetMsrs({&base, 1}));
   VBTS_RETURN_IF_ERROR(vcpu_->SetLapic(lapic));
   VBTS_RETURN_IF_ERROR(vcpu_->SetDebugRegs(dr));
   VBTS_RETURN_IF_ERROR(TimeAndIrqchipsToKvm());
@@ -704,15 +701,9 @@ RunResult Machine::RunTcg() {
   absl::StatusOr<vcpu::CpuState> boot = vcpu_->GetState(/*with_msrs=*/true);
   if (!boot.ok()) return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + boot.status().ToString());
   if (absl::Status s = tcg_->SetState(*boot); !s.ok()) return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + s.ToString());
-  absl::StatusOr<kvm_lapic_state> lapic = vcpu_->GetLapic();
-  if (!lapic.ok()) return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + lapic.status().ToString());
-  if (absl::Status s = ApicBaseFromKvm(); !s.ok()) return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + s.ToString());
-  if (absl::Status s = tcg_control_->SetLapic(*lapic); !s.ok())
-    return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + s.ToString());
   if (absl::Status s = TimeAndIrqchipsFromKvm(); !s.ok())
     return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + s.ToString());
-  if (absl::Status s = TscDeadlineFromKvm(); !s.ok())
-    return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + s.ToString());
+  if (absl::Status s = LapicFromKvm(); !s.ok()) return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + s.ToString());
   in_tcg_ = true;
   return *RunTcgLoop(deadline, /*until_untraced=*/false);
 }
@@ -906,7 +897,7 @@ void Machine::PortOut(uint16_t port, int size, uint32_t value) {
 bool Machine::IsLapicPage(uint64_t gpa) const {
   // The xAPIC page while IA32_APIC_BASE has it enabled (SDM vol. 3A 10.4.4).
   // Not in x2APIC mode (SDM 10.12.2: the MMIO interface is then unavailable).
-  return (apic_base_ & (1u << 11)) && !(apic_base_ & kApicBaseExtd) &&
+  return (apic_base_ & kApicBaseEn) && !(apic_base_ & kApicBaseExtd) &&
          (gpa & ~0xFFFull) == (apic_base_ & 0xFFFFFF000ull);
 }
 
@@ -944,15 +935,7 @@ void Machine::MmioWrite(uint64_t gpa, int size, uint64_t value) {
     // accesses are undefined; vbts drops them).
     if (size == 4 && (gpa & 3) == 0) {
       lapic_->Write(static_cast<uint32_t>(gpa & 0xFFF), static_cast<uint32_t>(value), GuestNs());
-      NotifyInterrupts();
-      // On instruction time the run loop turns the timer's deadline into an
-      // instruction count (TimerDeadlineTicks): after a write that can move
-      // it (LVT timer, initial count, divide), end the run so that it does.
-      const uint32_t reg = static_cast<uint32_t>(gpa & 0xFF0);
-      if (clock_->source() == vcpu::GuestClock::Source::kInstructions &&
-          (reg == vcpu::kApicRegLvtTimer || reg == vcpu::kApicRegTimerInitialCount ||
-           reg == vcpu::kApicRegTimerDivide))
-        tcg_->RequestStop();
+      AfterLapicWrite(MovesLapicTimer(static_cast<uint32_t>(gpa & 0xFF0)));
     } else {
       mmio_unclaimed_writes_++;
     }
@@ -1009,22 +992,13 @@ vcpu::TcgDevices::Msr Machine::WriteMsr(uint32_t index, uint64_t value) {
   }
   if (IsX2apicMsr(index)) {
     if (!lapic_->WriteX2apicMsr(index, value, GuestNs())) return Msr::kGp;
-    NotifyInterrupts();
-    // As after an MMIO write of a timer register (MmioWrite).
-    const uint32_t reg = (index - 0x800) << 4;
-    if (clock_->source() == vcpu::GuestClock::Source::kInstructions &&
-        (reg == vcpu::kApicRegLvtTimer || reg == vcpu::kApicRegTimerInitialCount ||
-         reg == vcpu::kApicRegTimerDivide))
-      tcg_->RequestStop();
+    AfterLapicWrite(MovesLapicTimer((index - 0x800) << 4));
     return Msr::kDone;
   }
   if (index == kMsrTscDeadline) {
     if (!lapic_->config().tsc_deadline) return Msr::kGp;
     ArmTscDeadline(value);
-    NotifyInterrupts();
-    // On instruction time the deadline becomes an instruction count at the
-    // next run (TimerDeadlineTicks), as after a timer-register write.
-    if (clock_->source() == vcpu::GuestClock::Source::kInstructions) tcg_->RequestStop();
+    AfterLapicWrite(/*timer_moved=*/true);
     return Msr::kDone;
   }
   if (feature_msrs_ && pmu::FeatureMsrs::Owns(index)) return feature_msrs_->Write(index, value).gp ? Msr::kGp : Msr::kDone;
@@ -1070,7 +1044,7 @@ bool Machine::PicDelivers() const {
   // unmasked (virtual wire mode, SDM 10.5.1), or directly while the APIC is
   // disabled in IA32_APIC_BASE (SDM 10.4.3).
   if (!pic_->Output()) return false;
-  if (!(apic_base_ & (1u << 11))) return true;
+  if (!(apic_base_ & kApicBaseEn)) return true;
   const uint32_t lint0 = lapic_->lvt_lint0();
   return !(lint0 & vcpu::kApicLvtMasked) && ((lint0 >> 8) & 7) == 7;
 }
@@ -1130,6 +1104,14 @@ absl::Status Machine::TimeAndIrqchipsToKvm() {
   return vm_->SetPit(ch, pit_->speaker_data_on());
 }
 
+void Machine::AfterLapicWrite(bool timer_moved) {
+  NotifyInterrupts();
+  // On instruction time the run loop turns the timer's next expiry into an
+  // instruction count (TimerDeadlineTicks): after a write that can move it,
+  // end the run so that it does.
+  if (timer_moved && clock_->source() == vcpu::GuestClock::Source::kInstructions) tcg_->RequestStop();
+}
+
 void Machine::ArmTscDeadline(uint64_t tsc) {
   // The LAPIC counts the guest clock's nanoseconds: the deadline's TSC value
   // becomes the time the TSC reaches it (now, if it already has).
@@ -1139,30 +1121,27 @@ void Machine::ArmTscDeadline(uint64_t tsc) {
   lapic_->WriteTscDeadline(tsc, at_ns, now_ns);
 }
 
-absl::Status Machine::ApicBaseFromKvm() {
-  // Before the LAPIC page: its layout depends on the mode.
-  VBTS_ASSIGN_OR_RETURN(uint64_t base, vcpu_->GetMsr(kMsrApicBase));
-  apic_base_ = base;
-  lapic_->SetX2apicMode((base & kApicBaseEn) && (base & kApicBaseExtd));
-  return absl::OkStatus();
-}
-
-absl::Status Machine::ApicBaseToKvm() {
-  const vcpu::MsrValue m{kMsrApicBase, apic_base_};
-  return vcpu_->SetMsrs({&m, 1});
-}
-
-absl::Status Machine::TscDeadlineFromKvm() {
-  // After the LAPIC page (the timer's mode) and the TSC have moved.
-  if (!lapic_->config().tsc_deadline) return absl::OkStatus();
-  VBTS_ASSIGN_OR_RETURN(uint64_t tsc, vcpu_->GetMsr(kMsrTscDeadline));
-  if (tsc == 0) return absl::OkStatus();
-  ArmTscDeadline(tsc);
-  // The deadline now belongs to the model: KVM's timer for it is disarmed,
-  // or it would expire while the vCPU is idle and KVM would inject that
-  // interrupt after the switch back (image apic_switch_pm32).
-  const vcpu::MsrValue off{kMsrTscDeadline, 0};
-  return vcpu_->SetMsrs({&off, 1});
+absl::Status Machine::LapicFromKvm() {
+  VBTS_ASSIGN_OR_RETURN(kvm_lapic_state page, vcpu_->GetLapic());
+  // IA32_APIC_BASE first: the page's layout depends on the mode.
+  VBTS_ASSIGN_OR_RETURN(apic_base_, vcpu_->GetMsr(kMsrApicBase));
+  lapic_->SetX2apicMode((apic_base_ & kApicBaseEn) && (apic_base_ & kApicBaseExtd));
+  VBTS_RETURN_IF_ERROR(tcg_control_->SetLapic(page));
+  // The page (the timer's mode) and the TSC have moved: an armed deadline can.
+  if (lapic_->config().tsc_deadline) {
+    VBTS_ASSIGN_OR_RETURN(uint64_t tsc, vcpu_->GetMsr(kMsrTscDeadline));
+    if (tsc != 0) {
+      ArmTscDeadline(tsc);
+      const vcpu::MsrValue off{kMsrTscDeadline, 0};
+      VBTS_RETURN_IF_ERROR(vcpu_->SetMsrs({&off, 1}));
+    }
+  }
+  // The timer now runs in the model: KVM's stops (deadline disarmed above,
+  // initial count 0 here), so that it does not expire while the vCPU is idle
+  // and come back as an interrupt after the switch back, which loads the
+  // model's page (image apic_switch_pm32).
+  std::memset(page.regs + vcpu::kApicRegTimerInitialCount, 0, 4);
+  return vcpu_->SetLapic(page);
 }
 
 absl::Status Machine::TscDeadlineToKvm() {

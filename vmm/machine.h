@@ -161,16 +161,19 @@ class Machine : private vcpu::TcgDevices {
   // registers: the TSC, and the I/O APIC, 8259 and 8254 state, from KVM's
   // vCPU and in-kernel irqchip into the TCG engine's models and back.
   absl::Status TimeAndIrqchipsFromKvm();
+  // After a guest write of the LAPIC in TCG: the engine notices interrupts,
+  // and a write that may have moved the timer (`timer_moved`) ends the run
+  // on instruction time.
+  void AfterLapicWrite(bool timer_moved);
   // IA32_TSC_DEADLINE in TCG: arms the LAPIC model at the guest clock's
-  // time of that TSC value; moved with the LAPIC at engine switches.
+  // time of that TSC value.
   void ArmTscDeadline(uint64_t tsc);
-  // IA32_APIC_BASE (and so xAPIC or x2APIC mode) moved with the LAPIC at
-  // engine switches, before its page.
-  absl::Status ApicBaseFromKvm();
-  static vcpu::CodeGenerations CodeGenerationsNow();
-  absl::Status ApicBaseToKvm();
-  absl::Status TscDeadlineFromKvm();
+  // KVM -> TCG, after TimeAndIrqchipsFromKvm: IA32_APIC_BASE (xAPIC or
+  // x2APIC mode), the page, an armed TSC deadline; KVM's own timer stops.
+  absl::Status LapicFromKvm();
+  // TCG -> KVM, after the page and the TSC: an armed TSC deadline.
   absl::Status TscDeadlineToKvm();
+  static vcpu::CodeGenerations CodeGenerationsNow();
   absl::Status TimeAndIrqchipsToKvm();
   // The tracer's transfer sink from what consumes transfers now: --branches,
   // --insns, vbts record, GDB's branch trace.

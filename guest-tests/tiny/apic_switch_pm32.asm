@@ -102,10 +102,7 @@ timer_handler:
         mov [handler_tsc], eax
         mov [handler_tsc + 4], edx
         inc dword [timer_count]
-        mov ecx, X2(0xB0)               ; EOI
-        xor eax, eax
-        xor edx, edx
-        wrmsr
+        WRMSR64 X2(0xB0), 0, 0          ; EOI
         ret
 
 spurious_handler:

@@ -30,23 +30,13 @@
 %endmacro
 
 main:
-        mov eax, 1
-        call dbg_cpuid32
-        test ecx, 1 << 15               ; PDCM
-        jz .skip
-        mov ecx, 0x345
-        rdmsr
-        and eax, 0x3F
-        jz .skip
+        LBR_REQUIRE                     ; EAX = LBR format
         mov dword [nlbr], 16
         cmp eax, 5
         jb .n_ok
         mov dword [nlbr], 32
 .n_ok:
         jmp part1
-.skip:
-        SKIP "LBR: no PDCM / IA32_PERF_CAPABILITIES LBR format"
-        ret
 
 part1:
         RDMSR_TO 0x1C9, [tos0]

@@ -16,18 +16,7 @@
 %define ITER    1000000
 
 main:
-        mov eax, 1
-        call dbg_cpuid32
-        test ecx, 1 << 15               ; PDCM
-        jz .skip
-        mov ecx, 0x345
-        rdmsr
-        and eax, 0x3F                   ; LBR format
-        jnz .go
-.skip:
-        SKIP "LBR: no PDCM / IA32_PERF_CAPABILITIES LBR format"
-        ret
-.go:
+        LBR_REQUIRE
         mov ecx, 0x1C9
         rdmsr
         mov [tos0], eax

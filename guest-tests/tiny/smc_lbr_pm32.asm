@@ -13,18 +13,7 @@
 %include "debug32.inc"
 
 main:
-        mov eax, 1
-        call dbg_cpuid32
-        test ecx, 1 << 15               ; PDCM
-        jz .skip
-        mov ecx, 0x345
-        rdmsr
-        and eax, 0x3F                   ; LBR format
-        jnz .go
-.skip:
-        SKIP "LBR: no PDCM / IA32_PERF_CAPABILITIES LBR format"
-        ret
-.go:
+        LBR_REQUIRE
         WRMSR32 MSR_DEBUGCTL, DBG_LBR
         call patchme                    ; jmp .a: EAX = 1
         mov esi, eax

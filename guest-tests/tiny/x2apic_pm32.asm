@@ -127,10 +127,7 @@ self_ipi_handler:
         jmp x2_eoi
 icr_ipi_handler:
         inc dword [icr_ipi_count]
-x2_eoi: mov ecx, X2(0xB0)
-        xor eax, eax
-        xor edx, edx
-        wrmsr
+x2_eoi: WRMSR64 X2(0xB0), 0, 0
         ret
 
 spurious_handler:
