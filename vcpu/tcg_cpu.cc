@@ -1196,6 +1196,7 @@ absl::Status TcgCpu::Init() {
   if (cpu_ == nullptr) return absl::InternalError("TCG engine: libunicorn's CPU is not where unicorn_abi.h says");
   env_ = At<uabi::EnvPrefix*>(cpu_, uabi::kCpuEnvPtr);
   VBTS_RETURN_IF_ERROR(SelfCheck());
+  SetFeatureWords();
   {
     std::lock_guard<std::mutex> lock(g_engines_mu);
     Engines().push_back(this);
@@ -1221,6 +1222,31 @@ absl::Status TcgCpu::Init() {
                     UC_X86_INS_CPUID);
   if (e != UC_ERR_OK) return UcError(e, "installing hooks");
   return absl::OkStatus();
+}
+
+void TcgCpu::SetFeatureWords() {
+  // QEMU decodes and checks by its own model's feature words (POPCNT,
+  // MOVBE, RDTSCP, BMI, SMAP, 1-GiB pages, ...), and Unicorn 2.0.1's are not
+  // even its model's (its Westmere lacks POPCNT, SSE3 and the x87 bit, and
+  // has BMI1/2, ADX and SMAP). The guest reads CPUID from vbts's model, so
+  // TCG must execute by the same bits: an instruction the model has runs, one
+  // it lacks is #UD (where QEMU 5.0 implements the check). The XSAVE state
+  // components stay QEMU's: XSETBV accepts only what its XSAVE writes.
+  TcgDevices* d = config_.devices;
+  uint64_t* f = reinterpret_cast<uint64_t*>(reinterpret_cast<char*>(env_) + uabi::kEnvFeatures);
+  const uint32_t max = d->Cpuid(0, 0).eax, max_ext = d->Cpuid(0x80000000, 0).eax;
+  const CpuidResult l1 = d->Cpuid(1, 0);
+  f[uabi::kFeat1Edx] = l1.edx;
+  f[uabi::kFeat1Ecx] = l1.ecx;
+  const CpuidResult l7 = max >= 7 ? d->Cpuid(7, 0) : CpuidResult{};
+  f[uabi::kFeat70Ebx] = l7.ebx;
+  f[uabi::kFeat70Ecx] = l7.ecx;
+  f[uabi::kFeat70Edx] = l7.edx;
+  f[uabi::kFeat71Eax] = max >= 7 && l7.eax >= 1 ? d->Cpuid(7, 1).eax : 0;
+  const CpuidResult e1 = max_ext >= 0x80000001 ? d->Cpuid(0x80000001, 0) : CpuidResult{};
+  f[uabi::kFeat80000001Edx] = e1.edx;
+  f[uabi::kFeat80000001Ecx] = e1.ecx;
+  f[uabi::kFeatXsave] = max >= 0xD ? d->Cpuid(0xD, 1).eax : 0;
 }
 
 absl::Status TcgCpu::SelfCheck() {
@@ -1262,6 +1288,11 @@ absl::Status TcgCpu::SelfCheck() {
     return fail("stop_interrupt");
   }
   if (At<void*>(uc_, uabi::kUcMemRedirect) != nullptr) return fail("mem_redirect");
+  // The feature words follow cpuid_vendor1..3 and cpuid_version.
+  {
+    const char* vendor = reinterpret_cast<const char*>(env_) + uabi::kEnvFeatures - 16;
+    if (std::memcmp(vendor, "Genu", 4) != 0 && std::memcmp(vendor, "Auth", 4) != 0) return fail("CPUID feature words");
+  }
   // The helpers this file defines must be the ones QEMU calls.
   for (const auto& [name, ours] : {std::pair<const char*, void*>{"helper_rdmsr_x86_64", reinterpret_cast<void*>(&helper_rdmsr_x86_64)},
                                    {"helper_wrmsr_x86_64", reinterpret_cast<void*>(&helper_wrmsr_x86_64)},

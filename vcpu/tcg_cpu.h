@@ -266,6 +266,8 @@ class TcgCpu {
   explicit TcgCpu(const Config& config);
   absl::Status Init();
   absl::Status SelfCheck();
+  // QEMU's CPUID feature words from the machine's CPUID (TcgDevices::Cpuid).
+  void SetFeatureWords();
   uint64_t mmio_base() const;
   // One byte of guest code at a linear address (false if it cannot be read).
   bool ReadCode(uint64_t linear, uint8_t& byte);

@@ -41,7 +41,15 @@ class FakeDevices : public TcgDevices {
     }
     return TcgCpu::OwnsMsr(index) ? Msr::kCpu : Msr::kGp;
   }
-  CpuidResult Cpuid(uint32_t leaf, uint32_t subleaf) override { return {leaf + 1, subleaf + 2, 0x33, 0x44}; }
+  // The feature leaves are the westmere model's (TcgCpu takes QEMU's feature
+  // words from them); any other leaf answers a pattern the tests check.
+  CpuidResult Cpuid(uint32_t leaf, uint32_t subleaf) override {
+    if (leaf == 0 || leaf == 1 || leaf == 0x80000000 || leaf == 0x80000001) {
+      const pmu::CpuidResult r = pmu::FindCpuModel("westmere")->Cpuid(leaf, subleaf);
+      return {r.eax, r.ebx, r.ecx, r.edx};
+    }
+    return {leaf + 1, subleaf + 2, 0x33, 0x44};
+  }
   std::optional<uint8_t> AcknowledgeInterrupt() override {
     if (irqs.empty()) return std::nullopt;
     uint8_t v = irqs.front();
@@ -152,14 +160,14 @@ TEST_F(TcgCpuTest, Ud2IsDeliveredToTheGuest) {
 }
 
 TEST_F(TcgCpuTest, MovToCr4OfABitTheCpuLacksIsAGpFaultWithRfInTheFrame) {
-  // The fake machine's CPUID leaf 1 reports EDX = 44H (DE, PAE) and ECX = 33H
-  // (VMX among them), no leaf 7: CR4 may hold PCE, DE, PAE and VMXE
-  // (vcpu/control_regs.h).  MOV CR4 of PAE retires; of PGE (bit 7) raises
-  // #GP(0) at the MOV, whose frame has EFLAGS.RF set (SDM vol. 3A 17.3.1.1).
+  // The fake machine's CPUID leaf 1 is Westmere's (PAE, no XSAVE) and it has
+  // no leaf 7 (no SMEP) (vcpu/control_regs.h).  MOV CR4 of PAE retires; of
+  // SMEP (bit 20) raises #GP(0) at the MOV, whose frame has EFLAGS.RF set
+  // (SDM vol. 3A 17.3.1.1).
   Gate32(13, MakeGate(kIntGate32, kCode32K, 0x600, 0));
   Code(0x600, {0xf4});
   Code(kCodeRip, {0xb8, 0x20, 0, 0, 0, 0x0f, 0x22, 0xe0,    // mov eax, 20H; mov cr4, eax
-                  0xb8, 0x80, 0, 0, 0, 0x0f, 0x22, 0xe0});  // mov eax, 80H; mov cr4, eax
+                  0xb8, 0, 0, 0x10, 0, 0x0f, 0x22, 0xe0});  // mov eax, 100000H; mov cr4, eax
   CpuState st = RunFrom(Pm32(0));
   EXPECT_EQ(st.rip, 0x601u);
   EXPECT_EQ(st.cr4, 0x20u);
@@ -734,6 +742,20 @@ TEST(TcgCpuMsrTest, CpuMsrWritesThatFault) {
   EXPECT_TRUE(TcgCpu::CpuMsrWriteFaults(0x277, 0x0007040600070402ull));        // entry 0 = type 2
   EXPECT_TRUE(TcgCpu::CpuMsrWriteFaults(0x277, 0x0800000000000000ull));        // entry 7 = 8
   EXPECT_FALSE(TcgCpu::CpuMsrWriteFaults(0xC0000081, ~0ull));                  // STAR: no rule
+}
+
+TEST_F(TcgCpuTest, PopcntRunsOnAModelThatHasIt) {
+  // Westmere has POPCNT (CPUID.1:ECX[23]); Linux patches it into
+  // __bitmap_weight when CPUID says so. popcnt rax, rdi with RDI = 0xF0F0:
+  // 8 bits set.
+  Gate64(6, MakeGate(kIntGate32, kCode64K, 0x600, 0));
+  Code(0x600, {0xf4});
+  Code(kCodeRip, {0x48, 0xc7, 0xc7, 0xf0, 0xf0, 0, 0,  // mov rdi, 0xF0F0
+                  0xf3, 0x48, 0x0f, 0xb8, 0xc7,        // popcnt rax, rdi
+                  0xf4});
+  CpuState st = RunFrom(Lm64(0));
+  EXPECT_EQ(st.rip, kCodeRip + 13);
+  EXPECT_EQ(st.gpr[kRax], 8u);
 }
 
 TEST_F(TcgCpuTest, AFaultWithNoUsableIdtEndsInATripleFault) {

@@ -43,6 +43,18 @@ inline constexpr size_t kCpuEnvPtr = 0x128;
 inline constexpr uint32_t kInterruptHard = 0x2;
 inline constexpr uint32_t kInterruptNmi = 0x200;
 
+// CPUX86State's cpuid_level ... cpuid_version, then `FeatureWordArray
+// features` (uint64_t per FeatureWord: 1_EDX, 1_ECX, 7_0_EBX, 7_0_ECX,
+// 7_0_EDX, 7_1_EAX, 8000_0001_EDX, 8000_0001_ECX, ..., FEAT_XSAVE = 19):
+// the CPUID bits QEMU's translator and helpers test (POPCNT, MOVBE, SMAP,
+// PDPE1GB, ...). Read off a Westmere instance (vendor "GenuineIntel" at
+// kEnvFeatures - 16) and checked at run time (TcgCpu::SelfCheck).
+inline constexpr size_t kEnvFeatures = 0x15e0;
+enum FeatureWord : int {
+  kFeat1Edx = 0, kFeat1Ecx, kFeat70Ebx, kFeat70Ecx, kFeat70Edx, kFeat71Eax, kFeat80000001Edx, kFeat80000001Ecx,
+  kFeatXsave = 19,
+};
+
 // QEMU's SegmentCache (target_ulong is 64-bit in the x86_64 target).
 struct SegCache {
   uint32_t selector;

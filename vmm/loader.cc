@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "base/file.h"
 #include "base/status_macros.h"
 
@@ -28,6 +29,9 @@ constexpr uint16_t kEmX8664 = 62;
 uint32_t Le32(absl::Span<const uint8_t> b, uint64_t off) {
   return uint32_t{b[off]} | (uint32_t{b[off + 1]} << 8) | (uint32_t{b[off + 2]} << 16) |
          (uint32_t{b[off + 3]} << 24);
+}
+uint64_t Le64(absl::Span<const uint8_t> b, uint64_t off) {
+  return uint64_t{Le32(b, off)} | (uint64_t{Le32(b, off + 4)} << 32);
 }
 uint16_t Le16(absl::Span<const uint8_t> b, uint64_t off) {
   return static_cast<uint16_t>(b[off] | (b[off + 1] << 8));
@@ -158,6 +162,60 @@ absl::StatusOr<Plan> PlanAout(absl::Span<const uint8_t> file, std::string_view n
   return plan;
 }
 
+// One program header of an ELF32 or ELF64 file (fields widened to 64 bits).
+struct ElfPhdr {
+  uint32_t type = 0;
+  uint32_t flags = 0;
+  uint64_t offset = 0;
+  uint64_t vaddr = 0;
+  uint64_t paddr = 0;
+  uint64_t filesz = 0;
+  uint64_t memsz = 0;
+};
+
+// The caller has checked that the header lies inside the file.
+ElfPhdr ReadPhdr(absl::Span<const uint8_t> file, bool is64, uint64_t ph) {
+  ElfPhdr p;
+  p.type = Le32(file, ph);
+  if (is64) {  // Elf64_Phdr: type, flags, offset, vaddr, paddr, filesz, memsz, align
+    p.flags = Le32(file, ph + 4);
+    p.offset = Le64(file, ph + 8);
+    p.vaddr = Le64(file, ph + 16);
+    p.paddr = Le64(file, ph + 24);
+    p.filesz = Le64(file, ph + 32);
+    p.memsz = Le64(file, ph + 40);
+  } else {  // Elf32_Phdr: type, offset, vaddr, paddr, filesz, memsz, flags, align
+    p.offset = Le32(file, ph + 4);
+    p.vaddr = Le32(file, ph + 8);
+    p.paddr = Le32(file, ph + 12);
+    p.filesz = Le32(file, ph + 16);
+    p.memsz = Le32(file, ph + 20);
+    p.flags = Le32(file, ph + 24);
+  }
+  return p;
+}
+
+// Adds PT_LOAD header `p` (number i) to the plan: p_filesz bytes from
+// p_offset to p_paddr, zeroes up to p_memsz. Other types and empty segments
+// are skipped (false), as QEMU's load_elf skips them.
+absl::StatusOr<bool> AddLoadSegment(Plan& plan, absl::Span<const uint8_t> file, std::string_view name,
+                                    const ElfPhdr& p, uint32_t i) {
+  if (p.type != kPtLoad || p.memsz == 0) return false;
+  if (p.filesz > p.memsz) {
+    return Bad(name, "phdr[%u].p_filesz 0x%x exceeds p_memsz 0x%x", i, p.filesz, p.memsz);
+  }
+  if (p.offset > file.size() || p.filesz > file.size() - p.offset) {
+    return Bad(name,
+               "phdr[%u] file bytes [0x%x, 0x%x) (p_offset + p_filesz) extend past the end of "
+               "the file (0x%x bytes)",
+               i, p.offset, p.offset + p.filesz, file.size());
+  }
+  plan.segments.push_back(Segment{p.paddr, p.offset, p.filesz, p.memsz, absl::StrFormat("phdr[%u]", i),
+                                  absl::StrFormat("phdr[%u].p_paddr 0x%08x", i, p.paddr),
+                                  (p.flags & kPfX) != 0, p.vaddr});
+  return true;
+}
+
 absl::StatusOr<Plan> PlanElf(absl::Span<const uint8_t> file, std::string_view name,
                              const Header& h) {
   if (file.size() < 4 || file[0] != 0x7F || file[1] != 'E' || file[2] != 'L' || file[3] != 'F') {
@@ -216,34 +274,13 @@ absl::StatusOr<Plan> PlanElf(absl::Span<const uint8_t> file, std::string_view na
   plan.entry_field = "e_entry";
   bool translated = false;
   for (uint32_t i = 0; i < e_phnum; ++i) {
-    const uint64_t ph = e_phoff + uint64_t{i} * kElf32PhdrSize;
-    const uint32_t p_type = Le32(file, ph);
-    const uint32_t p_offset = Le32(file, ph + 4);
-    const uint32_t p_vaddr = Le32(file, ph + 8);
-    const uint32_t p_paddr = Le32(file, ph + 12);
-    const uint32_t p_filesz = Le32(file, ph + 16);
-    const uint32_t p_memsz = Le32(file, ph + 20);
-    const uint32_t p_flags = Le32(file, ph + 24);
-    if (p_type != kPtLoad || p_memsz == 0) continue;
-    if (p_filesz > p_memsz) {
-      return Bad(name, "phdr[%u].p_filesz 0x%x exceeds p_memsz 0x%x", i, p_filesz, p_memsz);
-    }
-    const uint64_t data_end = uint64_t{p_offset} + p_filesz;
-    if (data_end > file.size()) {
-      return Bad(name,
-                 "phdr[%u] file bytes [0x%x, 0x%x) (p_offset + p_filesz) extend past the end of "
-                 "the file (0x%x bytes)",
-                 i, p_offset, data_end, file.size());
-    }
-    plan.segments.push_back(Segment{p_paddr, p_offset, p_filesz, p_memsz,
-                                    absl::StrFormat("phdr[%u]", i),
-                                    absl::StrFormat("phdr[%u].p_paddr 0x%08x", i, p_paddr),
-                                    (p_flags & kPfX) != 0, p_vaddr});
+    const ElfPhdr p = ReadPhdr(file, /*is64=*/false, e_phoff + uint64_t{i} * kElf32PhdrSize);
+    VBTS_ASSIGN_OR_RETURN(const bool loaded, AddLoadSegment(plan, file, name, p, i));
     // QEMU's load_elf: e_entry is virtual; translate it through the first
     // executable segment whose file-backed virtual range holds it.
-    if (!translated && (p_flags & kPfX) && p_vaddr != p_paddr && e_entry >= p_vaddr &&
-        uint64_t{e_entry} < uint64_t{p_vaddr} + p_filesz) {
-      plan.entry = e_entry - p_vaddr + p_paddr;
+    if (loaded && !translated && (p.flags & kPfX) && p.vaddr != p.paddr && e_entry >= p.vaddr &&
+        uint64_t{e_entry} < p.vaddr + p.filesz) {
+      plan.entry = static_cast<uint32_t>(e_entry - p.vaddr + p.paddr);
       plan.entry_field = absl::StrFormat("e_entry 0x%08x translated through phdr[%u]", e_entry, i);
       translated = true;
     }
@@ -252,6 +289,61 @@ absl::StatusOr<Plan> PlanElf(absl::Span<const uint8_t> file, std::string_view na
     return Bad(name, "no PT_LOAD program header with p_memsz > 0 among the %u program headers",
                e_phnum);
   }
+  return plan;
+}
+
+// The PVH entry of an ELF kernel (Xen's "x86/HVM direct boot ABI", the one
+// QEMU's -kernel and Firecracker use for Linux's vmlinux): a note named
+// "Xen" of type XEN_ELFNOTE_PHYS32_ENTRY (18) in a PT_NOTE segment, whose
+// 4- or 8-byte value is the physical address of the 32-bit entry point.
+// Returns nullopt for a file that is not an ELF32/ELF64 x86 executable or
+// has no such note; an error for a note that is there but unusable.
+absl::StatusOr<std::optional<Plan>> PlanPvh(absl::Span<const uint8_t> file, std::string_view name) {
+  constexpr uint32_t kPtNote = 4;
+  constexpr uint32_t kXenElfnotePhys32Entry = 18;
+  if (file.size() < 64 || file[0] != 0x7F || file[1] != 'E' || file[2] != 'L' || file[3] != 'F' || file[5] != 1 ||
+      (file[4] != 1 && file[4] != 2))
+    return std::nullopt;
+  const bool is64 = file[4] == 2;
+  const uint16_t e_machine = Le16(file, 18);
+  if (Le16(file, 16) != kEtExec || e_machine != (is64 ? kEmX8664 : kEm386)) return std::nullopt;
+  const uint64_t e_phoff = is64 ? Le64(file, 32) : Le32(file, 28);
+  const uint16_t e_phentsize = Le16(file, is64 ? 54 : 42);
+  const uint16_t e_phnum = Le16(file, is64 ? 56 : 44);
+  const uint64_t phdr_size = is64 ? 56 : kElf32PhdrSize;
+  if (e_phentsize != phdr_size || e_phoff > file.size() || e_phnum * phdr_size > file.size() - e_phoff)
+    return std::nullopt;
+  std::vector<ElfPhdr> phdrs;
+  for (uint32_t i = 0; i < e_phnum; ++i) phdrs.push_back(ReadPhdr(file, is64, e_phoff + i * phdr_size));
+  std::optional<uint64_t> entry;
+  for (const ElfPhdr& p : phdrs) {
+    if (p.type != kPtNote || p.offset > file.size() || p.filesz > file.size() - p.offset) continue;
+    uint64_t off = p.offset;
+    const uint64_t end = p.offset + p.filesz;
+    while (!entry && end - off >= 12) {
+      const uint64_t namesz = Le32(file, off), descsz = Le32(file, off + 4);
+      const uint32_t type = Le32(file, off + 8);
+      const uint64_t name_off = off + 12;
+      const uint64_t desc_off = name_off + ((namesz + 3) & ~uint64_t{3});
+      if (desc_off > end || descsz > end - desc_off) break;  // a truncated note ends the segment
+      if (type == kXenElfnotePhys32Entry && namesz == 4 && std::memcmp(&file[name_off], "Xen", 4) == 0) {
+        if (descsz != 4 && descsz != 8)
+          return Bad(name, "PVH entry note (Xen, type 18) has a %u-byte value, expected 4 or 8", descsz);
+        entry = descsz == 4 ? Le32(file, desc_off) : Le64(file, desc_off);
+      }
+      off = desc_off + ((descsz + 3) & ~uint64_t{3});
+    }
+  }
+  if (!entry) return std::nullopt;
+  if (*entry > 0xFFFFFFFFu)
+    return Bad(name, "PVH entry point 0x%x (Xen note type 18) is above 4 GiB; the entry runs in 32-bit mode",
+               *entry);
+  Plan plan;
+  plan.entry = static_cast<uint32_t>(*entry);
+  plan.entry_field = "PVH entry note";
+  for (uint32_t i = 0; i < e_phnum; ++i) VBTS_RETURN_IF_ERROR(AddLoadSegment(plan, file, name, phdrs[i], i).status());
+  if (plan.segments.empty())
+    return Bad(name, "no PT_LOAD program header with p_memsz > 0 among the %u program headers", e_phnum);
   return plan;
 }
 
@@ -304,7 +396,37 @@ absl::Status WriteSegments(const Plan& plan, absl::Span<const uint8_t> file, Phy
   return absl::OkStatus();
 }
 
+// Validates the plan, writes it and describes what was written.
+absl::Status Place(const Plan& plan, absl::Span<const uint8_t> file, std::string_view file_name, PhysMemory& ram,
+                   const LoaderLimits& limits, LoadedImage& image) {
+  VBTS_RETURN_IF_ERROR(Validate(plan, file_name, ram.size(), limits));
+  VBTS_RETURN_IF_ERROR(WriteSegments(plan, file, ram));
+  image.entry = plan.entry;
+  for (const Segment& s : plan.segments) {
+    image.ranges.push_back(GpaRange{s.gpa, s.gpa + s.memsz, s.name});
+    if (s.executable && s.filesz > 0) image.code.push_back(CodeRange{s.gpa, s.vaddr, s.filesz});
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+absl::StatusOr<LoadedImage> LoadKernelImage(absl::Span<const uint8_t> file, std::string_view file_name,
+                                            PhysMemory& ram, const LoaderLimits& limits) {
+  absl::StatusOr<LoadedImage> multiboot = LoadMultibootImage(file, file_name, ram, limits);
+  if (multiboot.ok() || FindHeader(file, file_name).ok()) return multiboot;
+  // No (valid) Multiboot header: QEMU's -kernel then tries the PVH note.
+  VBTS_ASSIGN_OR_RETURN(std::optional<Plan> pvh, PlanPvh(file, file_name));
+  if (!pvh) {
+    return Bad(file_name, "%s; nor is it an ELF kernel with a PVH entry note (Xen ELF note 18, XEN_ELFNOTE_PHYS32_ENTRY)",
+               absl::StripPrefix(multiboot.status().message(), std::string(file_name) + ": "));
+  }
+  LoadedImage image;
+  image.boot = BootProtocol::kPvh;
+  image.format = file[4] == 2 ? ImageFormat::kElf64 : ImageFormat::kElf32;
+  VBTS_RETURN_IF_ERROR(Place(*pvh, file, file_name, ram, limits, image));
+  return image;
+}
 
 absl::StatusOr<LoadedImage> LoadMultibootImage(absl::Span<const uint8_t> file,
                                                std::string_view file_name, PhysMemory& ram,
@@ -334,13 +456,7 @@ absl::StatusOr<LoadedImage> LoadMultibootImage(absl::Span<const uint8_t> file,
     image.format = ImageFormat::kElf32;
     VBTS_ASSIGN_OR_RETURN(plan, PlanElf(file, file_name, header));
   }
-  VBTS_RETURN_IF_ERROR(Validate(plan, file_name, ram.size(), limits));
-  VBTS_RETURN_IF_ERROR(WriteSegments(plan, file, ram));
-  image.entry = plan.entry;
-  for (const Segment& s : plan.segments) {
-    image.ranges.push_back(GpaRange{s.gpa, s.gpa + s.memsz, s.name});
-    if (s.executable && s.filesz > 0) image.code.push_back(CodeRange{s.gpa, s.vaddr, s.filesz});
-  }
+  VBTS_RETURN_IF_ERROR(Place(plan, file, file_name, ram, limits, image));
   return image;
 }
 

@@ -1,4 +1,4 @@
-// loader.h: loads Multiboot v1 kernel images (ELF32 or a.out kludge) into guest RAM the way QEMU's `-kernel` does.
+// loader.h: loads kernel images (Multiboot v1 ELF32 or a.out kludge; PVH ELF32/ELF64) into guest RAM the way QEMU's `-kernel` does.
 #ifndef VBTS_VMM_LOADER_H_
 #define VBTS_VMM_LOADER_H_
 
@@ -25,7 +25,10 @@ inline constexpr uint32_t kMultibootMemoryInfo = 1u << 1;
 inline constexpr uint32_t kMultibootVideoMode = 1u << 2;
 inline constexpr uint32_t kMultibootAoutKludge = 1u << 16;
 
-enum class ImageFormat { kElf32, kAoutKludge };
+enum class ImageFormat { kElf32, kAoutKludge, kElf64 };
+// How the kernel is entered (vmm/machine.cc, SetBootState): Multiboot v1
+// (EAX magic, EBX info) or PVH (EBX hvm_start_info, vmm/pvh_boot.h).
+enum class BootProtocol { kMultiboot, kPvh };
 
 // The file-backed bytes of an executable segment: at guest-physical `gpa`,
 // linked to run at `vaddr` (ELF p_vaddr; equal to gpa for the a.out kludge).
@@ -43,6 +46,7 @@ struct LoadedImage {
   uint32_t header_flags = 0;       // Multiboot header flags.
   uint32_t header_offset = 0;      // File offset of the Multiboot header.
   ImageFormat format = ImageFormat::kElf32;
+  BootProtocol boot = BootProtocol::kMultiboot;
   std::vector<std::string> warnings;  // e.g. the video-mode request QEMU ignores.
 };
 
@@ -76,6 +80,17 @@ struct LoaderLimits {
 absl::StatusOr<LoadedImage> LoadMultibootImage(absl::Span<const uint8_t> file,
                                                std::string_view file_name, PhysMemory& ram,
                                                const LoaderLimits& limits);
+
+// Loads a kernel as QEMU's -kernel does when the file has no Linux setup
+// header: a Multiboot v1 image (LoadMultibootImage) if the first 8 KiB hold a
+// valid Multiboot header; otherwise an ELF32 (EM_386) or ELF64 (EM_X86_64)
+// ET_EXEC file with a PVH entry note (Xen ELF note XEN_ELFNOTE_PHYS32_ENTRY,
+// 18: Linux's vmlinux with CONFIG_PVH, as QEMU's pvh_load_elfboot), loaded by
+// its PT_LOAD headers at p_paddr, entered at the note's physical address with
+// boot = kPvh. A file that is neither fails with LoadMultibootImage's reason
+// and says that no PVH note was found either. docs/guest-abi.md.
+absl::StatusOr<LoadedImage> LoadKernelImage(absl::Span<const uint8_t> file, std::string_view file_name,
+                                            PhysMemory& ram, const LoaderLimits& limits);
 
 // Reads a whole kernel image. NotFound if missing, InvalidArgument if a
 // directory, empty or larger than kMaxImageFileSize, other errno failures as

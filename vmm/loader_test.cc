@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -566,6 +567,104 @@ TEST_F(ReadImageFileTest, FileOver1GiBRejected) {
               StatusIs(absl::StatusCode::kInvalidArgument,
                        path + ": kernel image is 1073741825 bytes, larger than the 1 GiB "
                               "(1073741824 bytes) limit"));
+}
+
+
+// --- PVH (LoadKernelImage) ---
+
+void Put64(std::vector<uint8_t>& v, size_t off, uint64_t x) {
+  Put32(v, off, static_cast<uint32_t>(x));
+  Put32(v, off + 4, static_cast<uint32_t>(x >> 32));
+}
+
+// An ELF64 x86-64 ET_EXEC laid out like Linux's vmlinux, in small: a code
+// segment linked at 0xffffffff81100000 and loaded at p_paddr 0x100000 (file
+// [0x1000, 0x1100), memsz 0x200), a PT_NOTE at file 0x200 holding an
+// unrelated note (Xen type 6, "linux") and then XEN_ELFNOTE_PHYS32_ENTRY
+// with the 8-byte value `entry`; no Multiboot header.
+std::vector<uint8_t> MakePvhElf64(uint64_t entry, uint32_t desc_size = 8) {
+  std::vector<uint8_t> v(0x1100, 0);
+  for (size_t i = 0x1000; i < v.size(); ++i) v[i] = static_cast<uint8_t>(i * 7);
+  const uint8_t ident[] = {0x7F, 'E', 'L', 'F', 2, 1, 1};
+  std::copy(std::begin(ident), std::end(ident), v.begin());
+  Put16(v, 16, 2);    // ET_EXEC
+  Put16(v, 18, 62);   // EM_X86_64
+  Put64(v, 24, 0x1000000);  // e_entry: Linux's is startup_64's physical address, not used by PVH
+  Put64(v, 32, 64);   // e_phoff
+  Put16(v, 54, 56);   // e_phentsize
+  Put16(v, 56, 2);    // e_phnum
+  // phdr[0]: PT_LOAD R+X
+  Put32(v, 64, 1);
+  Put32(v, 68, 5);
+  Put64(v, 72, 0x1000);
+  Put64(v, 80, 0xffffffff81100000ull);
+  Put64(v, 88, 0x100000);
+  Put64(v, 96, 0x100);
+  Put64(v, 104, 0x200);
+  // phdr[1]: PT_NOTE
+  size_t n = 0x200;
+  auto note = [&](uint32_t type, const char* desc, uint32_t size) {
+    Put32(v, n, 4);
+    Put32(v, n + 4, size);
+    Put32(v, n + 8, type);
+    std::memcpy(&v[n + 12], "Xen", 4);
+    std::memcpy(&v[n + 16], desc, size);
+    n += 16 + ((size + 3) & ~3u);
+  };
+  note(6, "linux", 6);
+  uint8_t value[8];
+  for (int i = 0; i < 8; i++) value[i] = static_cast<uint8_t>(entry >> (8 * i));
+  note(18, reinterpret_cast<const char*>(value), desc_size);
+  Put32(v, 120, 4);
+  Put64(v, 128, 0x200);
+  Put64(v, 152, n - 0x200);
+  Put64(v, 160, n - 0x200);
+  return v;
+}
+
+TEST_F(LoaderTest, LoadsAnElf64KernelByItsPvhNote) {
+  const auto file = MakePvhElf64(0x100040);
+  VBTS_ASSERT_OK_AND_ASSIGN(LoadedImage img, LoadKernelImage(file, "vmlinux", ram_, limits_));
+  EXPECT_EQ(img.boot, BootProtocol::kPvh);
+  EXPECT_EQ(img.format, ImageFormat::kElf64);
+  EXPECT_EQ(img.entry, 0x100040u);  // the note's value, not e_entry
+  EXPECT_THAT(img.ranges, ElementsAre(GpaRange{0x100000, 0x100200, "phdr[0]"}));
+  EXPECT_THAT(img.code, ElementsAre(CodeRange{0x100000, 0xffffffff81100000ull, 0x100}));
+  for (size_t i = 0; i < 0x100; ++i) ASSERT_EQ(ram_.bytes()[0x100000 + i], file[0x1000 + i]);
+  for (size_t i = 0x100; i < 0x200; ++i) ASSERT_EQ(ram_.bytes()[0x100000 + i], 0) << i;
+}
+
+TEST_F(LoaderTest, AMultibootHeaderComesBeforeThePvhNote) {
+  // QEMU's order: Multiboot first. A Multiboot ELF32 loads as before.
+  VBTS_ASSERT_OK_AND_ASSIGN(LoadedImage img, LoadKernelImage(GoodElf(), "k.elf", ram_, limits_));
+  EXPECT_EQ(img.boot, BootProtocol::kMultiboot);
+  EXPECT_EQ(img.entry, 0x10000Cu);
+}
+
+TEST_F(LoaderTest, RejectsAFileWithNeitherMultibootHeaderNorPvhNote) {
+  auto file = MakePvhElf64(0x100040);
+  Put32(file, 0x200 + 20 + 8, 17);  // the second note's type: 18 -> 17
+  EXPECT_THAT(LoadKernelImage(file, "vmlinux", ram_, limits_),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "vmlinux: no Multiboot v1 header: magic 0x1BADB002 not found at any 4-byte aligned offset "
+                       "below 0x1fd0 (file is 4352 bytes); nor is it an ELF kernel with a PVH entry note (Xen ELF "
+                       "note 18, XEN_ELFNOTE_PHYS32_ENTRY)"));
+  ExpectRamUntouched();
+}
+
+TEST_F(LoaderTest, RejectsPvhEntriesThatCannotBeEntered) {
+  EXPECT_THAT(LoadKernelImage(MakePvhElf64(0x100040, 2), "vmlinux", ram_, limits_),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "vmlinux: PVH entry note (Xen, type 18) has a 2-byte value, expected 4 or 8"));
+  EXPECT_THAT(LoadKernelImage(MakePvhElf64(0x100000100040ull), "vmlinux", ram_, limits_),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "vmlinux: PVH entry point 0x100000100040 (Xen note type 18) is above 4 GiB; the entry "
+                       "runs in 32-bit mode"));
+  EXPECT_THAT(LoadKernelImage(MakePvhElf64(0x300000), "vmlinux", ram_, limits_),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "vmlinux: entry point 0x00300000 (PVH entry note) is not inside any loaded range: "
+                       "[0x100000, 0x100200)"));
+  ExpectRamUntouched();
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include "vmm/kick_timer.h"
 #include "vmm/loader.h"
 #include "vmm/multiboot_info.h"
+#include "vmm/pvh_boot.h"
 
 namespace vbts::vmm {
 namespace {
@@ -168,17 +169,24 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
   // covers that page, right after the image (MultibootInfoPage).
   LoaderLimits limits;
   limits.reserved.push_back({kBootStack - 0x1000, kBootGdt + 0x18, "vbts boot stack and GDT"});
-  VBTS_ASSIGN_OR_RETURN(LoadedImage img,
-                        LoadMultibootImage(image, config_.image_path, *ram_, limits));
-  VBTS_ASSIGN_OR_RETURN(MultibootInfo mbi, WriteMultibootInfo(*ram_, config_.image_path, config_.append,
-                                                              MultibootInfoPage(img.ranges)));
-  for (const GpaRange& r : mbi.reserved) limits.reserved.push_back(r);
+  VBTS_ASSIGN_OR_RETURN(LoadedImage img, LoadKernelImage(image, config_.image_path, *ram_, limits));
   code_ = img.code;
   entry_ = img.entry;
   uint64_t kernel_end = 0;
   for (const GpaRange& r : img.ranges) kernel_end = std::max(kernel_end, r.end);
-  for (const GpaRange& r : limits.reserved) kernel_end = std::max(kernel_end, r.end);  // never below the boot info
-  VBTS_RETURN_IF_ERROR(WriteMultibootModules(*ram_, mbi.info_gpa, kernel_end, modules).status());
+  uint32_t boot_info = 0;
+  if (img.boot == BootProtocol::kPvh) {
+    VBTS_ASSIGN_OR_RETURN(PvhBootInfo pvh, WritePvhStartInfo(*ram_, config_.append, MultibootInfoPage(img.ranges),
+                                                             kernel_end, modules));
+    boot_info = pvh.start_info_gpa;
+  } else {
+    VBTS_ASSIGN_OR_RETURN(MultibootInfo mbi, WriteMultibootInfo(*ram_, config_.image_path, config_.append,
+                                                                MultibootInfoPage(img.ranges)));
+    for (const GpaRange& r : mbi.reserved) limits.reserved.push_back(r);
+    for (const GpaRange& r : limits.reserved) kernel_end = std::max(kernel_end, r.end);  // never below the boot info
+    VBTS_RETURN_IF_ERROR(WriteMultibootModules(*ram_, mbi.info_gpa, kernel_end, modules).status());
+    boot_info = mbi.info_gpa;
+  }
 
   // A VM made ahead (PrepareVm) already has the MSR filter of this --vpmu mode.
   const bool filtered = prepared && prepared->vm && prepared->vpmu == config_.vpmu;
@@ -223,21 +231,12 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
   debug_exit_ = std::make_unique<DebugExit>();
   VBTS_RETURN_IF_ERROR(pio_.Register(Uart16550::kCom1Port, Uart16550::kSize, uart_.get(), "COM1 16550"));
   VBTS_RETURN_IF_ERROR(pio_.Register(DebugExit::kPort, DebugExit::kSize, debug_exit_.get(), "isa-debug-exit"));
+  reset_line_ = std::make_unique<ResetLine>();
+  VBTS_RETURN_IF_ERROR(pio_.Register(ResetLine::kPort, ResetLine::kSize, reset_line_.get(), "8042 reset line"));
   testdev_io_ = std::make_unique<TestdevIo>();
   VBTS_RETURN_IF_ERROR(pio_.Register(TestdevIo::kPort, TestdevIo::kSize, testdev_io_.get(), "pc-testdev io"));
-  testdev_irq_ = std::make_unique<TestdevIrq>([this](uint32_t line, bool level) {
-    // The interrupt controllers of the engine that runs the vCPU: vbts's in
-    // TCG, KVM's otherwise (ISA lines 0-15 reach both the 8259s and the I/O
-    // APIC, as under KVM's default routing).
-    if (in_tcg_) {
-      ioapic_->SetLine(line, level);
-      pic_->SetLine(line, level);
-      NotifyInterrupts();
-      return;
-    }
-    if (absl::Status st = vm_->SetIrqLine(line, level); !st.ok() && irq_errors_++ == 0)
-      std::fprintf(stderr, "vbts: warning: pc-testdev IRQ line %u: %s\n", line, std::string(st.message()).c_str());
-  });
+  testdev_irq_ = std::make_unique<TestdevIrq>([this](uint32_t line, bool level) { SetIsaLine(line, level); });
+  uart_->SetIrq([this](bool level) { SetIsaLine(Uart16550::kCom1Irq, level); });
   VBTS_RETURN_IF_ERROR(pio_.Register(TestdevIrq::kPort, TestdevIrq::kSize, testdev_irq_.get(), "pc-testdev irq"));
   pic_ = std::make_unique<vcpu::Pic8259>();
   for (uint16_t base : {vcpu::Pic8259::kMasterCommand, vcpu::Pic8259::kSlaveCommand, vcpu::Pic8259::kElcrMaster}) {
@@ -364,7 +363,7 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
     std::fprintf(stderr, "vbts: gdb: listening on %s (target remote %s)\n", debugger_->address().c_str(),
                  debugger_->address().c_str());
   }
-  return SetBootState(img.entry, mbi.info_gpa);
+  return SetBootState(img.entry, img.boot, boot_info);
 }
 
 void Machine::InstallSink() {
@@ -393,15 +392,24 @@ absl::Status Machine::SetGdbBranchTrace(bool on) {
   return absl::OkStatus();
 }
 
-absl::Status Machine::SetBootState(uint32_t entry, uint32_t mbi) {
+absl::Status Machine::SetBootState(uint32_t entry, BootProtocol boot, uint32_t info) {
   // Boot GDT: null, code (base 0, limit 4 GiB, 32-bit, DPL0), data (same, writable).
   const uint64_t gdt[3] = {0, 0x00CF9B000000FFFFull, 0x00CF93000000FFFFull};
   for (int i = 0; i < 3; i++) VBTS_RETURN_IF_ERROR(ram_->WriteLe<uint64_t>(Gpa(kBootGdt + 8 * i), gdt[i]));
   VBTS_ASSIGN_OR_RETURN(vcpu::CpuState st, vcpu_->GetState());
   // Multiboot v1 machine state (spec 3.2): EAX magic, EBX info, CS/DS/ES/FS/GS/SS
-  // flat 4 GiB 32-bit, CR0.PE=1 PG=0, EFLAGS.IF=0 and VM=0.
-  st.gpr[vcpu::kRax] = 0x2BADB002;
-  st.gpr[vcpu::kRbx] = mbi;
+  // flat 4 GiB 32-bit, CR0.PE=1 PG=0, EFLAGS.IF=0 and VM=0. PVH (Xen's
+  // docs/misc/pvh.pandoc) is the same with EBX = hvm_start_info, the other
+  // GPRs undefined (vbts: EAX 0) and TR a 32-bit busy TSS with base 0 and
+  // limit 0x67.
+  st.gpr[vcpu::kRax] = boot == BootProtocol::kMultiboot ? 0x2BADB002 : 0;
+  st.gpr[vcpu::kRbx] = info;
+  if (boot == BootProtocol::kPvh) {
+    st.tr = vcpu::Segment{};
+    st.tr.limit = 0x67;
+    st.tr.type = 0xB;
+    st.tr.present = true;
+  }
   st.gpr[vcpu::kRsp] = kBootStack;
   st.rip = entry;
   st.rflags = vcpu::kRflagsFixed1;
@@ -773,7 +781,7 @@ std::optional<RunResult> Machine::RunTcgLoop(uint64_t deadline, bool until_untra
     PrintWarnings();
     if (!stop.ok()) return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + stop.status().ToString());
     if (!tcg_error_.ok()) return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + tcg_error_.ToString());
-    if (std::optional<int> status = debug_exit_->exit_status()) return Finish(RunEnd::kGuestExit, *status, "");
+    if (std::optional<RunResult> end = GuestEnded()) return *end;
     switch (stop->kind) {
       case vcpu::TcgStop::kTripleFault:
         return Finish(RunEnd::kTripleFault, kExitTripleFault, "vbts: guest shut down (triple fault)");
@@ -891,7 +899,29 @@ void Machine::PortOut(uint16_t port, int size, uint32_t value) {
   std::memcpy(data, &value, 4);
   absl::Status s = pio_.Dispatch(port, static_cast<uint8_t>(size), /*write=*/true, absl::MakeSpan(data, size));
   if (!s.ok()) std::fprintf(stderr, "vbts: warning: %s\n", std::string(s.message()).c_str());
-  if (debug_exit_->exit_status()) tcg_->RequestStop();
+  if (debug_exit_->exit_status() || reset_line_->reset_command()) tcg_->RequestStop();
+}
+
+void Machine::SetIsaLine(uint32_t line, bool level) {
+  // The interrupt controllers of the engine that runs the vCPU: vbts's in
+  // TCG, KVM's otherwise (ISA lines 0-15 reach both the 8259s and the I/O
+  // APIC, as under KVM's default routing).
+  if (in_tcg_) {
+    ioapic_->SetLine(line, level);
+    pic_->SetLine(line, level);
+    NotifyInterrupts();
+    return;
+  }
+  if (absl::Status st = vm_->SetIrqLine(line, level); !st.ok() && irq_errors_++ == 0)
+    std::fprintf(stderr, "vbts: warning: ISA IRQ line %u: %s\n", line, std::string(st.message()).c_str());
+}
+
+std::optional<RunResult> Machine::GuestEnded() {
+  if (std::optional<int> status = debug_exit_->exit_status()) return Finish(RunEnd::kGuestExit, *status, "");
+  if (std::optional<uint8_t> cmd = reset_line_->reset_command())
+    return Finish(RunEnd::kTripleFault, kExitTripleFault,
+                  absl::StrFormat("vbts: guest reset the machine (8042 command 0x%02X at port 0x64)", *cmd));
+  return std::nullopt;
 }
 
 bool Machine::IsLapicPage(uint64_t gpa) const {
@@ -1195,7 +1225,8 @@ void Machine::DebugRegistersWritten() {
 }
 
 vcpu::CpuidResult Machine::Cpuid(uint32_t leaf, uint32_t subleaf) {
-  const pmu::CpuidResult r = model_->CpuidInState(leaf, subleaf, apic_base_, tcg_->cr4());
+  // (While the TCG engine is being made, it asks before tcg_ is set: CR4 = 0.)
+  const pmu::CpuidResult r = model_->CpuidInState(leaf, subleaf, apic_base_, tcg_ ? tcg_->cr4() : 0);
   return vcpu::CpuidResult{r.eax, r.ebx, r.ecx, r.edx};
 }
 
@@ -1209,8 +1240,8 @@ absl::StatusOr<bool> Machine::HandleExit(RunResult* result) {
         VBTS_RETURN_IF_ERROR(
             pio_.Dispatch(run->io.port, run->io.size, write, absl::MakeSpan(data + i * run->io.size, run->io.size)));
       PrintWarnings();
-      if (std::optional<int> status = debug_exit_->exit_status()) {
-        *result = Finish(RunEnd::kGuestExit, *status, "");
+      if (std::optional<RunResult> end = GuestEnded()) {
+        *result = *end;
         return false;
       }
       return true;

@@ -34,6 +34,7 @@
 #include "vmm/kvm_vm.h"
 #include "vmm/loader.h"
 #include "vmm/pio_bus.h"
+#include "vmm/reset_line.h"
 #include "vmm/uart16550.h"
 
 namespace vbts::vmm {
@@ -119,12 +120,20 @@ class Machine : private vcpu::TcgDevices {
   void SetObserver(vcpu::StepObserver* observer) { supervisor_->SetObserver(observer); }
   // The loaded image's executable segments (for vbts record's trace header).
   const std::vector<CodeRange>& code() const { return code_; }
+  // The guest starts on the KVM engine (--engine resolved by Setup).
+  bool starts_in_kvm() const { return config_.engine == "kvm"; }
   uint32_t entry() const { return entry_; }
 
  private:
   Machine(const MachineConfig& config, const vcpu::HostFacts& facts);
   absl::Status Setup(const Kvm& kvm, std::optional<PreparedVm> prepared);
-  absl::Status SetBootState(uint32_t entry, uint32_t mbi);
+  absl::Status SetBootState(uint32_t entry, BootProtocol boot, uint32_t info);
+  // The guest ended the run through a device: the debug-exit port (its
+  // status) or the 8042 reset line (120, as a triple fault).
+  std::optional<RunResult> GuestEnded();
+  // Sets ISA interrupt line `line` (pc-testdev's lines, COM1's IRQ 4) in the
+  // interrupt controllers of the engine that holds the vCPU.
+  void SetIsaLine(uint32_t line, bool level);
   // Handles one KVM exit; sets `result` and returns false when the run ends.
   absl::StatusOr<bool> HandleExit(RunResult* result);
   // KVM_EXIT_X86_RDMSR/WRMSR of an MSR the virtual PMU owns.
@@ -259,6 +268,7 @@ class Machine : private vcpu::TcgDevices {
   PioBus pio_;
   std::unique_ptr<Uart16550> uart_;
   std::unique_ptr<DebugExit> debug_exit_;
+  std::unique_ptr<ResetLine> reset_line_;
   std::unique_ptr<FwCfg> fw_cfg_;
   std::unique_ptr<TestdevIo> testdev_io_;
   std::unique_ptr<TestdevIrq> testdev_irq_;

@@ -18,8 +18,6 @@ namespace {
 constexpr char kBootLoaderName[] = "vbts " VBTS_VERSION;
 constexpr uint64_t kOneMib = 0x100000;
 constexpr uint64_t kFourGib = uint64_t{1} << 32;
-constexpr uint32_t kMmapAvailable = 1;
-constexpr uint32_t kMmapReserved = 2;
 static_assert(sizeof(kBootLoaderName) <= kMultibootCmdlineGpa - kMultibootLoaderNameGpa);
 
 void Put32(std::vector<uint8_t>& b, size_t off, uint32_t v) {
@@ -78,16 +76,8 @@ absl::StatusOr<MultibootInfo> WriteMultibootInfo(PhysMemory& ram,
   auto at = [](uint64_t gpa) { return static_cast<size_t>(gpa - kMultibootInfoGpa); };
 
   // Memory map.
-  struct Region {
-    uint64_t base, length;
-    uint32_t type;
-  };
-  const Region regions[] = {{0, 0xA0000, kMmapAvailable},
-                            {0xA0000, kOneMib - 0xA0000, kMmapReserved},
-                            {kOneMib, ram_size - kOneMib, kMmapAvailable}};
   size_t mmap_length = 0;
-  for (const Region& r : regions) {
-    if (r.length == 0) continue;
+  for (const BootMemoryRegion& r : BootMemoryMap(ram_size)) {
     const size_t e = at(kMultibootMmapGpa) + mmap_length;
     Put32(page, e, 20);  // size of the entry after this field
     Put64(page, e + 4, r.base);
@@ -155,13 +145,42 @@ absl::StatusOr<std::vector<ModuleSpec>> ParseInitrd(std::string_view text) {
   return out;
 }
 
+std::vector<BootMemoryRegion> BootMemoryMap(uint64_t ram_size) {
+  std::vector<BootMemoryRegion> map = {{0, 0xA0000, kMmapAvailable}, {0xA0000, kOneMib - 0xA0000, kMmapReserved}};
+  if (ram_size > kOneMib) map.push_back({kOneMib, ram_size - kOneMib, kMmapAvailable});
+  return map;
+}
+
+absl::StatusOr<std::vector<GpaRange>> LayOutModules(uint64_t ram_size, uint64_t first_gpa,
+                                                    const std::vector<LoadedModule>& modules) {
+  constexpr uint64_t kPage = 0x1000;
+  const uint64_t limit = std::min(ram_size, kFourGib);
+  std::vector<GpaRange> out;
+  uint64_t gpa = (first_gpa + kPage - 1) & ~(kPage - 1);
+  for (const LoadedModule& m : modules) {
+    if (gpa > limit || m.data.size() > limit - gpa)
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "--initrd: module \"%s\" (%u bytes) does not fit in guest RAM: it would end at 0x%x, RAM%s ends at 0x%x "
+          "(give more --mem)",
+          m.cmdline, m.data.size(), gpa + m.data.size(), limit < ram_size ? " below 4 GiB" : "", limit));
+    out.push_back(GpaRange{gpa, gpa + m.data.size(), "module " + m.cmdline});
+    gpa = (gpa + m.data.size() + kPage - 1) & ~(kPage - 1);
+  }
+  return out;
+}
+
+absl::Status WriteModules(PhysMemory& ram, const std::vector<GpaRange>& where,
+                          const std::vector<LoadedModule>& modules) {
+  for (size_t i = 0; i < modules.size(); i++) VBTS_RETURN_IF_ERROR(ram.Write(Gpa(where[i].start), modules[i].data));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ModuleLayout> WriteMultibootModules(PhysMemory& ram, uint64_t info_gpa, uint64_t kernel_end,
                                                    const std::vector<LoadedModule>& modules) {
   ModuleLayout layout;
   if (modules.empty()) return layout;
   constexpr uint64_t kPage = 0x1000;
   auto align = [](uint64_t v) { return (v + kPage - 1) & ~(kPage - 1); };
-  const uint64_t limit = std::min(ram.size(), kFourGib);
   // The table and command lines, then the modules.
   std::vector<uint8_t> table(16 * modules.size());
   uint64_t strings = 0;
@@ -171,16 +190,7 @@ absl::StatusOr<ModuleLayout> WriteMultibootModules(PhysMemory& ram, uint64_t inf
   }
   layout.table_gpa = align(kernel_end);
   const uint64_t strings_gpa = layout.table_gpa + table.size();
-  uint64_t gpa = align(strings_gpa + strings);
-  for (const LoadedModule& m : modules) {
-    if (gpa + m.data.size() > limit)
-      return absl::ResourceExhaustedError(absl::StrFormat(
-          "--initrd: module \"%s\" (%u bytes) does not fit in guest RAM: it would end at 0x%x, RAM%s ends at 0x%x "
-          "(give more --mem)",
-          m.cmdline, m.data.size(), gpa + m.data.size(), limit < ram.size() ? " below 4 GiB" : "", limit));
-    layout.modules.push_back(GpaRange{gpa, gpa + m.data.size(), "multiboot module " + m.cmdline});
-    gpa = align(gpa + m.data.size());
-  }
+  VBTS_ASSIGN_OR_RETURN(layout.modules, LayOutModules(ram.size(), align(strings_gpa + strings), modules));
   std::vector<uint8_t> block(align(strings_gpa + strings) - layout.table_gpa, 0);
   uint64_t s = strings_gpa;
   for (size_t i = 0; i < modules.size(); i++) {
@@ -192,10 +202,8 @@ absl::StatusOr<ModuleLayout> WriteMultibootModules(PhysMemory& ram, uint64_t inf
   }
   VBTS_RETURN_IF_ERROR(ram.Write(Gpa(layout.table_gpa), block));
   layout.reserved.push_back(GpaRange{layout.table_gpa, layout.table_gpa + block.size(), "multiboot module table"});
-  for (size_t i = 0; i < modules.size(); i++) {
-    VBTS_RETURN_IF_ERROR(ram.Write(Gpa(layout.modules[i].start), modules[i].data));
-    layout.reserved.push_back(layout.modules[i]);
-  }
+  VBTS_RETURN_IF_ERROR(WriteModules(ram, layout.modules, modules));
+  for (const GpaRange& r : layout.modules) layout.reserved.push_back(r);
   VBTS_ASSIGN_OR_RETURN(uint32_t flags, ram.ReadLe<uint32_t>(Gpa(info_gpa)));
   VBTS_RETURN_IF_ERROR(ram.WriteLe<uint32_t>(Gpa(info_gpa), flags | kMultibootInfoMods));
   VBTS_RETURN_IF_ERROR(ram.WriteLe<uint32_t>(Gpa(info_gpa + 20), static_cast<uint32_t>(modules.size())));

@@ -103,6 +103,27 @@ struct LoadedModule {
   std::vector<uint8_t> data;
 };
 
+// The guest's RAM as both boot protocols describe it (Multiboot mmap, PVH
+// memmap; types as E820: 1 available, 2 reserved): available [0, 0xA0000),
+// reserved [0xA0000, 1 MiB) (VGA window and BIOS ROM area by PC convention,
+// although vbts backs it with RAM), available [1 MiB, ram_size) if any.
+inline constexpr uint32_t kMmapAvailable = 1;
+inline constexpr uint32_t kMmapReserved = 2;
+struct BootMemoryRegion {
+  uint64_t base = 0, length = 0;
+  uint32_t type = 0;
+};
+std::vector<BootMemoryRegion> BootMemoryMap(uint64_t ram_size);
+
+// Where modules go, for both protocols: each at the next page boundary from
+// `first_gpa`, in order, named "module <cmdline>". ResourceExhausted if one
+// would end beyond RAM or 4 GiB.
+absl::StatusOr<std::vector<GpaRange>> LayOutModules(uint64_t ram_size, uint64_t first_gpa,
+                                                    const std::vector<LoadedModule>& modules);
+// Copies each module's bytes to its range from LayOutModules.
+absl::Status WriteModules(PhysMemory& ram, const std::vector<GpaRange>& where,
+                          const std::vector<LoadedModule>& modules);
+
 // Where WriteMultibootModules put the modules (for tests and -v).
 struct ModuleLayout {
   uint64_t table_gpa = 0;                 // mods_addr

@@ -48,6 +48,10 @@ void Uart16550::UpdateIir() {
     id = 0x00;
   }
   iir_ = static_cast<uint8_t>(id | (FifoEnabled() ? 0xC0 : 0x00));
+  if (InterruptPending() != irq_level_) {
+    irq_level_ = InterruptPending();
+    if (irq_) irq_(irq_level_);
+  }
 }
 
 void Uart16550::ReceiveInternal(uint8_t byte) {

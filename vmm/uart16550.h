@@ -35,12 +35,14 @@ namespace vbts::vmm {
 // In loopback a THR write is received back into RBR/the FIFO instead of
 // reaching the sink, and host input (Receive) is dropped. The receive FIFO
 // holds 16 bytes. The character-timeout interrupt (which needs a clock) is
-// not modelled. As in QEMU, MCR.OUT2 does not gate InterruptPending().
+// not modelled. As in QEMU, MCR.OUT2 does not gate InterruptPending() nor
+// the IRQ line (SetIrq).
 // An access wider than 1 byte is handled as consecutive 1-byte accesses.
 class Uart16550 : public PioDevice {
  public:
   static constexpr uint16_t kCom1Port = 0x3F8;
   static constexpr uint16_t kSize = 8;
+  static constexpr uint32_t kCom1Irq = 4;  // ISA line
   static constexpr size_t kFifoSize = 16;
 
   explicit Uart16550(std::function<void(uint8_t)> sink);
@@ -53,6 +55,9 @@ class Uart16550 : public PioDevice {
 
   // True when the IRQ line (IRQ 4 for COM1) would be asserted: IIR bit 0 clear.
   bool InterruptPending() const { return (iir_ & 0x01) == 0; }
+  // The IRQ line: called with InterruptPending() whenever it changes (QEMU's
+  // serial_update_irq drives the line from IIR the same way).
+  void SetIrq(std::function<void(bool)> irq) { irq_ = std::move(irq); }
 
   uint16_t divisor() const { return divisor_; }
 
@@ -65,6 +70,8 @@ class Uart16550 : public PioDevice {
   size_t TriggerLevel() const;
 
   std::function<void(uint8_t)> sink_;
+  std::function<void(bool)> irq_;
+  bool irq_level_ = false;
   uint8_t rbr_ = 0;
   std::deque<uint8_t> rx_fifo_;
   uint8_t ier_ = 0;

@@ -94,6 +94,23 @@ TEST_F(UartTest, ThreInterruptClearedByIirReadAndRearmedByThrWrite) {
   EXPECT_EQ(out_, "x");
 }
 
+TEST_F(UartTest, IrqLineFollowsIirAsLinuxsInterruptDrivenTransmitSeesIt) {
+  // Linux's 8250 driver sends console output from its THRE interrupt: the
+  // line rises when IER.THRI arms it with THR empty, falls when IIR is read
+  // (the interrupt is taken), rises again after the next THR write.
+  std::vector<bool> edges;
+  uart_.SetIrq([&edges](bool level) { edges.push_back(level); });
+  Out(0x3F9, 0x02);  // IER = THRI
+  EXPECT_EQ(edges, std::vector<bool>({true}));
+  EXPECT_EQ(In(0x3FA), 0x02);  // THRE: reading it clears it
+  EXPECT_EQ(edges, std::vector<bool>({true, false}));
+  Out(0x3F8, 'x');
+  EXPECT_EQ(edges, std::vector<bool>({true, false, true}));
+  Out(0x3F9, 0x00);  // IER = 0: nothing can be pending
+  EXPECT_EQ(edges, std::vector<bool>({true, false, true, false}));
+  EXPECT_EQ(out_, "x");
+}
+
 TEST_F(UartTest, ReceivedDataSetsDrAndRdiInterrupt) {
   Out(0x3F9, 0x01);  // IER.RDI
   EXPECT_EQ(In(0x3FA), 0x01);

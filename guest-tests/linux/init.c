@@ -1,0 +1,198 @@
+// init.c: PID 1 of the initramfs that `linux.*` tests boot Debian's kernel with
+// (guest-tests/linux/README.md). It asks Linux's own perf for what vbts
+// emulates, through the system calls `perf stat -e instructions:u` and
+// `perf record -e intel_bts//u` use, checks exact results, prints PASS/FAIL/SKIP
+// lines like the other guest-tests images and ends the run through the
+// debug-exit port 0xF4: 0 (status 1) all passed, 1 (status 3) a failure,
+// 77 (status 155) perf has no PMU (QEMU TCG).
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/perf_event.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/io.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/reboot.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+static int failures, passes;
+
+static void report(int ok, const char* name, const char* detail) {
+  printf("%s: %s%s%s\n", ok ? "PASS" : "FAIL", name, detail[0] ? ": " : "", detail);
+  if (ok) passes++;
+  else failures++;
+}
+
+static void finish(int verdict) {
+  printf("SUMMARY: %d passed, %d failed\n", passes, failures);
+  fflush(stdout);
+  if (ioperm(0xf4, 4, 1) == 0) outl(verdict, 0xf4);
+  reboot(RB_POWER_OFF);  // without the port (not vbts, not QEMU's isa-debug-exit)
+  for (;;) pause();
+}
+
+static int perf_open(struct perf_event_attr* attr) {
+  return (int)syscall(SYS_perf_event_open, attr, 0, -1, -1, 0);
+}
+
+// The counted loop: ENABLE, N iterations of dec/jnz, DISABLE, as raw system
+// calls so that no library code runs between them. Returns the count.
+static uint64_t count_loop(int fd, uint64_t n) {
+  register long rax __asm__("rax");
+  __asm__ volatile(
+      "mov %[nr], %%eax\n\t"
+      "mov %[fd], %%edi\n\t"
+      "mov %[on], %%esi\n\t"
+      "xor %%edx, %%edx\n\t"
+      "syscall\n\t"
+      "mov %[n], %%rcx\n"
+      "1:\n\t"
+      "dec %%rcx\n\t"
+      "jnz 1b\n\t"
+      "mov %[nr], %%eax\n\t"
+      "mov %[fd], %%edi\n\t"
+      "mov %[off], %%esi\n\t"
+      "xor %%edx, %%edx\n\t"
+      "syscall\n\t"
+      : "=&a"(rax)
+      : [nr] "i"(SYS_ioctl), [fd] "r"(fd), [on] "i"(PERF_EVENT_IOC_ENABLE), [off] "i"(PERF_EVENT_IOC_DISABLE),
+        [n] "r"(n)
+      : "rcx", "rdx", "rsi", "rdi", "r11", "memory");
+  uint64_t value = 0;
+  if (read(fd, &value, sizeof value) != sizeof value) return ~0ull;
+  return value;
+}
+
+// instructions:u over the loop at two lengths: whatever the enabling and
+// disabling system calls add at the edges is the same both times, so the
+// difference is exactly the 1000 more iterations of two instructions each.
+static void test_instructions(void) {
+  struct perf_event_attr a;
+  memset(&a, 0, sizeof a);
+  a.size = sizeof a;
+  a.type = PERF_TYPE_HARDWARE;
+  a.config = PERF_COUNT_HW_INSTRUCTIONS;
+  a.disabled = 1;
+  a.exclude_kernel = 1;
+  a.exclude_hv = 1;
+  int fd = perf_open(&a);
+  char detail[160];
+  if (fd < 0) {
+    snprintf(detail, sizeof detail, "perf_event_open: %s", strerror(errno));
+    report(0, "instructions:u", detail);
+    return;
+  }
+  const uint64_t c1000 = count_loop(fd, 1000);
+  ioctl(fd, PERF_EVENT_IOC_RESET, 0);
+  const uint64_t c2000 = count_loop(fd, 2000);
+  snprintf(detail, sizeof detail, "%llu over 1000 iterations, %llu over 2000 (difference %lld, expected 2000)",
+           (unsigned long long)c1000, (unsigned long long)c2000, (long long)(c2000 - c1000));
+  report(c2000 - c1000 == 2000, "instructions:u", detail);
+  close(fd);
+}
+
+// The BTS workload: a call, n iterations of dec/jnz, a return.
+extern void bts_loop(uint64_t n);
+extern char bts_loop_head[], bts_loop_jnz[], bts_loop_ret[];
+__asm__(
+    ".text\n"
+    ".globl bts_loop, bts_loop_head, bts_loop_jnz, bts_loop_ret\n"
+    "bts_loop:\n\t"
+    "mov %rdi, %rcx\n"
+    "bts_loop_head:\n\t"
+    "dec %rcx\n"
+    "bts_loop_jnz:\n\t"
+    "jnz bts_loop_head\n"
+    "bts_loop_ret:\n\t"
+    "ret\n");
+
+static int read_int_file(const char* path, int* value) {
+  FILE* f = fopen(path, "r");
+  if (!f) return -1;
+  int ok = fscanf(f, "%d", value) == 1;
+  fclose(f);
+  return ok ? 0 : -1;
+}
+
+// `perf record -e intel_bts//u` in small: Linux's intel_bts PMU writes the
+// BTS records of this process into a perf AUX buffer (64-bit records: from,
+// to, flags). The loop's jnz is taken n - 1 times: exactly n - 1 records
+// from bts_loop_jnz to bts_loop_head, one call into bts_loop and one return
+// from bts_loop_ret, wherever the rest of the buffer comes from.
+static void test_intel_bts(void) {
+  int type;
+  if (read_int_file("/sys/bus/event_source/devices/intel_bts/type", &type) != 0) {
+    report(0, "intel_bts", "no intel_bts PMU in /sys/bus/event_source/devices (pti=off? DTES64?)");
+    return;
+  }
+  struct perf_event_attr a;
+  memset(&a, 0, sizeof a);
+  a.size = sizeof a;
+  a.type = (uint32_t)type;
+  a.disabled = 1;
+  a.exclude_kernel = 1;
+  a.exclude_hv = 1;
+  int fd = perf_open(&a);
+  char detail[200];
+  if (fd < 0) {
+    snprintf(detail, sizeof detail, "perf_event_open(intel_bts): %s", strerror(errno));
+    report(0, "intel_bts", detail);
+    return;
+  }
+  const long page = sysconf(_SC_PAGESIZE);
+  const size_t data_pages = 1, aux_pages = 64;  // 256 KiB: ~10 900 records
+  struct perf_event_mmap_page* pc =
+      mmap(NULL, (1 + data_pages) * page, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (pc == MAP_FAILED) {
+    snprintf(detail, sizeof detail, "mmap: %s", strerror(errno));
+    report(0, "intel_bts", detail);
+    return;
+  }
+  pc->aux_offset = (1 + data_pages) * page;
+  pc->aux_size = aux_pages * page;
+  const uint64_t* aux = mmap(NULL, pc->aux_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, pc->aux_offset);
+  if (aux == MAP_FAILED) {
+    snprintf(detail, sizeof detail, "mmap of the AUX area: %s", strerror(errno));
+    report(0, "intel_bts", detail);
+    return;
+  }
+  const uint64_t n = 1000;
+  ioctl(fd, PERF_EVENT_IOC_ENABLE, 0);
+  bts_loop(n);
+  ioctl(fd, PERF_EVENT_IOC_DISABLE, 0);
+  const uint64_t head = __atomic_load_n(&pc->aux_head, __ATOMIC_ACQUIRE);
+  uint64_t records = head / 24, back = 0, calls = 0, rets = 0, kernel_from = 0;
+  for (uint64_t i = 0; i < records && i < pc->aux_size / 24; i++) {
+    const uint64_t from = aux[3 * i], to = aux[3 * i + 1];
+    if (from == (uint64_t)bts_loop_jnz && to == (uint64_t)bts_loop_head) back++;
+    if (to == (uint64_t)bts_loop) calls++;
+    if (from == (uint64_t)bts_loop_ret) rets++;
+    if (from >> 47) kernel_from++;
+  }
+  snprintf(detail, sizeof detail,
+           "%llu records; jnz->head %llu (expected %llu), calls in %llu, returns %llu (expected 1 each); "
+           "%llu from kernel addresses",
+           (unsigned long long)records, (unsigned long long)back, (unsigned long long)(n - 1),
+           (unsigned long long)calls, (unsigned long long)rets, (unsigned long long)kernel_from);
+  report(back == n - 1 && calls == 1 && rets == 1, "intel_bts", detail);
+  close(fd);
+}
+
+int main(void) {
+  mount("sysfs", "/sys", "sysfs", 0, NULL);
+  mount("proc", "/proc", "proc", 0, NULL);
+  setvbuf(stdout, NULL, _IONBF, 0);
+  printf("vbts linux init: pid %d\n", getpid());
+  if (access("/sys/bus/event_source/devices/cpu", F_OK) != 0) {
+    printf("SKIP: no hardware PMU under this kernel (/sys/bus/event_source/devices/cpu)\n");
+    finish(77);
+  }
+  test_instructions();
+  test_intel_bts();
+  finish(failures ? 1 : 0);
+}
