@@ -24,6 +24,7 @@ packages=(
   clang libclang-rt-14-dev  # scripts/fuzz.sh: libFuzzer targets (fuzz/), with ASan/UBSan
   libseccomp-dev        # the syscall filter vbts runs under after setup (vmm/sandbox.h)
   gdb                   # gdb.* tests: Debian's gdb against vbts's gdbstub (docs/gdb.md)
+  lz4 xz-utils zstd     # linux.* tests: scripts/fetch-linux.sh unpacks Debian's kernel
 )
 missing=()
 for p in "${packages[@]}"; do
@@ -40,3 +41,5 @@ fi
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j"$(nproc)"
 echo "setup: built build/vbts"
+# Debian's kernel for the linux.* tests (not installed: unpacked into build/linux).
+scripts/fetch-linux.sh build/linux || echo "setup: no Debian kernel (linux.* tests will be skipped)" >&2

@@ -1,7 +1,7 @@
 // init.c: PID 1 of the initramfs that `linux.*` tests boot Debian's kernel with
 // (guest-tests/linux/README.md). It asks Linux's own perf for what vbts
 // emulates, through the system calls `perf stat -e instructions:u` and
-// `perf record -e intel_bts//u` use, checks exact results, prints PASS/FAIL/SKIP
+// `perf record -e intel_bts//u` and `perf record -b` use, checks exact results, prints PASS/FAIL/SKIP
 // lines like the other guest-tests images and ends the run through the
 // debug-exit port 0xF4: 0 (status 1) all passed, 1 (status 3) a failure,
 // 77 (status 155) perf has no PMU (QEMU TCG).
@@ -180,6 +180,94 @@ static void test_intel_bts(void) {
            (unsigned long long)records, (unsigned long long)back, (unsigned long long)(n - 1),
            (unsigned long long)calls, (unsigned long long)rets, (unsigned long long)kernel_from);
   report(back == n - 1 && calls == 1 && rets == 1, "intel_bts", detail);
+  // The event lives while mapped; BTS and LBR users exclude each other.
+  munmap((void*)aux, aux_pages * page);
+  munmap(pc, (1 + data_pages) * page);
+  close(fd);
+}
+
+// The LBR workload: n iterations of dec/jnz (its own copy, so that its
+// addresses are its own).
+extern void lbr_loop(uint64_t n);
+extern char lbr_loop_head[], lbr_loop_jnz[], lbr_loop_ret[];
+__asm__(
+    ".text\n"
+    ".globl lbr_loop, lbr_loop_head, lbr_loop_jnz, lbr_loop_ret\n"
+    "lbr_loop:\n\t"
+    "mov %rdi, %rcx\n"
+    "lbr_loop_head:\n\t"
+    "dec %rcx\n"
+    "lbr_loop_jnz:\n\t"
+    "jnz lbr_loop_head\n"
+    "lbr_loop_ret:\n\t"
+    "ret\n");
+
+// `perf record -b -e instructions:u -c 10007` in small: a sample every
+// 10 007 user instructions, each with the whole LBR stack (16 entries on
+// Westmere, 32 on Skylake; user branches only, through MSR_LBR_SELECT;
+// frozen on the PMI). The loop runs 200 000 instructions and fewer than 140
+// counted ones come before it, so exactly 19 samples fall inside it
+// (19 x 10 007 = 190 133 <= 200 000 + pre < 200 140 = 20 x 10 007), each
+// after thousands of iterations: every entry is the loop's jnz to its head.
+static void test_lbr(void) {
+  struct perf_event_attr a;
+  memset(&a, 0, sizeof a);
+  a.size = sizeof a;
+  a.type = PERF_TYPE_HARDWARE;
+  a.config = PERF_COUNT_HW_INSTRUCTIONS;
+  a.sample_period = 10007;
+  a.sample_type = PERF_SAMPLE_IP | PERF_SAMPLE_BRANCH_STACK;
+  a.branch_sample_type = PERF_SAMPLE_BRANCH_ANY | PERF_SAMPLE_BRANCH_USER;
+  a.disabled = 1;
+  a.exclude_kernel = 1;
+  a.exclude_hv = 1;
+  int fd = perf_open(&a);
+  char detail[200];
+  if (fd < 0) {
+    snprintf(detail, sizeof detail, "perf_event_open(branch stack): %s", strerror(errno));
+    report(0, "lbr", detail);
+    return;
+  }
+  const long page = sysconf(_SC_PAGESIZE);
+  const size_t data_pages = 16;
+  struct perf_event_mmap_page* pc =
+      mmap(NULL, (1 + data_pages) * page, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (pc == MAP_FAILED) {
+    snprintf(detail, sizeof detail, "mmap: %s", strerror(errno));
+    report(0, "lbr", detail);
+    return;
+  }
+  ioctl(fd, PERF_EVENT_IOC_ENABLE, 0);
+  lbr_loop(100000);
+  ioctl(fd, PERF_EVENT_IOC_DISABLE, 0);
+  const uint64_t head = __atomic_load_n(&pc->data_head, __ATOMIC_ACQUIRE);
+  const uint8_t* data = (const uint8_t*)pc + pc->data_offset;
+  uint64_t samples = 0, in_loop = 0, good = 0, depth = 0;
+  for (uint64_t off = 0; off + sizeof(struct perf_event_header) <= head && head <= pc->data_size;) {
+    const struct perf_event_header* h = (const void*)(data + off);
+    if (h->size == 0) break;
+    if (h->type == PERF_RECORD_SAMPLE) {
+      const uint64_t* f = (const uint64_t*)(h + 1);
+      const uint64_t ip = f[0], nr = f[1];
+      const uint64_t* e = f + 2;  // perf_branch_entry: from, to, flags
+      samples++;
+      if (ip == (uint64_t)lbr_loop_head || ip == (uint64_t)lbr_loop_jnz) {
+        in_loop++;
+        uint64_t match = 0;
+        for (uint64_t i = 0; i < nr; i++)
+          if (e[3 * i] == (uint64_t)lbr_loop_jnz && e[3 * i + 1] == (uint64_t)lbr_loop_head) match++;
+        if (in_loop == 1) depth = nr;
+        if (nr == depth && match == nr) good++;
+      }
+    }
+    off += h->size;
+  }
+  snprintf(detail, sizeof detail,
+           "%llu samples, %llu in the loop (expected 19), %llu of them with all %llu entries jnz->head",
+           (unsigned long long)samples, (unsigned long long)in_loop, (unsigned long long)good,
+           (unsigned long long)depth);
+  report(in_loop == 19 && good == 19 && depth >= 16, "lbr", detail);
+  munmap(pc, (1 + data_pages) * page);
   close(fd);
 }
 
@@ -194,5 +282,6 @@ int main(void) {
   }
   test_instructions();
   test_intel_bts();
+  test_lbr();
   finish(failures ? 1 : 0);
 }

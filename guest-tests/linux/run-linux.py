@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""run-linux.py: boot Debian's kernel with guest-tests/linux/init.c as PID 1.
+
+    run-linux.py (--vbts PATH | --qemu PATH) --kernel VMLINUX --initrd CPIO [--cpu MODEL]
+
+The kernel is not ours: scripts/fetch-linux.sh puts Debian's cloud kernel
+(linux-image-cloud-amd64) there; without it the test is skipped (77) with a
+line saying how to get it. Both monitors get the same command line: COM1 as
+the console, `pti=off` (Linux refuses intel_bts while page-table isolation is
+on, arch/x86/events/intel/bts.c), `nmi_watchdog=0` (the watchdog keeps a
+counter, and with it vbts's tracing, running for the whole boot), `panic=-1`
+(a panic resets at once: the run ends instead of waiting).
+
+Under vbts: status 1 (every check of init.c passed), its three PASS lines,
+"SUMMARY: 3 passed, 0 failed", and the kernel's line naming the PMU the CPU
+model gives it (Westmere: PEBS format 1 and a 16-deep LBR; Skylake: PEBS
+format 3, 32 LBRs and full-width counter writes; from IA32_PERF_CAPABILITIES
+and the model number, arch/x86/events/intel/core.c).
+Under QEMU's TCG (no PMU): status 155 and init's SKIP line.
+Exit status: 0 as expected, 1 not, 77 no kernel.
+"""
+import argparse
+import os
+import subprocess
+import sys
+
+APPEND = "console=ttyS0 panic=-1 nmi_watchdog=0 pti=off"
+PMU_LINES = {
+    "westmere": "Performance Events: PEBS fmt1+, Westmere events, 16-deep LBR, Intel PMU driver.",
+    "skylake": "Performance Events: PEBS fmt3+, Skylake events, 32-deep LBR, full-width counters, Intel PMU driver.",
+}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    mon = ap.add_mutually_exclusive_group(required=True)
+    mon.add_argument("--vbts")
+    mon.add_argument("--qemu")
+    ap.add_argument("--kernel", required=True)
+    ap.add_argument("--initrd", required=True)
+    ap.add_argument("--cpu", default="westmere")
+    a = ap.parse_args()
+    if not os.path.exists(a.kernel):
+        print("SKIP: no kernel at %s: run scripts/fetch-linux.sh %s (scripts/test.sh does)"
+              % (a.kernel, os.path.dirname(a.kernel)))
+        return 77
+    if a.vbts:
+        cmd = [a.vbts, "run", "--cpu=" + a.cpu, "--mem=512M", "--timeout=120",
+               "--initrd=" + a.initrd, "--append=" + APPEND, a.kernel]
+    else:
+        cmd = [a.qemu, "-accel", "tcg", "-cpu", a.cpu.capitalize(), "-m", "512", "-no-reboot",
+               "-display", "none", "-serial", "stdio", "-device", "isa-debug-exit,iobase=0xf4,iosize=4",
+               "-kernel", a.kernel, "-initrd", a.initrd, "-append", APPEND]
+    p = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace",
+                       timeout=300)
+    out = p.stdout.splitlines()
+    errors = []
+    want_status = 1 if a.vbts else 155
+    if p.returncode != want_status:
+        errors.append("status %d, expected %d" % (p.returncode, want_status))
+    lines = [l for l in out if not l.startswith("[")]  # init's lines, not the kernel's
+    if a.vbts:
+        for name in ("instructions:u", "intel_bts", "lbr"):
+            if not any(l.startswith("PASS: %s:" % name) for l in lines):
+                errors.append("no PASS line for %s" % name)
+        if "SUMMARY: 3 passed, 0 failed" not in lines:
+            errors.append("no 'SUMMARY: 3 passed, 0 failed' line")
+        want = PMU_LINES.get(a.cpu)
+        if want and not any(l.endswith("] " + want) for l in out):
+            errors.append("the kernel did not say %r" % want)
+    elif "SKIP: no hardware PMU under this kernel (/sys/bus/event_source/devices/cpu)" not in lines:
+        errors.append("no SKIP line from init")
+    if any(l.startswith("FAIL") for l in lines):
+        errors.append("FAIL lines")
+    if errors:
+        sys.stdout.write(p.stdout[-6000:])
+        sys.stdout.write(p.stderr[-2000:])
+        print("run-linux: " + "; ".join(errors))
+        return 1
+    for l in lines:
+        print(l)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
