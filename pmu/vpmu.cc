@@ -452,7 +452,7 @@ struct VirtualPmu::State {
     const uint64_t rec = format >= 4 ? kGroupBasic + ((cfg & kCfgMemInfo) ? kGroupMemInfo : 0) +
                                            ((cfg & kCfgGprs) ? kGroupGprs : 0) + ((cfg & kCfgXmms) ? kGroupXmms : 0) +
                                            lbr_n * kLbrEntry
-                     : format >= 3 ? 0xC0
+                     : format >= 3 ? 0xC8  // Skylake: Haswell's 0xC0 plus the TSC (SDM table 18-55)
                      : format >= 1 ? 0xB0
                                    : 0x90;
     Access acc;
@@ -522,6 +522,8 @@ struct VirtualPmu::State {
       if (rec >= 0xB0) r[18] = format >= 3 ? counters : global_status;  // 90H: applicable counters / GLOBAL_STATUS
       // 98H data linear address, A0H data source, A8H latency: load latency is not modelled (0).
       if (rec >= 0xC0) r[22] = b.from & m32;  // B0H EventingIP: the instruction that caused the assist
+      // B8H TX abort information: 0 (no TSX); C0H TSC at the assist.
+      if (rec >= 0xC8) r[24] = after->tsc;
     }
     acc.write = true;
     absl::StatusOr<AccessFault> wf =

@@ -52,10 +52,10 @@ struct PmuEffects {
 struct GuestRegs {
   uint64_t rflags = 0;
   uint64_t gpr[16] = {};  // x86 encoding order: RAX, RCX, RDX, RBX, RSP, RBP, RSI, RDI, R8-R15
-  // Adaptive PEBS (format 4) only: the basic group's TSC (the guest's
-  // time-stamp counter as the engine reads it at the stop after the
-  // instruction, docs/pmu-model.md) and XMM0-15 for the XMM group, needed
-  // while WantsXmm().
+  // The TSC of format 3's C0H field and adaptive PEBS's basic group (the
+  // guest's time-stamp counter as the engine reads it at the stop after the
+  // instruction, docs/pmu-model.md); XMM0-15 for format 4's XMM group,
+  // needed while WantsXmm().
   uint64_t tsc = 0;
   uint8_t xmm[16][16] = {};
 };

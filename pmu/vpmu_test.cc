@@ -863,23 +863,29 @@ TEST_F(PebsIcelakeTest, OneRecordForTwoCountersThirtyTwoBitGprs) {
 }
 
 TEST_F(PebsSkylakeTest, FormatThreeAddsEventingIpAndApplicableCounters) {
-  // Skylake: PERF_CAPABILITIES[11:8] = 3: 0xC0-byte records, 90H = the counters
-  // that caused the record, B0H = EventingIP (the instruction that caused it).
-  SetUpPebs(0xC0 * 2, 0xC0, 0);
+  // Skylake: PERF_CAPABILITIES[11:8] = 3: 0xC8-byte records (SDM table 18-55;
+  // Linux's struct pebs_record_skl, "same as HSW, plus TSC"), 90H = the
+  // counters that caused the record, B0H = EventingIP (the instruction that
+  // caused it), B8H = TX abort information (0: no TSX), C0H = the TSC.
+  SetUpPebs(0xC8 * 2, 0xC8, 0);
   GuestRegs r;
+  r.tsc = 0x123456789aull;
+  ASSERT_TRUE(mem_.WriteLe<uint64_t>(Gpa(kPebs + 0xB8), 0xdead).ok());
   Obs(Jmp(0x100, 0x102, 0, BranchKind::kNone));
   Obs(Jmp(0x102, 0x104, 0, BranchKind::kNone));
   EXPECT_TRUE(ObsRegs(Jmp(0x104, 0x300, 0, BranchKind::kCall), r).pmi);
-  EXPECT_EQ(Mem64(kDsArea + 0x28), kPebs + 0xC0);
+  EXPECT_EQ(Mem64(kDsArea + 0x28), kPebs + 0xC8);
   EXPECT_EQ(Mem64(kPebs + 0x08), 0x300u);
   EXPECT_EQ(Mem64(kPebs + 0x90), 1u);
   EXPECT_EQ(Mem64(kPebs + 0xB0), 0x104u);
+  EXPECT_EQ(Mem64(kPebs + 0xB8), 0u);
+  EXPECT_EQ(Mem64(kPebs + 0xC0), 0x123456789aull);
   EXPECT_EQ(Rd(0xC1), 0u);  // reset value 0
 }
 
 TEST_F(PebsSkylakeTest, WrmsrIsAPebsEventOnlyWhenItLeavesTheCounterCounting) {
   // PMC0 from 2^48 - 2, reset 2^48 - 1, room and threshold 4 records (no PMI).
-  SetUpPebs(0xC0 * 4, 0xC0 * 4, 0xFFFFFFFFFFFFull);
+  SetUpPebs(0xC8 * 4, 0xC8 * 4, 0xFFFFFFFFFFFFull);
   GuestRegs r;
   r.gpr[0] = 0xAA;
   Wrmsr(0x38F, 0, 0x500);  // disables PMC0: not counted, 2^48 - 2
@@ -891,7 +897,7 @@ TEST_F(PebsSkylakeTest, WrmsrIsAPebsEventOnlyWhenItLeavesTheCounterCounting) {
   // The next event is a WRMSR (of PMC1): the assist follows it, EventingIP = the WRMSR.
   Wr(0xC2, 5);
   EXPECT_FALSE(ObsRegs(Jmp(0x530, 0x532, 0, BranchKind::kNone), r).pmi);
-  EXPECT_EQ(Mem64(kDsArea + 0x28), kPebs + 0xC0);
+  EXPECT_EQ(Mem64(kDsArea + 0x28), kPebs + 0xC8);
   EXPECT_EQ(Mem64(kPebs + 0x08), 0x532u);  // RIP: the instruction after the WRMSR
   EXPECT_EQ(Mem64(kPebs + 0x10), 0xAAu);
   EXPECT_EQ(Mem64(kPebs + 0xB0), 0x530u);  // EventingIP: the WRMSR
@@ -902,7 +908,7 @@ TEST_F(PebsSkylakeTest, WrmsrIsAPebsEventOnlyWhenItLeavesTheCounterCounting) {
   EXPECT_TRUE(pmu_.WantsRegs());
   Wr(0x38F, 0);
   EXPECT_FALSE(ObsRegs(Jmp(0x550, 0x552, 0, BranchKind::kNone), r).pmi);
-  EXPECT_EQ(Mem64(kDsArea + 0x28), kPebs + 0xC0);
+  EXPECT_EQ(Mem64(kDsArea + 0x28), kPebs + 0xC8);
   EXPECT_TRUE(pmu_.WantsRegs());
   EXPECT_EQ(Rd(0x38E), 1u);
   EXPECT_EQ(Rd(0xC1), 0u);

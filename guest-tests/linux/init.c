@@ -1,7 +1,8 @@
 // init.c: PID 1 of the initramfs that `linux.*` tests boot Debian's kernel with
 // (guest-tests/linux/README.md). It asks Linux's own perf for what vbts
-// emulates, through the system calls `perf stat -e instructions:u` and
-// `perf record -e intel_bts//u` and `perf record -b` use, checks exact results, prints PASS/FAIL/SKIP
+// emulates, through the system calls `perf stat -e instructions:u`,
+// `perf record -e intel_bts//u`, `perf record -b` and `perf record -e
+// instructions:upp` use, checks exact results, prints PASS/FAIL/SKIP
 // lines like the other guest-tests images and ends the run through the
 // debug-exit port 0xF4: 0 (status 1) all passed, 1 (status 3) a failure,
 // 77 (status 155) perf has no PMU (QEMU TCG).
@@ -202,31 +203,26 @@ __asm__(
     "lbr_loop_ret:\n\t"
     "ret\n");
 
-// `perf record -b -e instructions:u -c 10007` in small: a sample every
-// 10 007 user instructions, each with the whole LBR stack (16 entries on
-// Westmere, 32 on Skylake; user branches only, through MSR_LBR_SELECT;
-// frozen on the PMI). The loop runs 200 000 instructions and fewer than 140
-// counted ones come before it, so exactly 19 samples fall inside it
-// (19 x 10 007 = 190 133 <= 200 000 + pre < 200 140 = 20 x 10 007), each
-// after thousands of iterations: every entry is the loop's jnz to its head.
-static void test_lbr(void) {
-  struct perf_event_attr a;
-  memset(&a, 0, sizeof a);
-  a.size = sizeof a;
-  a.type = PERF_TYPE_HARDWARE;
-  a.config = PERF_COUNT_HW_INSTRUCTIONS;
-  a.sample_period = 10007;
-  a.sample_type = PERF_SAMPLE_IP | PERF_SAMPLE_BRANCH_STACK;
-  a.branch_sample_type = PERF_SAMPLE_BRANCH_ANY | PERF_SAMPLE_BRANCH_USER;
-  a.disabled = 1;
-  a.exclude_kernel = 1;
-  a.exclude_hv = 1;
-  int fd = perf_open(&a);
+// Samples `a` (instructions:u every 10 007) over lbr_loop(100000) through
+// perf's ring buffer and hands each PERF_RECORD_SAMPLE's fields to `sample`.
+// The loop runs 200 000 instructions and fewer than 140 counted ones come
+// before it, so exactly 19 samples fall inside it (19 x 10 007 = 190 133 <=
+// 200 000 + pre < 200 140 = 20 x 10 007), each after thousands of
+// iterations. False (with a FAIL line) if perf refuses the event.
+static int sample_loop(struct perf_event_attr* a, const char* name, void (*sample)(const uint64_t* fields)) {
+  a->size = sizeof *a;
+  a->type = PERF_TYPE_HARDWARE;
+  a->config = PERF_COUNT_HW_INSTRUCTIONS;
+  a->sample_period = 10007;
+  a->disabled = 1;
+  a->exclude_kernel = 1;
+  a->exclude_hv = 1;
   char detail[200];
+  int fd = perf_open(a);
   if (fd < 0) {
-    snprintf(detail, sizeof detail, "perf_event_open(branch stack): %s", strerror(errno));
-    report(0, "lbr", detail);
-    return;
+    snprintf(detail, sizeof detail, "perf_event_open: %s", strerror(errno));
+    report(0, name, detail);
+    return 0;
   }
   const long page = sysconf(_SC_PAGESIZE);
   const size_t data_pages = 16;
@@ -234,41 +230,88 @@ static void test_lbr(void) {
       mmap(NULL, (1 + data_pages) * page, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (pc == MAP_FAILED) {
     snprintf(detail, sizeof detail, "mmap: %s", strerror(errno));
-    report(0, "lbr", detail);
-    return;
+    report(0, name, detail);
+    close(fd);
+    return 0;
   }
   ioctl(fd, PERF_EVENT_IOC_ENABLE, 0);
   lbr_loop(100000);
   ioctl(fd, PERF_EVENT_IOC_DISABLE, 0);
   const uint64_t head = __atomic_load_n(&pc->data_head, __ATOMIC_ACQUIRE);
   const uint8_t* data = (const uint8_t*)pc + pc->data_offset;
-  uint64_t samples = 0, in_loop = 0, good = 0, depth = 0;
   for (uint64_t off = 0; off + sizeof(struct perf_event_header) <= head && head <= pc->data_size;) {
     const struct perf_event_header* h = (const void*)(data + off);
     if (h->size == 0) break;
-    if (h->type == PERF_RECORD_SAMPLE) {
-      const uint64_t* f = (const uint64_t*)(h + 1);
-      const uint64_t ip = f[0], nr = f[1];
-      const uint64_t* e = f + 2;  // perf_branch_entry: from, to, flags
-      samples++;
-      if (ip == (uint64_t)lbr_loop_head || ip == (uint64_t)lbr_loop_jnz) {
-        in_loop++;
-        uint64_t match = 0;
-        for (uint64_t i = 0; i < nr; i++)
-          if (e[3 * i] == (uint64_t)lbr_loop_jnz && e[3 * i + 1] == (uint64_t)lbr_loop_head) match++;
-        if (in_loop == 1) depth = nr;
-        if (nr == depth && match == nr) good++;
-      }
-    }
+    if (h->type == PERF_RECORD_SAMPLE) sample((const uint64_t*)(h + 1));
     off += h->size;
   }
-  snprintf(detail, sizeof detail,
-           "%llu samples, %llu in the loop (expected 19), %llu of them with all %llu entries jnz->head",
-           (unsigned long long)samples, (unsigned long long)in_loop, (unsigned long long)good,
-           (unsigned long long)depth);
-  report(in_loop == 19 && good == 19 && depth >= 16, "lbr", detail);
   munmap(pc, (1 + data_pages) * page);
   close(fd);
+  return 1;
+}
+
+static int in_lbr_loop(uint64_t ip) { return ip == (uint64_t)lbr_loop_head || ip == (uint64_t)lbr_loop_jnz; }
+
+// `perf record -b`: each sample carries the whole LBR stack (16 entries on
+// Westmere, 32 on Skylake and Ice Lake; user branches only, through
+// MSR_LBR_SELECT; frozen on the PMI), so each of the 19 in the loop holds
+// nothing but the loop's jnz to its head.
+static uint64_t lbr_samples, lbr_in_loop, lbr_good, lbr_depth;
+static void lbr_sample(const uint64_t* f) {
+  const uint64_t ip = f[0], nr = f[1];
+  const uint64_t* e = f + 2;  // perf_branch_entry: from, to, flags
+  lbr_samples++;
+  if (!in_lbr_loop(ip)) return;
+  uint64_t match = 0;
+  for (uint64_t i = 0; i < nr; i++)
+    if (e[3 * i] == (uint64_t)lbr_loop_jnz && e[3 * i + 1] == (uint64_t)lbr_loop_head) match++;
+  if (++lbr_in_loop == 1) lbr_depth = nr;
+  if (nr == lbr_depth && match == nr) lbr_good++;
+}
+static void test_lbr(void) {
+  struct perf_event_attr a;
+  memset(&a, 0, sizeof a);
+  a.sample_type = PERF_SAMPLE_IP | PERF_SAMPLE_BRANCH_STACK;
+  a.branch_sample_type = PERF_SAMPLE_BRANCH_ANY | PERF_SAMPLE_BRANCH_USER;
+  if (!sample_loop(&a, "lbr", lbr_sample)) return;
+  char detail[200];
+  snprintf(detail, sizeof detail,
+           "%llu samples, %llu in the loop (expected 19), %llu of them with all %llu entries jnz->head",
+           (unsigned long long)lbr_samples, (unsigned long long)lbr_in_loop, (unsigned long long)lbr_good,
+           (unsigned long long)lbr_depth);
+  report(lbr_in_loop == 19 && lbr_good == 19 && lbr_depth >= 16, "lbr", detail);
+}
+
+// `perf record -e instructions:upp`: the samples come from PEBS records
+// (Westmere's format 1, with the IP fixed up through the LBRs; Skylake's
+// format 3 and Ice Lake's adaptive format 4 carry the eventing IP), written
+// into the debug store and drained at its threshold PMI or at the disable.
+// An overflow arms PEBS and the counter's next event causes the assist
+// (SDM 18.6.1.1), after which the counter restarts from the reset value
+// -10 007: assists come every 10 008 counted instructions, an even number,
+// so all 19 in the loop are at the same one of its two instructions (which
+// one depends on the parity of the instructions before the loop). The
+// kernel's first record format for Skylake, 0xC8 bytes with the TSC at C0H,
+// is the one this check found vbts writing 8 bytes short.
+static uint64_t pebs_samples, pebs_head, pebs_jnz, pebs_other;
+static void pebs_sample(const uint64_t* f) {
+  pebs_samples++;
+  if (f[0] == (uint64_t)lbr_loop_head) pebs_head++;
+  else if (f[0] == (uint64_t)lbr_loop_jnz) pebs_jnz++;
+  else if (!pebs_other) pebs_other = f[0];
+}
+static void test_pebs(void) {
+  struct perf_event_attr a;
+  memset(&a, 0, sizeof a);
+  a.sample_type = PERF_SAMPLE_IP;
+  a.precise_ip = 2;
+  if (!sample_loop(&a, "pebs", pebs_sample)) return;
+  char detail[200];
+  snprintf(detail, sizeof detail,
+           "%llu samples, %llu at the loop's dec and %llu at its jnz (expected 19 at one of them); first elsewhere: %#llx (loop at %p)",
+           (unsigned long long)pebs_samples, (unsigned long long)pebs_head, (unsigned long long)pebs_jnz,
+           (unsigned long long)pebs_other, (void*)lbr_loop);
+  report((pebs_head == 19 && pebs_jnz == 0) || (pebs_head == 0 && pebs_jnz == 19), "pebs", detail);
 }
 
 int main(void) {
@@ -283,5 +326,6 @@ int main(void) {
   test_instructions();
   test_intel_bts();
   test_lbr();
+  test_pebs();
   finish(failures ? 1 : 0);
 }

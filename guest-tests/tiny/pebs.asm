@@ -1,8 +1,9 @@
 ; pebs: precise event-based sampling (SDM vol. 3B 18.4.4, 18.6.1.1 and table 18-23; 18.9.4 for
 ; the Skylake format), 32-bit ring 0. PEBS support: CPUID.1:EDX.DS, CPUID.1:ECX.DTES64 (the
 ; 64-bit DS save area, the only one PEBS uses here), CPUID.1:ECX.PDCM with a PEBS record format
-; in IA32_PERF_CAPABILITIES[11:8] (1: 0xB0-byte records, Westmere; 3: 0xC0, Skylake, adding
-; EventingIP at B0H), IA32_MISC_ENABLE[12] (PEBS unavailable) clear, arch perfmon v2+.
+; in IA32_PERF_CAPABILITIES[11:8] (1: 0xB0-byte records, Westmere; 3: 0xC8, Skylake, adding
+; EventingIP at B0H, TX abort information at B8H and the TSC at C0H: SDM table 18-55, Linux's
+; struct pebs_record_skl), IA32_MISC_ENABLE[12] (PEBS unavailable) clear, arch perfmon v2+.
 ; Otherwise SKIP.
 ; Setup: DS save area with BTS off; PEBS buffer of 4 records, interrupt threshold after 2
 ; records, PEBS counter 0 reset value 2^48 - 3. PMC0 counts INST_RETIRED.ALL (C0H, umask 01H,
@@ -19,7 +20,8 @@
 ;    delivered before i6 (frame EIP = i6); FREEZE_PERFMON_ON_PMI clears GLOBAL_CTRL, so nothing
 ;    after i5 is counted: PMC0 stays at the reset value 2^48 - 3.
 ;  - record 1's GLOBAL_STATUS field (format 1) holds bit 0, the overflow that armed it; format 3
-;    has the applicable counters there (bit 0 too) and EventingIP = i1 / i5 at B0H.
+;    has the applicable counters there (bit 0 too), EventingIP = i1 / i5 at B0H, 0 at B8H (no
+;    TSX) and at C0H the TSC at the assist: record 2's is later than record 1's.
 ;  - the other registers of record 1 are what the code left: EBX/ESI/EDI/EBP set before, ECX =
 ;    0x38F and EDX = 0 from the GLOBAL_CTRL WRMSR, ESP unchanged, R8 0 (not IA-32e mode).
 ; Expected: status 1 under vbts (westmere, skylake); QEMU TCG: SKIP (155).
@@ -56,7 +58,7 @@ main:
         mov dword [rec], 0xB0
         cmp eax, 3
         jb .rec_ok
-        mov dword [rec], 0xC0
+        mov dword [rec], 0xC8
 .rec_ok:
         jmp setup
 .skip:
@@ -133,6 +135,22 @@ i8:     mov eax, 8
         cmp dword [fmt], 3
         jb .no_eventing_ip
         CHECK_EQ dword [esi + 0xB0], i5, "record 2 (format 3): EventingIP = i5"
+        mov eax, [esi + 0xB8]
+        or eax, [esi + 0xBC]
+        CHECK_EQ eax, 0, "record 2 (format 3): TX abort information = 0"
+        mov edi, esi
+        sub edi, [rec]                  ; record 1
+        mov eax, [esi + 0xC0]
+        mov edx, [esi + 0xC4]
+        sub eax, [edi + 0xC0]
+        sbb edx, [edi + 0xC4]           ; edx:eax = TSC(record 2) - TSC(record 1)
+        test edx, edx
+        setz cl
+        test eax, eax
+        setnz ch
+        and cl, ch                      ; 0 < difference < 2^32
+        movzx eax, cl
+        CHECK_EQ eax, 1, "records (format 3): the TSC at C0H moves forward from record 1 to record 2"
 .no_eventing_ip:
         mov ecx, 0xC1
         rdmsr
@@ -201,6 +219,6 @@ pmi_eip:        dd 0
 pmi_status_hi:  dd 0
 esp_at_i1:      dd 0
 align 64
-pebs_buffer:    times 4 * 0xC0 db 0
+pebs_buffer:    times 4 * 0xC8 db 0
 
 %include "end.inc"
