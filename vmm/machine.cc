@@ -231,6 +231,8 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
   debug_exit_ = std::make_unique<DebugExit>();
   VBTS_RETURN_IF_ERROR(pio_.Register(Uart16550::kCom1Port, Uart16550::kSize, uart_.get(), "COM1 16550"));
   VBTS_RETURN_IF_ERROR(pio_.Register(DebugExit::kPort, DebugExit::kSize, debug_exit_.get(), "isa-debug-exit"));
+  cmos_rtc_ = std::make_unique<CmosRtc>();
+  VBTS_RETURN_IF_ERROR(pio_.Register(CmosRtc::kPort, CmosRtc::kSize, cmos_rtc_.get(), "MC146818 RTC/CMOS"));
   reset_line_ = std::make_unique<ResetLine>();
   VBTS_RETURN_IF_ERROR(pio_.Register(ResetLine::kPort, ResetLine::kSize, reset_line_.get(), "8042 reset line"));
   testdev_io_ = std::make_unique<TestdevIo>();

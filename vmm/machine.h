@@ -25,6 +25,7 @@
 #include "vcpu/tcg_control.h"
 #include "vcpu/tcg_cpu.h"
 #include "vcpu/tracer.h"
+#include "vmm/cmos_rtc.h"
 #include "vmm/debug_exit.h"
 #include "vmm/debugger.h"
 #include "vmm/fw_cfg.h"
@@ -269,6 +270,7 @@ class Machine : private vcpu::TcgDevices {
   std::unique_ptr<Uart16550> uart_;
   std::unique_ptr<DebugExit> debug_exit_;
   std::unique_ptr<ResetLine> reset_line_;
+  std::unique_ptr<CmosRtc> cmos_rtc_;
   std::unique_ptr<FwCfg> fw_cfg_;
   std::unique_ptr<TestdevIo> testdev_io_;
   std::unique_ptr<TestdevIrq> testdev_irq_;

@@ -1,0 +1,160 @@
+// cmos_rtc.cc: MC146818 time registers computed from the host clock plus the guest's offset; CMOS RAM.
+#include "vmm/cmos_rtc.h"
+
+#include <algorithm>
+#include <ctime>
+
+namespace vbts::vmm {
+namespace {
+
+constexpr uint8_t kRegA = 0x0A, kRegB = 0x0B, kRegC = 0x0C, kRegD = 0x0D, kCentury = 0x32;
+constexpr uint8_t kBSet = 0x80, kBBinary = 0x04, kB24h = 0x02;
+constexpr uint8_t kAUip = 0x80;
+
+// Days since 1970-01-01 of a proleptic Gregorian date and back (the civil
+// calendar algorithms of H. Hinnant, "chrono-Compatible Low-Level Date
+// Algorithms"). vbts computes them itself: glibc's gmtime_r and timegm read
+// the time-zone file on first use, an openat the syscall filter forbids once
+// the guest runs.
+int64_t DaysFromCivil(int64_t y, int m, int d) {
+  y -= m <= 2;
+  const int64_t era = (y >= 0 ? y : y - 399) / 400;
+  const int64_t yoe = y - era * 400;
+  const int64_t doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+  const int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+  return era * 146097 + doe - 719468;
+}
+
+std::tm CivilFromSeconds(int64_t t) {
+  int64_t days = t / 86400, secs = t % 86400;
+  if (secs < 0) {
+    secs += 86400;
+    days--;
+  }
+  const int64_t z = days + 719468;
+  const int64_t era = (z >= 0 ? z : z - 146096) / 146097;
+  const int64_t doe = z - era * 146097;
+  const int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+  const int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+  const int64_t mp = (5 * doy + 2) / 153;
+  const int d = static_cast<int>(doy - (153 * mp + 2) / 5 + 1);
+  const int m = static_cast<int>(mp < 10 ? mp + 3 : mp - 9);
+  std::tm tm{};
+  tm.tm_year = static_cast<int>(yoe + era * 400 + (m <= 2)) - 1900;
+  tm.tm_mon = m - 1;
+  tm.tm_mday = d;
+  tm.tm_hour = static_cast<int>(secs / 3600);
+  tm.tm_min = static_cast<int>(secs / 60 % 60);
+  tm.tm_sec = static_cast<int>(secs % 60);
+  tm.tm_wday = static_cast<int>((days % 7 + 11) % 7);  // 1970-01-01 was a Thursday (4)
+  return tm;
+}
+
+int64_t SecondsFromCivil(const std::tm& tm) {
+  return DaysFromCivil(tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday) * 86400 + tm.tm_hour * 3600 + tm.tm_min * 60 +
+         tm.tm_sec;
+}
+
+}  // namespace
+
+CmosRtc::CmosRtc(std::function<int64_t()> now) : now_(std::move(now)) {
+  ram_[kRegA] = 0x26;
+  ram_[kRegB] = kB24h;
+  ram_[kRegD] = 0x80;
+}
+
+int64_t CmosRtc::Now() const { return now_ ? now_() : static_cast<int64_t>(std::time(nullptr)); }
+
+uint8_t CmosRtc::Encode(int v) const {
+  if (ram_[kRegB] & kBBinary) return static_cast<uint8_t>(v);
+  return static_cast<uint8_t>(((v / 10) << 4) | (v % 10));
+}
+
+int CmosRtc::Decode(uint8_t v) const {
+  if (ram_[kRegB] & kBBinary) return v;
+  return (v >> 4) * 10 + (v & 0xF);
+}
+
+std::tm CmosRtc::Time() const {
+  if (ram_[kRegB] & kBSet) return frozen_;
+  return CivilFromSeconds(Now() + offset_);
+}
+
+uint8_t CmosRtc::ReadReg(uint8_t reg) {
+  const std::tm tm = Time();
+  switch (reg) {
+    case 0x00: return Encode(tm.tm_sec);
+    case 0x02: return Encode(tm.tm_min);
+    case 0x04: {
+      if (ram_[kRegB] & kB24h) return Encode(tm.tm_hour);
+      const int h12 = tm.tm_hour % 12 == 0 ? 12 : tm.tm_hour % 12;
+      return static_cast<uint8_t>(Encode(h12) | (tm.tm_hour >= 12 ? 0x80 : 0));
+    }
+    case 0x06: return Encode(tm.tm_wday + 1);
+    case 0x07: return Encode(tm.tm_mday);
+    case 0x08: return Encode(tm.tm_mon + 1);
+    case 0x09: return Encode((tm.tm_year + 1900) % 100);
+    case kCentury: return Encode((tm.tm_year + 1900) / 100);
+    case kRegA: return ram_[kRegA] & ~kAUip;
+    case kRegC: return 0;
+    default: return ram_[reg];
+  }
+}
+
+void CmosRtc::WriteReg(uint8_t reg, uint8_t value) {
+  switch (reg) {
+    case 0x00: frozen_.tm_sec = Decode(value); break;
+    case 0x02: frozen_.tm_min = Decode(value); break;
+    case 0x04:
+      if (ram_[kRegB] & kB24h) {
+        frozen_.tm_hour = Decode(value);
+      } else {
+        const int h = Decode(value & 0x7F) % 12;
+        frozen_.tm_hour = h + ((value & 0x80) ? 12 : 0);
+      }
+      break;
+    case 0x06: frozen_.tm_wday = Decode(value) - 1; break;
+    case 0x07: frozen_.tm_mday = Decode(value); break;
+    case 0x08: frozen_.tm_mon = Decode(value) - 1; break;
+    case 0x09: frozen_.tm_year = (frozen_.tm_year + 1900) / 100 * 100 + Decode(value) - 1900; break;
+    case kCentury: frozen_.tm_year = Decode(value) * 100 + (frozen_.tm_year + 1900) % 100 - 1900; break;
+    case kRegA: ram_[kRegA] = value & ~kAUip; return;
+    case kRegB: {
+      const bool was_set = ram_[kRegB] & kBSet;
+      if (!was_set && (value & kBSet)) frozen_ = Time();  // freeze what the guest sees
+      ram_[kRegB] = value;
+      if (was_set && !(value & kBSet)) {
+        offset_ = SecondsFromCivil(frozen_) - Now();  // the clock runs on from what was written
+      }
+      return;
+    }
+    case kRegC:
+    case kRegD:
+      return;  // read-only
+    default:
+      ram_[reg] = value;
+      return;
+  }
+  // A time field written outside SET takes effect at once, as the datasheet's
+  // update cycle would copy it (QEMU does the same).
+  if (!(ram_[kRegB] & kBSet)) offset_ = SecondsFromCivil(frozen_) - Now();
+}
+
+void CmosRtc::Read(uint16_t offset, absl::Span<uint8_t> data) {
+  for (uint8_t& b : data) b = offset == 0 ? 0xFF : ReadReg(index_ & 0x7F);  // the index port reads as an empty bus
+}
+
+void CmosRtc::Write(uint16_t offset, absl::Span<const uint8_t> data) {
+  for (uint8_t b : data) {
+    if (offset == 0) {
+      index_ = b;
+      continue;
+    }
+    const uint8_t reg = index_ & 0x7F;
+    const bool time_field = reg == 0x00 || reg == 0x02 || reg == 0x04 || (reg >= 0x06 && reg <= 0x09) || reg == kCentury;
+    if (time_field && !(ram_[kRegB] & kBSet)) frozen_ = Time();  // change one field of the running clock
+    WriteReg(reg, b);
+  }
+}
+
+}  // namespace vbts::vmm

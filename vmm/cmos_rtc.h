@@ -1,0 +1,63 @@
+// cmos_rtc.h: the PC's MC146818 real-time clock and CMOS RAM at ports 0x70/0x71,
+// as QEMU's mc146818rtc presents it to a guest that reads the time of day.
+#ifndef VBTS_VMM_CMOS_RTC_H_
+#define VBTS_VMM_CMOS_RTC_H_
+
+#include <cstdint>
+#include <ctime>
+#include <functional>
+
+#include "vmm/pio_bus.h"
+
+namespace vbts::vmm {
+
+// Port 0x70 selects a register (bits 6:0; bit 7 is the NMI mask, kept and
+// otherwise ignored: vbts has no NMI sources behind it), port 0x71 reads or
+// writes it (MC146818A datasheet; QEMU hw/rtc/mc146818rtc.c):
+//   00H-09H  seconds, alarm seconds, minutes, alarm minutes, hours, alarm
+//            hours, day of week (1 = Sunday), day of month, month, year (2 digits)
+//            in BCD unless register B's DM (bit 2) is set, hours in 24-hour
+//            form unless B's 24/12 (bit 1) is clear (then 1-12, bit 7 = PM)
+//   0AH      A: divider and rate, R/W except UIP (bit 7), which reads 0: an
+//            update is never in progress when the guest looks (the time is
+//            computed at each read)
+//   0BH      B: R/W; SET (bit 7) freezes the time for the guest to write it;
+//            clearing SET starts the clock from what was written
+//   0CH      C: interrupt flags, read as 0 (no periodic, alarm or update
+//            interrupts: IRQ 8 is never raised)
+//   0DH      D: VRT (bit 7, valid RAM and time) always set, read-only
+//   32H      century in BCD/binary as the other fields (the ACPI FADT's usual
+//            century register, QEMU's too)
+//   others   CMOS RAM, R/W, zero at reset
+// Reset state as QEMU's: A = 26H (32.768 kHz, 1024 Hz), B = 02H (24-hour, BCD),
+// the time of the host clock (QEMU's default `-rtc base=utc`).
+// The clock is `now` (seconds since the epoch, UTC) plus the offset the guest
+// set; `now` is injectable for tests.
+class CmosRtc : public PioDevice {
+ public:
+  static constexpr uint16_t kPort = 0x70;
+  static constexpr uint16_t kSize = 2;
+
+  explicit CmosRtc(std::function<int64_t()> now = nullptr);
+
+  void Read(uint16_t offset, absl::Span<uint8_t> data) override;
+  void Write(uint16_t offset, absl::Span<const uint8_t> data) override;
+
+ private:
+  uint8_t ReadReg(uint8_t reg);
+  void WriteReg(uint8_t reg, uint8_t value);
+  int64_t Now() const;
+  uint8_t Encode(int v) const;   // binary or BCD per register B
+  int Decode(uint8_t v) const;
+  std::tm Time() const;          // the guest's time of day (frozen while SET)
+
+  std::function<int64_t()> now_;
+  int64_t offset_ = 0;          // guest time - host time, seconds
+  uint8_t index_ = 0;
+  uint8_t ram_[128] = {};
+  std::tm frozen_{};            // the time being written while SET
+};
+
+}  // namespace vbts::vmm
+
+#endif  // VBTS_VMM_CMOS_RTC_H_

@@ -1,0 +1,120 @@
+// cmos_rtc_test.cc: the MC146818 registers as Linux's mc146818_get_time/set_time use them.
+#include "vmm/cmos_rtc.h"
+
+#include <gtest/gtest.h>
+
+namespace vbts::vmm {
+namespace {
+
+// 2026-11-26 05:43:21 UTC, a Thursday: 1795671801 seconds since the epoch
+// (date -u -d '2026-11-26 05:43:21' +%s).
+constexpr int64_t kNow = 1795671801;
+
+class CmosRtcTest : public ::testing::Test {
+ protected:
+  uint8_t Rd(uint8_t reg) {
+    Out(0, reg);
+    uint8_t v = 0;
+    rtc_.Read(1, absl::MakeSpan(&v, 1));
+    return v;
+  }
+  void Wr(uint8_t reg, uint8_t v) {
+    Out(0, reg);
+    Out(1, v);
+  }
+  void Out(uint16_t port, uint8_t v) { rtc_.Write(port, absl::MakeConstSpan(&v, 1)); }
+  int64_t now_ = kNow;
+  CmosRtc rtc_{[this] { return now_; }};
+};
+
+TEST_F(CmosRtcTest, ReadsTheHostClockInBcdAnd24HourFormLikeQemu) {
+  EXPECT_EQ(Rd(0x0A), 0x26);  // UIP clear: Linux reads the time at once
+  EXPECT_EQ(Rd(0x0B), 0x02);  // 24-hour, BCD
+  EXPECT_EQ(Rd(0x0D), 0x80);  // valid RAM and time
+  EXPECT_EQ(Rd(0x00), 0x21);
+  EXPECT_EQ(Rd(0x02), 0x43);
+  EXPECT_EQ(Rd(0x04), 0x05);
+  EXPECT_EQ(Rd(0x06), 0x05);  // Thursday: 1 = Sunday
+  EXPECT_EQ(Rd(0x07), 0x26);
+  EXPECT_EQ(Rd(0x08), 0x11);
+  EXPECT_EQ(Rd(0x09), 0x26);
+  EXPECT_EQ(Rd(0x32), 0x20);  // century
+  now_ += 39;  // 05:44:00
+  EXPECT_EQ(Rd(0x00), 0x00);
+  EXPECT_EQ(Rd(0x02), 0x44);
+}
+
+TEST_F(CmosRtcTest, BinaryAnd12HourForms) {
+  Wr(0x0B, 0x04);  // binary, 12-hour
+  now_ += 12 * 3600;  // 17:43:21
+  EXPECT_EQ(Rd(0x00), 21);
+  EXPECT_EQ(Rd(0x04), 0x80 | 5);  // 5 PM
+  EXPECT_EQ(Rd(0x09), 26);
+}
+
+TEST_F(CmosRtcTest, TheGuestSetsTheClockUnderSetAndItRunsOnFromThere) {
+  // Linux's mc146818_set_time: SET, the fields, clear SET.
+  Wr(0x0B, 0x82);
+  now_ += 100;  // frozen while SET
+  EXPECT_EQ(Rd(0x00), 0x21);
+  Wr(0x09, 0x30);  // 2030
+  Wr(0x08, 0x01);
+  Wr(0x07, 0x02);
+  Wr(0x04, 0x03);
+  Wr(0x02, 0x04);
+  Wr(0x00, 0x05);
+  Wr(0x0B, 0x02);  // run
+  EXPECT_EQ(Rd(0x00), 0x05);
+  now_ += 10;
+  EXPECT_EQ(Rd(0x00), 0x15);
+  EXPECT_EQ(Rd(0x02), 0x04);
+  EXPECT_EQ(Rd(0x04), 0x03);
+  EXPECT_EQ(Rd(0x07), 0x02);
+  EXPECT_EQ(Rd(0x08), 0x01);
+  EXPECT_EQ(Rd(0x09), 0x30);
+  EXPECT_EQ(Rd(0x06), 0x04);  // 2030-01-02 is a Wednesday
+}
+
+TEST_F(CmosRtcTest, LeapDaysAndCenturies) {
+  // Set 2000-02-29 23:59:59 (binary form) and let one second pass:
+  // 2000-03-01 00:00:00, a Wednesday (date -u -d 2000-03-01 +%A).
+  Wr(0x0B, 0x86);
+  Wr(0x32, 20);
+  Wr(0x09, 0);
+  Wr(0x08, 2);
+  Wr(0x07, 29);
+  Wr(0x04, 23);
+  Wr(0x02, 59);
+  Wr(0x00, 59);
+  Wr(0x0B, 0x06);
+  now_ += 1;
+  EXPECT_EQ(Rd(0x00), 0);
+  EXPECT_EQ(Rd(0x04), 0);
+  EXPECT_EQ(Rd(0x07), 1);
+  EXPECT_EQ(Rd(0x08), 3);
+  EXPECT_EQ(Rd(0x09), 0);
+  EXPECT_EQ(Rd(0x32), 20);
+  EXPECT_EQ(Rd(0x06), 4);
+  now_ -= 2 * 86400;  // two days back through the leap day: 2000-02-28 00:00:00, a Monday
+  EXPECT_EQ(Rd(0x07), 28);
+  EXPECT_EQ(Rd(0x08), 2);
+  EXPECT_EQ(Rd(0x06), 2);
+}
+
+TEST_F(CmosRtcTest, CmosRamAndReadOnlyRegisters) {
+  Wr(0x40, 0x5A);
+  EXPECT_EQ(Rd(0x40), 0x5A);
+  Out(0, 0x80 | 0x40);  // NMI-mask bit in the index: same register
+  uint8_t v = 0;
+  rtc_.Read(1, absl::MakeSpan(&v, 1));
+  EXPECT_EQ(v, 0x5A);
+  Wr(0x0A, 0xA6);
+  EXPECT_EQ(Rd(0x0A), 0x26);  // UIP is not writable
+  Wr(0x0C, 0xFF);
+  Wr(0x0D, 0x00);
+  EXPECT_EQ(Rd(0x0C), 0x00);
+  EXPECT_EQ(Rd(0x0D), 0x80);
+}
+
+}  // namespace
+}  // namespace vbts::vmm
