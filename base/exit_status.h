@@ -7,6 +7,7 @@
 
 namespace vbts {
 
+inline constexpr int kExitPowerOff = 0;          // the guest powered the machine off (ACPI S5), as QEMU exits
 inline constexpr int kExitUsage = 2;             // bad command line
 inline constexpr int kExitKilled = 114;          // the debugger ended the run (gdb `kill`)
 inline constexpr int kExitVbtsError = 116;       // bad image, no /dev/kvm, host/KVM failure

@@ -53,6 +53,7 @@ void PrintError(const std::string& line) { std::fprintf(stderr, "%s\n", line.c_s
 const char* RunEndName(RunEnd e) {
   switch (e) {
     case RunEnd::kGuestExit: return "guest-exit";
+    case RunEnd::kPowerOff: return "power-off";
     case RunEnd::kTimeout: return "timeout";
     case RunEnd::kTripleFault: return "triple-fault";
     case RunEnd::kHaltedIfClear: return "halted-if-clear";

@@ -255,6 +255,8 @@ void Debugger::Ended(const RunResult& result) {
   // (v << 1) | 1): `exited normally` for 0.
   if (result.end == RunEnd::kGuestExit)
     Send(stub_->Stopped(gdb::Stop{gdb::Stop::kExited, gdb::PointType::kSoftware, 0, (result.exit_status >> 1) & 0xFF}));
+  else if (result.end == RunEnd::kPowerOff)  // ACPI soft-off: the machine exited normally
+    Send(stub_->Stopped(gdb::Stop{gdb::Stop::kExited, gdb::PointType::kSoftware, 0, 0}));
   else if (result.end != RunEnd::kKilled)
     Send(stub_->Stopped(gdb::Stop{gdb::Stop::kTerminated, gdb::PointType::kSoftware, 0, 9}));  // SIGKILL
   server_->CloseClient();

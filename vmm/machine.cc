@@ -19,6 +19,7 @@
 #include "vmm/kick_timer.h"
 #include "vmm/loader.h"
 #include "vmm/multiboot_info.h"
+#include "vmm/acpi_tables.h"
 #include "vmm/pvh_boot.h"
 
 namespace vbts::vmm {
@@ -174,10 +175,18 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
   entry_ = img.entry;
   uint64_t kernel_end = 0;
   for (const GpaRange& r : img.ranges) kernel_end = std::max(kernel_end, r.end);
+  // The ACPI tables where firmware puts them, unless the image covers that page.
+  uint64_t rsdp = 0;
+  if (std::none_of(img.ranges.begin(), img.ranges.end(),
+                   [](const GpaRange& r) { return r.Overlaps(kAcpiTablesGpa, kAcpiTablesGpa + kAcpiTablesSize); }) &&
+      kAcpiTablesGpa + kAcpiTablesSize <= ram_->size()) {
+    VBTS_RETURN_IF_ERROR(WriteAcpiTables(*ram_));
+    rsdp = kAcpiTablesGpa;
+  }
   uint32_t boot_info = 0;
   if (img.boot == BootProtocol::kPvh) {
     VBTS_ASSIGN_OR_RETURN(PvhBootInfo pvh, WritePvhStartInfo(*ram_, config_.append, MultibootInfoPage(img.ranges),
-                                                             kernel_end, modules));
+                                                             kernel_end, modules, rsdp));
     boot_info = pvh.start_info_gpa;
   } else {
     VBTS_ASSIGN_OR_RETURN(MultibootInfo mbi, WriteMultibootInfo(*ram_, config_.image_path, config_.append,
@@ -231,6 +240,8 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
   debug_exit_ = std::make_unique<DebugExit>();
   VBTS_RETURN_IF_ERROR(pio_.Register(Uart16550::kCom1Port, Uart16550::kSize, uart_.get(), "COM1 16550"));
   VBTS_RETURN_IF_ERROR(pio_.Register(DebugExit::kPort, DebugExit::kSize, debug_exit_.get(), "isa-debug-exit"));
+  acpi_pm_ = std::make_unique<AcpiPm>([this] { return in_tcg_ ? GuestNs() : NowNs(); });
+  VBTS_RETURN_IF_ERROR(pio_.Register(kAcpiPmBase, AcpiPm::kSize, acpi_pm_.get(), "ACPI PM block"));
   cmos_rtc_ = std::make_unique<CmosRtc>();
   VBTS_RETURN_IF_ERROR(pio_.Register(CmosRtc::kPort, CmosRtc::kSize, cmos_rtc_.get(), "MC146818 RTC/CMOS"));
   reset_line_ = std::make_unique<ResetLine>();
@@ -472,7 +483,7 @@ RunResult Machine::Finish(RunEnd end, int status, std::string message) {
   r.exit_status = status;
   r.message = std::move(message);
   if (debugger_) debugger_->Ended(r);
-  if (end != RunEnd::kGuestExit && vcpu_) {
+  if (end != RunEnd::kGuestExit && end != RunEnd::kPowerOff && vcpu_) {  // the normal ends print nothing
     absl::StatusOr<vcpu::CpuState> st = CurrentState();
     if (st.ok()) {
       r.message += absl::StrFormat(" [%s", st->Describe());
@@ -901,7 +912,8 @@ void Machine::PortOut(uint16_t port, int size, uint32_t value) {
   std::memcpy(data, &value, 4);
   absl::Status s = pio_.Dispatch(port, static_cast<uint8_t>(size), /*write=*/true, absl::MakeSpan(data, size));
   if (!s.ok()) std::fprintf(stderr, "vbts: warning: %s\n", std::string(s.message()).c_str());
-  if (debug_exit_->exit_status() || reset_line_->reset_command()) tcg_->RequestStop();
+  if (debug_exit_->exit_status() || reset_line_->reset_command() || acpi_pm_->power_off_requested())
+    tcg_->RequestStop();
 }
 
 void Machine::SetIsaLine(uint32_t line, bool level) {
@@ -920,6 +932,7 @@ void Machine::SetIsaLine(uint32_t line, bool level) {
 
 std::optional<RunResult> Machine::GuestEnded() {
   if (std::optional<int> status = debug_exit_->exit_status()) return Finish(RunEnd::kGuestExit, *status, "");
+  if (acpi_pm_->power_off_requested()) return Finish(RunEnd::kPowerOff, kExitPowerOff, "");
   if (std::optional<uint8_t> cmd = reset_line_->reset_command())
     return Finish(RunEnd::kTripleFault, kExitTripleFault,
                   absl::StrFormat("vbts: guest reset the machine (8042 command 0x%02X at port 0x64)", *cmd));

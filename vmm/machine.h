@@ -25,6 +25,7 @@
 #include "vcpu/tcg_control.h"
 #include "vcpu/tcg_cpu.h"
 #include "vcpu/tracer.h"
+#include "vmm/acpi_pm.h"
 #include "vmm/cmos_rtc.h"
 #include "vmm/debug_exit.h"
 #include "vmm/debugger.h"
@@ -86,7 +87,7 @@ struct MachineConfig {
   std::string gdb_arch = "auto";
 };
 
-enum class RunEnd { kGuestExit, kTimeout, kTripleFault, kHaltedIfClear, kUnsupported, kError, kKilled };
+enum class RunEnd { kGuestExit, kPowerOff, kTimeout, kTripleFault, kHaltedIfClear, kUnsupported, kError, kKilled };
 
 struct RunResult {
   RunEnd end = RunEnd::kError;
@@ -130,7 +131,7 @@ class Machine : private vcpu::TcgDevices {
   absl::Status Setup(const Kvm& kvm, std::optional<PreparedVm> prepared);
   absl::Status SetBootState(uint32_t entry, BootProtocol boot, uint32_t info);
   // The guest ended the run through a device: the debug-exit port (its
-  // status) or the 8042 reset line (120, as a triple fault).
+  // status), ACPI soft-off (0) or the 8042 reset line (120, as a triple fault).
   std::optional<RunResult> GuestEnded();
   // Sets ISA interrupt line `line` (pc-testdev's lines, COM1's IRQ 4) in the
   // interrupt controllers of the engine that holds the vCPU.
@@ -271,6 +272,7 @@ class Machine : private vcpu::TcgDevices {
   std::unique_ptr<DebugExit> debug_exit_;
   std::unique_ptr<ResetLine> reset_line_;
   std::unique_ptr<CmosRtc> cmos_rtc_;
+  std::unique_ptr<AcpiPm> acpi_pm_;
   std::unique_ptr<FwCfg> fw_cfg_;
   std::unique_ptr<TestdevIo> testdev_io_;
   std::unique_ptr<TestdevIrq> testdev_irq_;

@@ -25,7 +25,8 @@ absl::Status NoNul(std::string_view what, std::string_view s) {
 }  // namespace
 
 absl::StatusOr<PvhBootInfo> WritePvhStartInfo(PhysMemory& ram, std::string_view append, uint64_t base,
-                                              uint64_t kernel_end, const std::vector<LoadedModule>& modules) {
+                                              uint64_t kernel_end, const std::vector<LoadedModule>& modules,
+                                              uint64_t rsdp) {
   if (ram.size() < kMultibootMinRam)
     return absl::InvalidArgumentError(
         absl::StrFormat("PVH start info: guest RAM size 0x%x is below the 0x100000 (1 MiB) minimum", ram.size()));
@@ -79,7 +80,7 @@ absl::StatusOr<PvhBootInfo> WritePvhStartInfo(PhysMemory& ram, std::string_view 
   Put32(page, 12, static_cast<uint32_t>(modules.size()));
   Put64(page, 16, modules.empty() ? 0 : base + kPvhModlistOffset);
   Put64(page, 24, base + kPvhCmdlineOffset);
-  Put64(page, 32, 0);
+  Put64(page, 32, rsdp);
   Put64(page, 40, base + kPvhMemmapOffset);
   Put32(page, 48, static_cast<uint32_t>(map.size()));
 

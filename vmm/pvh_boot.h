@@ -40,8 +40,9 @@ struct PvhBootInfo {
 // Writes hvm_start_info at `base` for a guest with ram.size() bytes of RAM
 // from GPA 0: magic, version 1, flags 0, the command line (`append` as given,
 // as QEMU passes -append to a PVH kernel), the memory map (usable
-// [0, 0xA0000), reserved [0xA0000, 1 MiB), usable [1 MiB, RAM)), no RSDP
-// (0: the guest searches the BIOS area) and the modules: each at the next
+// [0, 0xA0000), reserved [0xA0000, 1 MiB), usable [1 MiB, RAM)), the RSDP's
+// address `rsdp` (vmm/acpi_tables.h; 0: none, the guest searches the BIOS
+// area) and the modules: each at the next
 // page boundary from `kernel_end`, as WriteMultibootModules places them
 // (Linux takes the first module as its initrd).
 // InvalidArgument (nothing written) for RAM below 1 MiB, a command line of
@@ -49,7 +50,8 @@ struct PvhBootInfo {
 // in any string; ResourceExhausted when the modules do not fit in RAM below
 // 4 GiB.
 absl::StatusOr<PvhBootInfo> WritePvhStartInfo(PhysMemory& ram, std::string_view append, uint64_t base,
-                                              uint64_t kernel_end, const std::vector<LoadedModule>& modules);
+                                              uint64_t kernel_end, const std::vector<LoadedModule>& modules,
+                                              uint64_t rsdp = 0);
 
 }  // namespace vbts::vmm
 

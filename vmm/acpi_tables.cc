@@ -1,0 +1,146 @@
+// acpi_tables.cc: lays out the ACPI tables byte by byte (ACPI 6.4 chapter 5) with their checksums.
+#include "vmm/acpi_tables.h"
+
+#include <cstring>
+#include <string_view>
+#include <vector>
+
+#include "base/status_macros.h"
+
+namespace vbts::vmm {
+namespace {
+
+constexpr uint64_t kRsdp = 0x000, kFacs = 0x040, kDsdt = 0x080, kFadt = 0x100, kMadt = 0x200, kRsdt = 0x280,
+                   kXsdt = 0x2C0;
+
+class Page {
+ public:
+  Page() : b_(kAcpiTablesSize, 0) {}
+  void Put(uint64_t off, uint64_t v, int n) {
+    for (int i = 0; i < n; i++) b_[off + i] = static_cast<uint8_t>(v >> (8 * i));
+  }
+  void Bytes(uint64_t off, std::string_view s) { std::memcpy(&b_[off], s.data(), s.size()); }
+  // The 36-byte system description header (ACPI 5.2.6).
+  void Header(uint64_t off, std::string_view sig, uint32_t length, uint8_t revision) {
+    Bytes(off, sig);
+    Put(off + 4, length, 4);
+    Put(off + 8, revision, 1);
+    Bytes(off + 10, "VBTS  ");
+    Bytes(off + 16, "VBTSPC  ");
+    Put(off + 24, 1, 4);
+    Bytes(off + 28, "VBTS");
+    Put(off + 32, 1, 4);
+  }
+  // Makes bytes [off, off + n) sum to 0 mod 256 through the byte at `at`.
+  void Checksum(uint64_t off, uint64_t n, uint64_t at) {
+    b_[at] = 0;
+    uint8_t sum = 0;
+    for (uint64_t i = 0; i < n; i++) sum = static_cast<uint8_t>(sum + b_[off + i]);
+    b_[at] = static_cast<uint8_t>(-sum);
+  }
+  void TableChecksum(uint64_t off) {
+    uint32_t length;
+    std::memcpy(&length, &b_[off + 4], 4);
+    Checksum(off, length, off + 9);
+  }
+  // A Generic Address Structure (ACPI 5.2.3.2) for a system I/O register.
+  void IoGas(uint64_t off, uint8_t bits, uint8_t access_size, uint64_t port) {
+    Put(off, 1, 1);  // system I/O space
+    Put(off + 1, bits, 1);
+    Put(off + 2, 0, 1);
+    Put(off + 3, access_size, 1);  // 1 byte, 2 word, 3 dword
+    Put(off + 4, port, 8);
+  }
+  const std::vector<uint8_t>& bytes() const { return b_; }
+
+ private:
+  std::vector<uint8_t> b_;
+};
+
+}  // namespace
+
+absl::Status WriteAcpiTables(PhysMemory& ram) {
+  if (kAcpiTablesGpa + kAcpiTablesSize > ram.size()) return absl::OkStatus();  // no RAM there: no tables
+  const uint64_t at = kAcpiTablesGpa;
+  Page p;
+
+  // FACS (5.2.10): signature, length, hardware signature, waking vectors 0,
+  // global lock 0, flags 0, version 2.
+  p.Bytes(kFacs, "FACS");
+  p.Put(kFacs + 4, 64, 4);
+  p.Put(kFacs + 32, 2, 1);
+
+  // DSDT: Name (_S5, Package (4) {5, 5, 0, 0}) in AML (20.2): NameOp,
+  // NameString, PackageOp, PkgLength 8, NumElements 4, BytePrefix 5 twice,
+  // ZeroOp twice.
+  static constexpr uint8_t kAml[] = {0x08, '_', 'S', '5', '_', 0x12, 0x08, 0x04,
+                                     0x0A, kAcpiS5SlpTyp, 0x0A, kAcpiS5SlpTyp, 0x00, 0x00};
+  p.Header(kDsdt, "DSDT", 36 + sizeof kAml, 2);
+  p.Bytes(kDsdt + 36, std::string_view(reinterpret_cast<const char*>(kAml), sizeof kAml));
+  p.TableChecksum(kDsdt);
+
+  // FADT (5.2.9), revision 3, 244 bytes.
+  p.Header(kFadt, "FACP", 244, 3);
+  p.Put(kFadt + 36, at + kFacs, 4);
+  p.Put(kFadt + 40, at + kDsdt, 4);
+  p.Put(kFadt + 46, kAcpiSciIrq, 2);
+  p.Put(kFadt + 56, kAcpiPm1aEvt, 4);
+  p.Put(kFadt + 64, kAcpiPm1aCnt, 4);
+  p.Put(kFadt + 76, kAcpiPmTmr, 4);
+  p.Put(kFadt + 88, 4, 1);     // PM1_EVT_LEN
+  p.Put(kFadt + 89, 2, 1);     // PM1_CNT_LEN
+  p.Put(kFadt + 91, 4, 1);     // PM_TMR_LEN
+  p.Put(kFadt + 96, 101, 2);   // P_LVL2_LAT > 100: no C2
+  p.Put(kFadt + 98, 1001, 2);  // P_LVL3_LAT > 1000: no C3
+  p.Put(kFadt + 108, 0x32, 1);  // CENTURY
+  p.Put(kFadt + 109, (1u << 0) | (1u << 2), 2);  // IAPC_BOOT_ARCH: LEGACY_DEVICES, VGA not present; no 8042
+  p.Put(kFadt + 112, (1u << 0) | (1u << 2) | (1u << 4) | (1u << 5) | (1u << 10), 4);
+  p.IoGas(kFadt + 116, 8, 1, 0x64);  // RESET_REG: the 8042's reset line
+  p.Put(kFadt + 128, 0xFE, 1);       // RESET_VALUE
+  p.Put(kFadt + 132, at + kFacs, 8);
+  p.Put(kFadt + 140, at + kDsdt, 8);
+  p.IoGas(kFadt + 148, 32, 2, kAcpiPm1aEvt);
+  p.IoGas(kFadt + 172, 16, 2, kAcpiPm1aCnt);
+  p.IoGas(kFadt + 208, 32, 3, kAcpiPmTmr);
+  p.TableChecksum(kFadt);
+
+  // MADT (5.2.12).
+  uint64_t e = kMadt + 44;
+  p.Put(kMadt + 36, 0xFEE00000, 4);
+  p.Put(kMadt + 40, 1, 4);  // PCAT_COMPAT
+  p.Put(e, 0, 1), p.Put(e + 1, 8, 1), p.Put(e + 2, 0, 1), p.Put(e + 3, 0, 1), p.Put(e + 4, 1, 4);  // processor
+  e += 8;
+  p.Put(e, 1, 1), p.Put(e + 1, 12, 1), p.Put(e + 2, 0, 1), p.Put(e + 4, 0xFEC00000, 4), p.Put(e + 8, 0, 4);  // I/O APIC
+  e += 12;
+  p.Put(e, 2, 1), p.Put(e + 1, 10, 1), p.Put(e + 2, 0, 1), p.Put(e + 3, kAcpiSciIrq, 1);  // ISA IRQ 9 ->
+  p.Put(e + 4, kAcpiSciIrq, 4), p.Put(e + 8, 0x000D, 2);  // GSI 9, active high (01), level (11 << 2)
+  e += 10;
+  p.Put(e, 4, 1), p.Put(e + 1, 6, 1), p.Put(e + 2, 0xFF, 1), p.Put(e + 3, 0, 2), p.Put(e + 5, 1, 1);  // LINT1: NMI
+  e += 6;
+  p.Header(kMadt, "APIC", static_cast<uint32_t>(e - kMadt), 3);
+  p.TableChecksum(kMadt);
+
+  // RSDT and XSDT: FADT, MADT.
+  p.Header(kRsdt, "RSDT", 36 + 2 * 4, 1);
+  p.Put(kRsdt + 36, at + kFadt, 4);
+  p.Put(kRsdt + 40, at + kMadt, 4);
+  p.TableChecksum(kRsdt);
+  p.Header(kXsdt, "XSDT", 36 + 2 * 8, 1);
+  p.Put(kXsdt + 36, at + kFadt, 8);
+  p.Put(kXsdt + 44, at + kMadt, 8);
+  p.TableChecksum(kXsdt);
+
+  // RSDP (5.2.5.3): checksum over the first 20 bytes, extended over all 36.
+  p.Bytes(kRsdp, "RSD PTR ");
+  p.Bytes(kRsdp + 9, "VBTS  ");
+  p.Put(kRsdp + 15, 2, 1);
+  p.Put(kRsdp + 16, at + kRsdt, 4);
+  p.Put(kRsdp + 20, 36, 4);
+  p.Put(kRsdp + 24, at + kXsdt, 8);
+  p.Checksum(kRsdp, 20, kRsdp + 8);
+  p.Checksum(kRsdp, 36, kRsdp + 32);
+
+  return ram.Write(Gpa(at), p.bytes());
+}
+
+}  // namespace vbts::vmm

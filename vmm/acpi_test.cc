@@ -1,0 +1,135 @@
+// acpi_test.cc: the ACPI tables read back as a guest's parser would (checksums, pointers, FADT fields,
+// MADT entries) and the PM block's registers.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "base/status_macros.h"
+#include "base/testing/status_matchers.h"
+#include "pmu/testing/fake_memory.h"
+#include "vmm/acpi_pm.h"
+#include "vmm/acpi_tables.h"
+
+namespace vbts::vmm {
+namespace {
+
+using ::vbts::testing::FakePhysMemory;
+
+class AcpiTablesTest : public ::testing::Test {
+ protected:
+  void SetUp() override { VBTS_ASSERT_OK(WriteAcpiTables(ram_)); }
+  uint64_t R(uint64_t gpa, int n) {
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; --i) v = (v << 8) | ram_.bytes().at(gpa + i);
+    return v;
+  }
+  std::string S(uint64_t gpa, int n) { return std::string(ram_.bytes().begin() + gpa, ram_.bytes().begin() + gpa + n); }
+  uint8_t Sum(uint64_t gpa, uint64_t n) {
+    uint8_t s = 0;
+    for (uint64_t i = 0; i < n; i++) s = static_cast<uint8_t>(s + ram_.bytes()[gpa + i]);
+    return s;
+  }
+  // A table at `gpa` with signature `sig`, checksummed over its length.
+  void ExpectTable(uint64_t gpa, const std::string& sig) {
+    EXPECT_EQ(S(gpa, 4), sig);
+    EXPECT_EQ(Sum(gpa, R(gpa + 4, 4)), 0) << sig;
+    EXPECT_EQ(S(gpa + 10, 6), "VBTS  ");
+  }
+  FakePhysMemory ram_{0x200000};
+};
+
+TEST_F(AcpiTablesTest, RsdpPointsAtRsdtAndXsdtWithValidChecksums) {
+  const uint64_t rsdp = 0xF0000;  // 16-byte aligned in the BIOS area both Linux and kvm-unit-tests scan
+  EXPECT_EQ(S(rsdp, 8), "RSD PTR ");
+  EXPECT_EQ(Sum(rsdp, 20), 0);
+  EXPECT_EQ(Sum(rsdp, 36), 0);
+  EXPECT_EQ(R(rsdp + 15, 1), 2u);
+  EXPECT_EQ(R(rsdp + 20, 4), 36u);
+  const uint64_t rsdt = R(rsdp + 16, 4), xsdt = R(rsdp + 24, 8);
+  ExpectTable(rsdt, "RSDT");
+  ExpectTable(xsdt, "XSDT");
+  EXPECT_EQ(R(rsdt + 4, 4), 44u);  // two entries
+  EXPECT_EQ(R(xsdt + 4, 4), 52u);
+  EXPECT_EQ(R(rsdt + 36, 4), R(xsdt + 36, 8));
+  EXPECT_EQ(R(rsdt + 40, 4), R(xsdt + 44, 8));
+  ExpectTable(R(xsdt + 36, 8), "FACP");
+  ExpectTable(R(xsdt + 44, 8), "APIC");
+}
+
+TEST_F(AcpiTablesTest, FadtDescribesThePmBlockAndTheResetLine) {
+  const uint64_t fadt = R(R(0xF0000 + 24, 8) + 36, 8);
+  EXPECT_EQ(R(fadt + 4, 4), 244u);
+  const uint64_t facs = R(fadt + 36, 4), dsdt = R(fadt + 40, 4);
+  EXPECT_EQ(R(fadt + 132, 8), facs);
+  EXPECT_EQ(R(fadt + 140, 8), dsdt);
+  EXPECT_EQ(facs % 64, 0u);
+  EXPECT_EQ(S(facs, 4), "FACS");
+  EXPECT_EQ(R(facs + 4, 4), 64u);
+  ExpectTable(dsdt, "DSDT");
+  // \_S5 = Package {5, 5, 0, 0}: the SLP_TYP the PM block powers off on.
+  EXPECT_EQ(S(dsdt + 36, 14), std::string("\x08_S5_\x12\x08\x04\x0A\x05\x0A\x05\x00\x00", 14));
+  EXPECT_EQ(R(fadt + 46, 2), 9u);        // SCI_INT
+  EXPECT_EQ(R(fadt + 48, 4), 0u);        // no SMI_CMD: ACPI mode from reset
+  EXPECT_EQ(R(fadt + 56, 4), 0x600u);    // PM1a_EVT_BLK
+  EXPECT_EQ(R(fadt + 64, 4), 0x604u);    // PM1a_CNT_BLK
+  EXPECT_EQ(R(fadt + 76, 4), 0x608u);    // PM_TMR_BLK
+  EXPECT_EQ(R(fadt + 88, 4), 0x04000204u);  // PM1_EVT_LEN 4, PM1_CNT_LEN 2, PM2 0, PM_TMR_LEN 4
+  EXPECT_EQ(R(fadt + 108, 1), 0x32u);    // CENTURY (vmm/cmos_rtc.h)
+  EXPECT_EQ(R(fadt + 109, 2), 0x5u);     // legacy devices, no VGA, no 8042
+  EXPECT_EQ(R(fadt + 112, 4), 0x435u);   // WBINVD, PROC_C1, PWR_BUTTON, SLP_BUTTON, RESET_REG_SUP
+  EXPECT_EQ(R(fadt + 116, 4), 0x01000801u);  // RESET_REG: system I/O, 8 bits, byte access
+  EXPECT_EQ(R(fadt + 120, 8), 0x64u);
+  EXPECT_EQ(R(fadt + 128, 1), 0xFEu);
+  EXPECT_EQ(R(fadt + 208 + 4, 8), 0x608u);  // X_PM_TMR_BLK
+}
+
+TEST_F(AcpiTablesTest, MadtHasOneCpuTheIoApicTheSciOverrideAndLint1Nmi) {
+  const uint64_t madt = R(R(0xF0000 + 24, 8) + 44, 8);
+  EXPECT_EQ(R(madt + 4, 4), 44u + 8 + 12 + 10 + 6);
+  EXPECT_EQ(R(madt + 36, 4), 0xFEE00000u);
+  EXPECT_EQ(R(madt + 40, 4), 1u);  // PCAT_COMPAT
+  const uint64_t e = madt + 44;
+  EXPECT_EQ(R(e, 8), 0x0000000100000800ull);         // type 0, length 8, UID 0, APIC ID 0, enabled
+  EXPECT_EQ(R(e + 8, 4), 0x00000C01u);               // type 1, length 12, I/O APIC ID 0
+  EXPECT_EQ(R(e + 12, 4), 0xFEC00000u);
+  EXPECT_EQ(R(e + 16, 4), 0u);                       // GSI base
+  EXPECT_EQ(R(e + 20, 4), 0x09000A02u);              // type 2, length 10, ISA, IRQ 9
+  EXPECT_EQ(R(e + 24, 4), 9u);                       // -> GSI 9
+  EXPECT_EQ(R(e + 28, 2), 0x000Du);                  // active high, level
+  EXPECT_EQ(R(e + 30, 6), 0x010000FF0604ull);        // type 4, length 6, all CPUs, LINT1
+}
+
+TEST(AcpiTablesSmallRamTest, NoTablesWithoutRamThere) {
+  FakePhysMemory ram(0x80000);
+  VBTS_EXPECT_OK(WriteAcpiTables(ram));
+}
+
+TEST(AcpiPmTest, TimerRunsAt3579545HzAndWrapsAt24Bits) {
+  uint64_t ns = 1000000000;  // 1 s: 3 579 545 ticks
+  AcpiPm pm([&ns] { return ns; });
+  uint8_t b[4];
+  pm.Read(8, absl::MakeSpan(b, 4));
+  EXPECT_EQ(b[0] | (b[1] << 8) | (b[2] << 16) | (b[3] << 24), 3579545);
+  ns = 5000000000ull;  // 17 897 725 ticks = 0x11118FD: 24 bits keep 0x1118FD
+  EXPECT_EQ(pm.Timer(), 0x1118FDu);
+}
+
+TEST(AcpiPmTest, SciEnReadsSetAndOnlyS5PowersOff) {
+  AcpiPm pm([] { return uint64_t{0}; });
+  uint8_t b[2];
+  pm.Read(4, absl::MakeSpan(b, 2));
+  EXPECT_EQ(b[0], 1);  // SCI_EN
+  const uint8_t s3[2] = {0x00, (1u << 2) | (1u << 5)};  // SLP_TYP 1 << 10 ... = 1, SLP_EN
+  pm.Write(4, absl::MakeConstSpan(s3, 2));
+  EXPECT_FALSE(pm.power_off_requested());
+  EXPECT_EQ(pm.ignored_sleep_type(), 1);
+  const uint16_t s5 = (5u << 10) | (1u << 13);
+  const uint8_t w[2] = {static_cast<uint8_t>(s5), static_cast<uint8_t>(s5 >> 8)};
+  pm.Write(4, absl::MakeConstSpan(w, 2));
+  EXPECT_TRUE(pm.power_off_requested());
+  pm.Read(4, absl::MakeSpan(b, 2));
+  EXPECT_EQ(b[0] | (b[1] << 8), (5 << 10) | 1);  // SLP_EN reads 0
+}
+
+}  // namespace
+}  // namespace vbts::vmm
