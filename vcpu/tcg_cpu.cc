@@ -713,6 +713,30 @@ struct TcgCallbacks {
     if (!code64) env->eip &= 0xFFFFFFFFu;
     cpu_loop_exit_x86_64(self->cpu_);
   }
+  // After QEMU's OUT helper: a device write that asked the run to end
+  // (debug exit, reset, ACPI sleep, the PIT on instruction time) or raised an
+  // interrupt the guest takes now ends the block right after the OUT, as the
+  // hardware stops or takes the interrupt at that instruction boundary (SDM
+  // vol. 3A 6.6), not at the end of the block. QEMU did not sync EIP for a
+  // ring-0 OUT: it is restored from the translation (`ra`); OUTS is left
+  // alone (its RSI update follows the helper in the block).
+  static void AfterOut(TcgCpu* self, uintptr_t ra) {
+    if (!StopRequested(self) && !InterruptTakenNext(self)) return;
+    uabi::EnvPrefix* env = self->env_;
+    cpu_restore_state_x86_64(self->cpu_, ra, false);
+    const uint64_t at = env->segs[uabi::kCs].base + env->eip;
+    const uint64_t prefixes = self->PrefixBytes(at);
+    uint8_t op = 0;
+    if (!self->ReadCode(at + prefixes, op)) return;
+    uint64_t length = 0;
+    if (op == 0xE6 || op == 0xE7) length = prefixes + 2;  // OUT imm8, AL/eAX
+    if (op == 0xEE || op == 0xEF) length = prefixes + 1;  // OUT DX, AL/eAX
+    if (length == 0) return;
+    self->stats_.outs_left++;
+    env->eip += length;
+    if (!(env->hflags & (1u << 15))) env->eip &= 0xFFFFFFFFu;  // HF_CS64
+    cpu_loop_exit_x86_64(self->cpu_);
+  }
   static uint64_t PhysicalPage(void* cpu, uint64_t vaddr) {
     TcgCpu* self = t_running;
     if (self == nullptr || self->cpu_ != cpu) self = Owner(cpu);
@@ -978,6 +1002,21 @@ void helper_rechecking_single_step_x86_64(void* env) {
   if (self != nullptr && TcgCallbacks::TrapsOwned(self)) return;
   original(env);
 }
+
+// OUT: QEMU's helper (the device write, through Unicorn's OUT hook), then
+// TcgCallbacks::AfterOut.
+#define VBTS_OUT_HELPER(size)                                                                 \
+  void helper_out##size##_x86_64(void* env, uint32_t port, uint32_t data) {                   \
+    using Fn = void (*)(void*, uint32_t, uint32_t);                                           \
+    static const auto original = vbts::vcpu::Original<Fn>("helper_out" #size "_x86_64");     \
+    const uintptr_t ra = reinterpret_cast<uintptr_t>(__builtin_return_address(0));            \
+    original(env, port, data);                                                                \
+    if (vbts::vcpu::TcgCpu* self = TcgCallbacks::Running(env)) TcgCallbacks::AfterOut(self, ra); \
+  }
+VBTS_OUT_HELPER(b)
+VBTS_OUT_HELPER(w)
+VBTS_OUT_HELPER(l)
+#undef VBTS_OUT_HELPER
 
 void helper_hlt_x86_64(void* env, int next_eip_addend) {
   static const auto original = vbts::vcpu::Original<vbts::vcpu::HltFn>("helper_hlt_x86_64");
@@ -1325,7 +1364,10 @@ absl::Status TcgCpu::SelfCheck() {
                                    {"helper_rdtscp_x86_64", reinterpret_cast<void*>(&helper_rdtscp_x86_64)},
                                    {"helper_syscall_x86_64", reinterpret_cast<void*>(&helper_syscall_x86_64)},
                                    {"helper_sysenter_x86_64", reinterpret_cast<void*>(&helper_sysenter_x86_64)},
-                                   {"helper_rechecking_single_step_x86_64", reinterpret_cast<void*>(&helper_rechecking_single_step_x86_64)}}) {
+                                   {"helper_rechecking_single_step_x86_64", reinterpret_cast<void*>(&helper_rechecking_single_step_x86_64)},
+                                   {"helper_outb_x86_64", reinterpret_cast<void*>(&helper_outb_x86_64)},
+                                   {"helper_outw_x86_64", reinterpret_cast<void*>(&helper_outw_x86_64)},
+                                   {"helper_outl_x86_64", reinterpret_cast<void*>(&helper_outl_x86_64)}}) {
     if (dlsym(RTLD_DEFAULT, name) != ours) {
       return absl::FailedPreconditionError(absl::StrFormat(
           "TCG engine: %s is not exported by this executable (link with vcpu/unicorn_interpose.list)", name));

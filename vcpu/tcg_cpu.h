@@ -98,6 +98,9 @@ struct TcgStats {
   // QEMU's look for translated code), and pages where code appeared, whose
   // entries look again (docs/tcg-engine.md, "The guest's stores").
   uint64_t plain_store_entries = 0, store_checks_restored = 0;
+  // OUTs after which the block was left at once (a stop or an interrupt the
+  // write asked for, TcgCallbacks::AfterOut).
+  uint64_t outs_left = 0;
 };
 
 class TcgCpu {

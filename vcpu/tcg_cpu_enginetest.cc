@@ -21,6 +21,10 @@ class FakeDevices : public TcgDevices {
   void PortOut(uint16_t port, int size, uint32_t value) override {
     outs.push_back({port, size, value});
     if (port == 0xf4 && cpu != nullptr) cpu->RequestStop();
+    if (port == 0x80 && cpu != nullptr) {  // raises the interrupt whose vector is the value
+      irqs.push_back(static_cast<uint8_t>(value));
+      cpu->InterruptPending();
+    }
   }
   uint64_t MmioRead(uint64_t gpa, int size) override {
     mmio.push_back({gpa, size, 0});
@@ -473,6 +477,40 @@ TEST_F(TcgCpuTest, FpuStateRoundTripsAndIsTheGuests) {
   const FpuState after = cpu_->GetFpu();
   EXPECT_EQ((after.fsw >> 11) & 7, 6);
   EXPECT_EQ(after.ftw, 0u);  // nothing left on the stack
+}
+
+TEST_F(TcgCpuTest, AnOutThatEndsTheRunStopsRightAfterIt) {
+  // The debug exit (port F4H) asks the run to end: nothing after the OUT runs,
+  // although it is in the same translated block.
+  Code(kCodeRip, {0xe6, 0xf4,                    // out 0xf4, al
+                  0xbb, 0x07, 0x00, 0x00, 0x00,  // mov ebx, 7
+                  0xf4});
+  CpuState st = RunFrom(Pm32(0), TcgStop::kRequested);
+  EXPECT_EQ(st.rip, kCodeRip + 2);
+  EXPECT_EQ(st.gpr[kRbx], 0u);
+  EXPECT_EQ(cpu_->stats().outs_left, 1u);
+}
+
+TEST_F(TcgCpuTest, AnInterruptAnOutRaisesComesAtTheNextBoundary) {
+  // With IF=1 the interrupt a port write raises is taken right after the OUT
+  // (SDM vol. 3A 6.6), not at the end of its block: frame EIP = the
+  // `mov eax, 2` after it, EAX still the vector.
+  Gate32(0x41, MakeGate(kIntGate32, kCode32K, 0x600, 0));
+  Code(0x600, {0xf4});
+  Code(kCodeRip, {
+      0xb8, 0x41, 0x00, 0x00, 0x00,  // mov eax, 41H
+      0x66, 0xba, 0x80, 0x00,        // mov dx, 80H
+      0xee,                          // out dx, al: raises vector 41H
+      0xb8, 0x02, 0x00, 0x00, 0x00,  // mov eax, 2
+      0xf4,
+  });
+  CpuState st = Pm32(0);
+  st.rflags = 0x202;
+  st = RunFrom(st);
+  EXPECT_EQ(st.rip, 0x601u);
+  EXPECT_EQ(st.gpr[kRax], 0x41u);
+  EXPECT_EQ(Read32(kKernelStack - 12), kCodeRip + 10);
+  EXPECT_EQ(cpu_->stats().outs_left, 1u);
 }
 
 TEST_F(TcgCpuTest, AnInterruptWaitsForTheStiShadow) {

@@ -117,6 +117,9 @@ void do_interrupt_x86_hardirq_x86_64(void* env, int intno, int is_hw);
 int x86_cpu_pending_interrupt_x86_64(void* cpu, int interrupt_request);
 void cpu_exit(void* cpu);
 [[noreturn]] void cpu_loop_exit_x86_64(void* cpu);
+// Sets EIP (and CC_OP) to the guest instruction whose translated code
+// contains host address `host_pc` (a helper's return address).
+bool cpu_restore_state_x86_64(void* cpu, uintptr_t host_pc, bool will_exit);
 [[noreturn]] void raise_exception_err_ra_x86_64(void* env, int exception_index, int error_code, uintptr_t retaddr);
 }
 

@@ -57,6 +57,7 @@ void AcpiPm::Write(uint16_t offset, absl::Span<const uint8_t> data) {
   if (cnt & kSlpEn) {
     const int slp_typ = (cnt >> 10) & 7;
     if (slp_typ == kAcpiS5SlpTyp) power_off_ = true;
+    else if (slp_typ == kAcpiS3SlpTyp) suspend_ = true;
     else ignored_slp_typ_ = slp_typ;
   }
 }

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <utility>
 
 #include "vmm/pio_bus.h"
 
@@ -17,8 +18,9 @@ namespace vbts::vmm {
 //   4-5  PM1_CNT: SCI_EN (bit 0) reads 1 (no SMI command port: ACPI mode
 //        from reset); SLP_TYP (12:10) read/write; writing SLP_EN (bit 13,
 //        reads 0) with SLP_TYP = kAcpiS5SlpTyp requests soft-off (S5, the
-//        DSDT's \_S5): the run ends (status 0, docs/cli.md); other sleep
-//        types are not supported and change nothing
+//        DSDT's \_S5): the run ends (status 0, docs/cli.md); with
+//        kAcpiS3SlpTyp, suspend to RAM (S3: TakeSuspend, then Woke sets
+//        PM1_STS.WAK_STS, bit 15); other sleep types change nothing
 //   8-11 PM_TMR: 24-bit count of a 3.579545 MHz clock (ACPI's PM timer),
 //        from the guest's time (`ns`), read-only
 // Other offsets read 0; accesses of any size are taken byte by byte.
@@ -33,6 +35,11 @@ class AcpiPm : public PioDevice {
   void Write(uint16_t offset, absl::Span<const uint8_t> data) override;
 
   bool power_off_requested() const { return power_off_; }
+  // An S3 request since the last call (the machine suspends, vmm/machine.cc).
+  bool TakeSuspend() { return std::exchange(suspend_, false); }
+  bool suspend_requested() const { return suspend_; }
+  // The machine woke from S3: WAK_STS.
+  void Woke() { sts_ |= 1u << 15; }
   // The other sleep types the guest asked for (nothing happened), for a warning.
   int ignored_sleep_type() const { return ignored_slp_typ_; }
 
@@ -42,6 +49,7 @@ class AcpiPm : public PioDevice {
   std::function<uint64_t()> ns_;
   uint16_t sts_ = 0, en_ = 0, cnt_ = 1;  // SCI_EN
   bool power_off_ = false;
+  bool suspend_ = false;
   int ignored_slp_typ_ = -1;
   uint32_t last_timer_ = 0;  // for TMR_STS
 };

@@ -10,7 +10,7 @@
 namespace vbts::vmm {
 namespace {
 
-constexpr uint64_t kRsdp = 0x000, kFacs = 0x040, kDsdt = 0x080, kFadt = 0x100, kMadt = 0x200, kRsdt = 0x280,
+constexpr uint64_t kRsdp = 0x000, kFacs = kAcpiFacsGpa - kAcpiTablesGpa, kDsdt = 0x080, kFadt = 0x100, kMadt = 0x200, kRsdt = 0x280,
                    kXsdt = 0x2C0;
 
 class Page {
@@ -70,11 +70,11 @@ absl::Status WriteAcpiTables(PhysMemory& ram) {
   p.Put(kFacs + 4, 64, 4);
   p.Put(kFacs + 32, 2, 1);
 
-  // DSDT: Name (_S5, Package (4) {5, 5, 0, 0}) in AML (20.2): NameOp,
-  // NameString, PackageOp, PkgLength 8, NumElements 4, BytePrefix 5 twice,
-  // ZeroOp twice.
-  static constexpr uint8_t kAml[] = {0x08, '_', 'S', '5', '_', 0x12, 0x08, 0x04,
-                                     0x0A, kAcpiS5SlpTyp, 0x0A, kAcpiS5SlpTyp, 0x00, 0x00};
+  // DSDT: Name (_S5, Package (4) {0, 0, 0, 0}) in AML (20.2): NameOp,
+  // NameString, PackageOp, PkgLength 6, NumElements 4, ZeroOp four times
+  // (kAcpiS5SlpTyp is 0).
+  static_assert(kAcpiS5SlpTyp == 0);
+  static constexpr uint8_t kAml[] = {0x08, '_', 'S', '5', '_', 0x12, 0x06, 0x04, 0x00, 0x00, 0x00, 0x00};
   p.Header(kDsdt, "DSDT", 36 + sizeof kAml, 2);
   p.Bytes(kDsdt + 36, std::string_view(reinterpret_cast<const char*>(kAml), sizeof kAml));
   p.TableChecksum(kDsdt);

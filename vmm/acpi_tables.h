@@ -23,13 +23,18 @@ inline constexpr uint64_t kAcpiTablesSize = 0x1000;
 inline constexpr uint16_t kAcpiPmBase = 0x600;
 inline constexpr uint16_t kAcpiPm1aEvt = kAcpiPmBase, kAcpiPm1aCnt = kAcpiPmBase + 4, kAcpiPmTmr = kAcpiPmBase + 8;
 inline constexpr uint8_t kAcpiSciIrq = 9;
-// SLP_TYP of S5 (soft off) in the DSDT's \_S5 package.
-inline constexpr uint8_t kAcpiS5SlpTyp = 5;
+// SLP_TYP values as QEMU's PM (hw/acpi/core.c acpi_pm1_cnt_write), which
+// kvm-unit-tests' s3 writes without reading a DSDT: 0 soft-off (the DSDT's
+// \_S5), 1 suspend to RAM (not in the DSDT: vbts wakes only by the RTC alarm).
+inline constexpr uint8_t kAcpiS5SlpTyp = 0;
+inline constexpr uint8_t kAcpiS3SlpTyp = 1;
+// The FACS's place, for the waking vector of an S3 resume.
+inline constexpr uint64_t kAcpiFacsGpa = kAcpiTablesGpa + 0x40;
 
 // Writes the tables at kAcpiTablesGpa (docs/guest-abi.md, "ACPI"):
 //  +000H RSDP (revision 2: RSDT and XSDT addresses, both checksums)
 //  +040H FACS (64 bytes, 64-byte aligned)
-//  +080H DSDT: only Name (_S5, Package {5, 5, 0, 0})
+//  +080H DSDT: only Name (_S5, Package {0, 0, 0, 0})
 //  +100H FADT (revision 3, 244 bytes): the PM block above, no SMI command
 //        port (the machine is in ACPI mode from reset), century register 32H,
 //        IAPC_BOOT_ARCH legacy devices and no VGA and no 8042 (vbts has only

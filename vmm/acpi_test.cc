@@ -66,8 +66,9 @@ TEST_F(AcpiTablesTest, FadtDescribesThePmBlockAndTheResetLine) {
   EXPECT_EQ(S(facs, 4), "FACS");
   EXPECT_EQ(R(facs + 4, 4), 64u);
   ExpectTable(dsdt, "DSDT");
-  // \_S5 = Package {5, 5, 0, 0}: the SLP_TYP the PM block powers off on.
-  EXPECT_EQ(S(dsdt + 36, 14), std::string("\x08_S5_\x12\x08\x04\x0A\x05\x0A\x05\x00\x00", 14));
+  // \_S5 = Package {0, 0, 0, 0}: the SLP_TYP the PM block powers off on (QEMU's).
+  EXPECT_EQ(R(dsdt + 4, 4), 48u);
+  EXPECT_EQ(S(dsdt + 36, 12), std::string("\x08_S5_\x12\x06\x04\x00\x00\x00\x00", 12));
   EXPECT_EQ(R(fadt + 46, 2), 9u);        // SCI_INT
   EXPECT_EQ(R(fadt + 48, 4), 0u);        // no SMI_CMD: ACPI mode from reset
   EXPECT_EQ(R(fadt + 56, 4), 0x600u);    // PM1a_EVT_BLK
@@ -114,21 +115,33 @@ TEST(AcpiPmTest, TimerRunsAt3579545HzAndWrapsAt24Bits) {
   EXPECT_EQ(pm.Timer(), 0x1118FDu);
 }
 
-TEST(AcpiPmTest, SciEnReadsSetAndOnlyS5PowersOff) {
+TEST(AcpiPmTest, SciEnReadsSetS3SuspendsAndS5PowersOff) {
   AcpiPm pm([] { return uint64_t{0}; });
   uint8_t b[2];
   pm.Read(4, absl::MakeSpan(b, 2));
   EXPECT_EQ(b[0], 1);  // SCI_EN
-  const uint8_t s3[2] = {0x00, (1u << 2) | (1u << 5)};  // SLP_TYP 1 << 10 ... = 1, SLP_EN
-  pm.Write(4, absl::MakeConstSpan(s3, 2));
+  auto cnt = [&pm](uint16_t v) {
+    const uint8_t w[2] = {static_cast<uint8_t>(v), static_cast<uint8_t>(v >> 8)};
+    pm.Write(4, absl::MakeConstSpan(w, 2));
+  };
+  cnt((3u << 10) | (1u << 13));  // SLP_TYP 3: nothing vbts knows
   EXPECT_FALSE(pm.power_off_requested());
-  EXPECT_EQ(pm.ignored_sleep_type(), 1);
-  const uint16_t s5 = (5u << 10) | (1u << 13);
-  const uint8_t w[2] = {static_cast<uint8_t>(s5), static_cast<uint8_t>(s5 >> 8)};
-  pm.Write(4, absl::MakeConstSpan(w, 2));
+  EXPECT_FALSE(pm.TakeSuspend());
+  EXPECT_EQ(pm.ignored_sleep_type(), 3);
+  cnt(0x2400);  // SLP_EN | SLP_TYP 1: S3, as kvm-unit-tests s3 writes it
+  EXPECT_TRUE(pm.TakeSuspend());
+  EXPECT_FALSE(pm.TakeSuspend());  // taken once
+  pm.Woke();
+  pm.Read(0, absl::MakeSpan(b, 2));
+  EXPECT_EQ(b[1] & 0x80, 0x80);  // WAK_STS
+  const uint8_t clear[2] = {0, 0x80};
+  pm.Write(0, absl::MakeConstSpan(clear, 2));
+  pm.Read(0, absl::MakeSpan(b, 2));
+  EXPECT_EQ(b[1] & 0x80, 0);
+  cnt(1u << 13);  // SLP_TYP 0: soft-off
   EXPECT_TRUE(pm.power_off_requested());
   pm.Read(4, absl::MakeSpan(b, 2));
-  EXPECT_EQ(b[0] | (b[1] << 8), (5 << 10) | 1);  // SLP_EN reads 0
+  EXPECT_EQ(b[0] | (b[1] << 8), 1);  // SLP_EN reads 0
 }
 
 }  // namespace

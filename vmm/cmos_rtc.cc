@@ -1,15 +1,22 @@
 // cmos_rtc.cc: MC146818 time registers computed from the host clock plus the guest's offset; CMOS RAM.
 #include "vmm/cmos_rtc.h"
 
+#include <time.h>
+
 #include <algorithm>
 #include <ctime>
+#include <utility>
 
 namespace vbts::vmm {
 namespace {
 
 constexpr uint8_t kRegA = 0x0A, kRegB = 0x0B, kRegC = 0x0C, kRegD = 0x0D, kCentury = 0x32;
-constexpr uint8_t kBSet = 0x80, kBBinary = 0x04, kB24h = 0x02;
+constexpr uint8_t kBSet = 0x80, kBAie = 0x20, kBUie = 0x10, kBBinary = 0x04, kB24h = 0x02;
 constexpr uint8_t kAUip = 0x80;
+constexpr uint8_t kCIrqf = 0x80, kCAf = 0x20, kCUf = 0x10;
+// 8 cycles of the 32.768 kHz time base before each update (MC146818A
+// datasheet: UIP rises 244 us before the update cycle; QEMU's UIP_HOLD_LENGTH).
+constexpr int64_t kUipNs = 244141;
 
 // Days since 1970-01-01 of a proleptic Gregorian date and back (the civil
 // calendar algorithms of H. Hinnant, "chrono-Compatible Low-Level Date
@@ -57,13 +64,53 @@ int64_t SecondsFromCivil(const std::tm& tm) {
 
 }  // namespace
 
-CmosRtc::CmosRtc(std::function<int64_t()> now) : now_(std::move(now)) {
+CmosRtc::CmosRtc(std::function<int64_t()> now_ns) : now_(std::move(now_ns)) {
   ram_[kRegA] = 0x26;
   ram_[kRegB] = kB24h;
   ram_[kRegD] = 0x80;
+  flags_seen_ = Now();
 }
 
-int64_t CmosRtc::Now() const { return now_ ? now_() : static_cast<int64_t>(std::time(nullptr)); }
+int64_t CmosRtc::NowNs() const {
+  if (now_) return now_();
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
+}
+
+int64_t CmosRtc::HostSeconds() const {
+  const int64_t ns = NowNs();
+  return ns >= 0 ? ns / 1000000000 : (ns - 999999999) / 1000000000;
+}
+
+int64_t CmosRtc::Now() const { return HostSeconds() + offset_; }
+
+bool CmosRtc::AlarmMatches(int64_t t) const {
+  const std::tm tm = CivilFromSeconds(t);
+  const auto field = [this](uint8_t reg, int value) {
+    const uint8_t a = ram_[reg];
+    return (a & 0xC0) == 0xC0 || Decode(a) == value;  // C0H-FFH: "don't care"
+  };
+  int hour = tm.tm_hour;
+  if (!(ram_[kRegB] & kB24h)) {  // 12-hour alarm: 1-12 with bit 7 = PM
+    const uint8_t a = ram_[0x05];
+    if ((a & 0xC0) != 0xC0) {
+      const int h = Decode(a & 0x7F) % 12 + ((a & 0x80) ? 12 : 0);
+      return field(0x01, tm.tm_sec) && field(0x03, tm.tm_min) && h == hour;
+    }
+  }
+  return field(0x01, tm.tm_sec) && field(0x03, tm.tm_min) && field(0x05, hour);
+}
+
+std::optional<int64_t> CmosRtc::NsToAlarm() const {
+  if (!(ram_[kRegB] & kBAie) || (ram_[kRegB] & kBSet)) return std::nullopt;
+  const int64_t ns = NowNs();
+  const int64_t into_second = ((ns % 1000000000) + 1000000000) % 1000000000;
+  const int64_t now = Now();
+  for (int64_t t = now + 1; t <= now + 86400; t++)
+    if (AlarmMatches(t)) return (t - now) * 1000000000 - into_second;
+  return std::nullopt;
+}
 
 uint8_t CmosRtc::Encode(int v) const {
   if (ram_[kRegB] & kBBinary) return static_cast<uint8_t>(v);
@@ -77,7 +124,7 @@ int CmosRtc::Decode(uint8_t v) const {
 
 std::tm CmosRtc::Time() const {
   if (ram_[kRegB] & kBSet) return frozen_;
-  return CivilFromSeconds(Now() + offset_);
+  return CivilFromSeconds(Now());
 }
 
 uint8_t CmosRtc::ReadReg(uint8_t reg) {
@@ -95,8 +142,25 @@ uint8_t CmosRtc::ReadReg(uint8_t reg) {
     case 0x08: return Encode(tm.tm_mon + 1);
     case 0x09: return Encode((tm.tm_year + 1900) % 100);
     case kCentury: return Encode((tm.tm_year + 1900) / 100);
-    case kRegA: return ram_[kRegA] & ~kAUip;
-    case kRegC: return 0;
+    case kRegA: {
+      const int64_t into_second = ((NowNs() % 1000000000) + 1000000000) % 1000000000;
+      return static_cast<uint8_t>((ram_[kRegA] & ~kAUip) | (into_second >= 1000000000 - kUipNs ? kAUip : 0));
+    }
+    case kRegC: {
+      // The flags of the seconds that ended since the last read (UF), and of
+      // an alarm among them (AF); the read clears them.
+      const int64_t now = Now();
+      uint8_t c = 0;
+      if (now > flags_seen_) c |= kCUf;
+      for (int64_t t = std::max(flags_seen_ + 1, now - 86400); t <= now; t++)
+        if (AlarmMatches(t)) {
+          c |= kCAf;
+          break;
+        }
+      flags_seen_ = now;
+      if ((c & kCAf && ram_[kRegB] & kBAie) || (c & kCUf && ram_[kRegB] & kBUie)) c |= kCIrqf;
+      return c;
+    }
     default: return ram_[reg];
   }
 }
@@ -124,7 +188,7 @@ void CmosRtc::WriteReg(uint8_t reg, uint8_t value) {
       if (!was_set && (value & kBSet)) frozen_ = Time();  // freeze what the guest sees
       ram_[kRegB] = value;
       if (was_set && !(value & kBSet)) {
-        offset_ = SecondsFromCivil(frozen_) - Now();  // the clock runs on from what was written
+        offset_ = SecondsFromCivil(frozen_) - HostSeconds();  // the clock runs on from what was written
       }
       return;
     }
@@ -137,7 +201,7 @@ void CmosRtc::WriteReg(uint8_t reg, uint8_t value) {
   }
   // A time field written outside SET takes effect at once, as the datasheet's
   // update cycle would copy it (QEMU does the same).
-  if (!(ram_[kRegB] & kBSet)) offset_ = SecondsFromCivil(frozen_) - Now();
+  if (!(ram_[kRegB] & kBSet)) offset_ = SecondsFromCivil(frozen_) - HostSeconds();
 }
 
 void CmosRtc::Read(uint16_t offset, absl::Span<uint8_t> data) {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <ctime>
 #include <functional>
+#include <optional>
 
 #include "vmm/pio_bus.h"
 
@@ -18,35 +19,47 @@ namespace vbts::vmm {
 //            hours, day of week (1 = Sunday), day of month, month, year (2 digits)
 //            in BCD unless register B's DM (bit 2) is set, hours in 24-hour
 //            form unless B's 24/12 (bit 1) is clear (then 1-12, bit 7 = PM)
-//   0AH      A: divider and rate, R/W except UIP (bit 7), which reads 0: an
-//            update is never in progress when the guest looks (the time is
-//            computed at each read)
+//   0AH      A: divider and rate, R/W except UIP (bit 7), which reads 1 in the
+//            last 244 us of each second (8 cycles of 32.768 kHz before the
+//            update, as QEMU's rtc_update_in_progress)
 //   0BH      B: R/W; SET (bit 7) freezes the time for the guest to write it;
 //            clearing SET starts the clock from what was written
-//   0CH      C: interrupt flags, read as 0 (no periodic, alarm or update
-//            interrupts: IRQ 8 is never raised)
+//   0CH      C: interrupt flags, cleared by the read: UF (bit 4) when a second
+//            has ended since the last read, AF (bit 5) when one of those seconds
+//            matched the alarm (01H/03H/05H; C0H-FFH in a field: any value),
+//            IRQF (bit 7) when a flag is set whose enable (B bits 5, 4) is; PF
+//            (bit 6) stays 0. IRQ 8 is never raised; the alarm wakes the machine
+//            from S3 (vmm/acpi_pm.h)
 //   0DH      D: VRT (bit 7, valid RAM and time) always set, read-only
 //   32H      century in BCD/binary as the other fields (the ACPI FADT's usual
 //            century register, QEMU's too)
 //   others   CMOS RAM, R/W, zero at reset
 // Reset state as QEMU's: A = 26H (32.768 kHz, 1024 Hz), B = 02H (24-hour, BCD),
 // the time of the host clock (QEMU's default `-rtc base=utc`).
-// The clock is `now` (seconds since the epoch, UTC) plus the offset the guest
-// set; `now` is injectable for tests.
+// The clock is `now` (nanoseconds since the epoch, UTC: CLOCK_REALTIME) plus
+// the offset the guest set, in whole seconds; `now` is injectable for tests.
 class CmosRtc : public PioDevice {
  public:
   static constexpr uint16_t kPort = 0x70;
   static constexpr uint16_t kSize = 2;
 
-  explicit CmosRtc(std::function<int64_t()> now = nullptr);
+  explicit CmosRtc(std::function<int64_t()> now_ns = nullptr);
 
   void Read(uint16_t offset, absl::Span<uint8_t> data) override;
   void Write(uint16_t offset, absl::Span<const uint8_t> data) override;
 
+  // With the alarm interrupt enabled (register B bit 5): how many
+  // nanoseconds from now until the start of the next second that matches the
+  // alarm (at most a day ahead); nullopt without AIE or while SET.
+  std::optional<int64_t> NsToAlarm() const;
+
  private:
   uint8_t ReadReg(uint8_t reg);
   void WriteReg(uint8_t reg, uint8_t value);
-  int64_t Now() const;
+  int64_t NowNs() const;
+  int64_t HostSeconds() const;  // NowNs in whole seconds
+  int64_t Now() const;          // the guest's clock, whole seconds
+  bool AlarmMatches(int64_t t) const;
   uint8_t Encode(int v) const;   // binary or BCD per register B
   int Decode(uint8_t v) const;
   std::tm Time() const;          // the guest's time of day (frozen while SET)
@@ -56,6 +69,7 @@ class CmosRtc : public PioDevice {
   uint8_t index_ = 0;
   uint8_t ram_[128] = {};
   std::tm frozen_{};            // the time being written while SET
+  int64_t flags_seen_ = 0;      // the guest second register C's flags were last taken at
 };
 
 }  // namespace vbts::vmm

@@ -9,6 +9,7 @@ namespace {
 // 2026-11-26 05:43:21 UTC, a Thursday: 1795671801 seconds since the epoch
 // (date -u -d '2026-11-26 05:43:21' +%s).
 constexpr int64_t kNow = 1795671801;
+constexpr int64_t kNs = 1000000000;
 
 class CmosRtcTest : public ::testing::Test {
  protected:
@@ -23,7 +24,7 @@ class CmosRtcTest : public ::testing::Test {
     Out(1, v);
   }
   void Out(uint16_t port, uint8_t v) { rtc_.Write(port, absl::MakeConstSpan(&v, 1)); }
-  int64_t now_ = kNow;
+  int64_t now_ = kNow * kNs;  // nanoseconds
   CmosRtc rtc_{[this] { return now_; }};
 };
 
@@ -39,14 +40,14 @@ TEST_F(CmosRtcTest, ReadsTheHostClockInBcdAnd24HourFormLikeQemu) {
   EXPECT_EQ(Rd(0x08), 0x11);
   EXPECT_EQ(Rd(0x09), 0x26);
   EXPECT_EQ(Rd(0x32), 0x20);  // century
-  now_ += 39;  // 05:44:00
+  now_ += 39 * kNs;  // 05:44:00
   EXPECT_EQ(Rd(0x00), 0x00);
   EXPECT_EQ(Rd(0x02), 0x44);
 }
 
 TEST_F(CmosRtcTest, BinaryAnd12HourForms) {
   Wr(0x0B, 0x04);  // binary, 12-hour
-  now_ += 12 * 3600;  // 17:43:21
+  now_ += 12 * 3600 * kNs;  // 17:43:21
   EXPECT_EQ(Rd(0x00), 21);
   EXPECT_EQ(Rd(0x04), 0x80 | 5);  // 5 PM
   EXPECT_EQ(Rd(0x09), 26);
@@ -55,7 +56,7 @@ TEST_F(CmosRtcTest, BinaryAnd12HourForms) {
 TEST_F(CmosRtcTest, TheGuestSetsTheClockUnderSetAndItRunsOnFromThere) {
   // Linux's mc146818_set_time: SET, the fields, clear SET.
   Wr(0x0B, 0x82);
-  now_ += 100;  // frozen while SET
+  now_ += 100 * kNs;  // frozen while SET
   EXPECT_EQ(Rd(0x00), 0x21);
   Wr(0x09, 0x30);  // 2030
   Wr(0x08, 0x01);
@@ -65,7 +66,7 @@ TEST_F(CmosRtcTest, TheGuestSetsTheClockUnderSetAndItRunsOnFromThere) {
   Wr(0x00, 0x05);
   Wr(0x0B, 0x02);  // run
   EXPECT_EQ(Rd(0x00), 0x05);
-  now_ += 10;
+  now_ += 10 * kNs;
   EXPECT_EQ(Rd(0x00), 0x15);
   EXPECT_EQ(Rd(0x02), 0x04);
   EXPECT_EQ(Rd(0x04), 0x03);
@@ -87,7 +88,7 @@ TEST_F(CmosRtcTest, LeapDaysAndCenturies) {
   Wr(0x02, 59);
   Wr(0x00, 59);
   Wr(0x0B, 0x06);
-  now_ += 1;
+  now_ += kNs;
   EXPECT_EQ(Rd(0x00), 0);
   EXPECT_EQ(Rd(0x04), 0);
   EXPECT_EQ(Rd(0x07), 1);
@@ -95,10 +96,45 @@ TEST_F(CmosRtcTest, LeapDaysAndCenturies) {
   EXPECT_EQ(Rd(0x09), 0);
   EXPECT_EQ(Rd(0x32), 20);
   EXPECT_EQ(Rd(0x06), 4);
-  now_ -= 2 * 86400;  // two days back through the leap day: 2000-02-28 00:00:00, a Monday
+  now_ -= 2 * 86400 * kNs;  // two days back through the leap day: 2000-02-28 00:00:00, a Monday
   EXPECT_EQ(Rd(0x07), 28);
   EXPECT_EQ(Rd(0x08), 2);
   EXPECT_EQ(Rd(0x06), 2);
+}
+
+TEST_F(CmosRtcTest, UpdateInProgressInTheLast244MicrosecondsOfEachSecond) {
+  // kvm-unit-tests s3 waits for UIP to rise and then fall, as firmware does
+  // before it reads or programs the clock.
+  EXPECT_EQ(Rd(0x0A) & 0x80, 0);
+  now_ += kNs - 244141;  // 244 141 ns before the next second: UIP
+  EXPECT_EQ(Rd(0x0A) & 0x80, 0x80);
+  now_ -= 1;
+  EXPECT_EQ(Rd(0x0A) & 0x80, 0);
+  now_ += 244142;  // the second has begun
+  EXPECT_EQ(Rd(0x0A) & 0x80, 0);
+}
+
+TEST_F(CmosRtcTest, RegisterCAndTheAlarmThatWakesFromS3) {
+  EXPECT_EQ(Rd(0x0C), 0x00);
+  EXPECT_FALSE(rtc_.NsToAlarm());  // no AIE
+  Wr(0x01, 0xC0);  // any second, any minute, any hour: every second
+  Wr(0x03, 0xC0);
+  Wr(0x05, 0xC0);
+  Wr(0x0B, 0x22);  // AIE, 24-hour, BCD
+  now_ += kNs / 4;
+  ASSERT_TRUE(rtc_.NsToAlarm());
+  EXPECT_EQ(*rtc_.NsToAlarm(), kNs * 3 / 4);  // the next second starts in 750 ms
+  EXPECT_EQ(Rd(0x0C), 0x00);  // no second has ended yet
+  now_ += kNs;
+  EXPECT_EQ(Rd(0x0C), 0xB0);  // IRQF, AF, UF
+  EXPECT_EQ(Rd(0x0C), 0x00);  // cleared by the read
+  // An alarm at 05:45:00 (now 05:43:22.25): 97.75 s away.
+  Wr(0x01, 0x00);
+  Wr(0x03, 0x45);
+  Wr(0x05, 0x05);
+  EXPECT_EQ(*rtc_.NsToAlarm(), 97 * kNs + 3 * kNs / 4);
+  now_ += 10 * kNs;
+  EXPECT_EQ(Rd(0x0C), 0x10);  // UF only: UIE clear, so no IRQF
 }
 
 TEST_F(CmosRtcTest, CmosRamAndReadOnlyRegisters) {

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 
 #include "absl/strings/str_format.h"
@@ -38,6 +39,13 @@ double Now() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+// Sleeps `ns` of host time, through signals (the kick timer's).
+void SleepNs(uint64_t ns) {
+  timespec left{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+  while (nanosleep(&left, &left) != 0 && errno == EINTR) {
+  }
 }
 
 // IA32_APIC_BASE: the machine's own while in TCG (SDM vol. 3A 10.4.4).
@@ -182,6 +190,7 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
       kAcpiTablesGpa + kAcpiTablesSize <= ram_->size()) {
     VBTS_RETURN_IF_ERROR(WriteAcpiTables(*ram_));
     rsdp = kAcpiTablesGpa;
+    acpi_tables_ = true;
   }
   uint32_t boot_info = 0;
   if (img.boot == BootProtocol::kPvh) {
@@ -242,7 +251,7 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
   VBTS_RETURN_IF_ERROR(pio_.Register(DebugExit::kPort, DebugExit::kSize, debug_exit_.get(), "isa-debug-exit"));
   acpi_pm_ = std::make_unique<AcpiPm>([this] { return in_tcg_ ? GuestNs() : NowNs(); });
   VBTS_RETURN_IF_ERROR(pio_.Register(kAcpiPmBase, AcpiPm::kSize, acpi_pm_.get(), "ACPI PM block"));
-  cmos_rtc_ = std::make_unique<CmosRtc>();
+  cmos_rtc_ = std::make_unique<CmosRtc>();  // on the host's CLOCK_REALTIME, as QEMU's -rtc base=utc
   VBTS_RETURN_IF_ERROR(pio_.Register(CmosRtc::kPort, CmosRtc::kSize, cmos_rtc_.get(), "MC146818 RTC/CMOS"));
   reset_line_ = std::make_unique<ResetLine>();
   VBTS_RETURN_IF_ERROR(pio_.Register(ResetLine::kPort, ResetLine::kSize, reset_line_.get(), "8042 reset line"));
@@ -580,6 +589,10 @@ RunResult Machine::Run() {
     absl::StatusOr<bool> more = HandleExit(&result);
     if (!more.ok()) return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + more.status().ToString());
     if (!*more) return result;
+    if (acpi_pm_->TakeSuspend()) {
+      if (std::optional<RunResult> end = SuspendToRam(deadline ? static_cast<uint64_t>(deadline * 1e9) : 0))
+        return *end;
+    }
     const uint32_t reason = vcpu_->run()->exit_reason;
     if (reason != KVM_EXIT_DEBUG && reason != KVM_EXIT_INTERNAL_ERROR) {
       // The guest ran: the supervisor re-evaluates its mode and re-arms its
@@ -795,6 +808,10 @@ std::optional<RunResult> Machine::RunTcgLoop(uint64_t deadline, bool until_untra
     if (!stop.ok()) return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + stop.status().ToString());
     if (!tcg_error_.ok()) return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + tcg_error_.ToString());
     if (std::optional<RunResult> end = GuestEnded()) return *end;
+    if (acpi_pm_->TakeSuspend()) {
+      if (std::optional<RunResult> end = SuspendToRam(deadline)) return *end;
+      continue;
+    }
     switch (stop->kind) {
       case vcpu::TcgStop::kTripleFault:
         return Finish(RunEnd::kTripleFault, kExitTripleFault, "vbts: guest shut down (triple fault)");
@@ -912,8 +929,60 @@ void Machine::PortOut(uint16_t port, int size, uint32_t value) {
   std::memcpy(data, &value, 4);
   absl::Status s = pio_.Dispatch(port, static_cast<uint8_t>(size), /*write=*/true, absl::MakeSpan(data, size));
   if (!s.ok()) std::fprintf(stderr, "vbts: warning: %s\n", std::string(s.message()).c_str());
-  if (debug_exit_->exit_status() || reset_line_->reset_command() || acpi_pm_->power_off_requested())
+  if (debug_exit_->exit_status() || reset_line_->reset_command() || acpi_pm_->power_off_requested() ||
+      acpi_pm_->suspend_requested())
     tcg_->RequestStop();
+}
+
+std::optional<RunResult> Machine::SuspendToRam(uint64_t deadline) {
+  // ACPI S3 (docs/guest-abi.md, "ACPI"): the vCPU stops until a wake event;
+  // vbts's only one is the RTC alarm (AIE). Then the firmware's resume path
+  // runs the FACS waking vector in real mode (ACPI 6.4 7.4.2, 16.3.2): vbts
+  // sets that state directly. Memory keeps its contents; the devices keep
+  // theirs too (vbts does not reset them).
+  std::optional<int64_t> wake = cmos_rtc_->NsToAlarm();
+  if (!wake)
+    return Finish(RunEnd::kHaltedIfClear, kExitHaltedIfClear,
+                  "vbts: guest suspended to RAM (ACPI S3) with no wake event (vbts wakes it only by the RTC alarm)");
+  const uint64_t now = NowNs();
+  if (deadline && now + static_cast<uint64_t>(*wake) > deadline) {
+    if (deadline > now) SleepNs(deadline - now);
+    return Finish(RunEnd::kTimeout, kExitTimeout, TimeoutMessage(config_.timeout_seconds, output_.dropped()));
+  }
+  SleepNs(static_cast<uint64_t>(*wake));
+  uint32_t vector = 0;
+  if (acpi_tables_) {
+    absl::StatusOr<uint32_t> v = ram_->ReadLe<uint32_t>(Gpa(kAcpiFacsGpa + 12));  // firmware_waking_vector
+    if (v.ok()) vector = *v;
+  }
+  if (vector == 0 || vector >= 0x100000)
+    return Finish(RunEnd::kTripleFault, kExitTripleFault,
+                  absl::StrFormat("vbts: guest woke from S3 with no real-mode waking vector in the FACS (0x%x): "
+                                  "the firmware would boot afresh",
+                                  vector));
+  absl::StatusOr<vcpu::CpuState> st = CurrentState();
+  if (!st.ok()) return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + st.status().ToString());
+  const uint16_t segment = static_cast<uint16_t>(vector >> 4);
+  st->cs = vcpu::FlatSegment(segment, 0xB, 0, /*db=*/false, /*l=*/false);
+  st->cs.base = uint64_t{segment} << 4;
+  st->cs.limit = 0xFFFF;
+  st->cs.g = false;
+  for (vcpu::Segment* seg : {&st->ds, &st->es, &st->ss, &st->fs, &st->gs}) {
+    *seg = vcpu::FlatSegment(0, 0x3, 0, /*db=*/false, /*l=*/false);
+    seg->limit = 0xFFFF;
+    seg->g = false;
+  }
+  st->rip = vector & 0xF;
+  st->rflags = vcpu::kRflagsFixed1;
+  st->cr0 = 0x10;  // ET; protection and paging off
+  st->cr3 = st->cr4 = st->efer = 0;
+  st->idtr = {0, 0x3FF};
+  st->interrupt_shadow = false;
+  absl::Status set = in_tcg_ ? tcg_->SetState(*st) : vcpu_->SetState(*st);
+  if (!set.ok()) return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + set.ToString());
+  halted_wait_ = false;
+  acpi_pm_->Woke();
+  return std::nullopt;
 }
 
 void Machine::SetIsaLine(uint32_t line, bool level) {

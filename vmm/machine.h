@@ -136,6 +136,10 @@ class Machine : private vcpu::TcgDevices {
   // Sets ISA interrupt line `line` (pc-testdev's lines, COM1's IRQ 4) in the
   // interrupt controllers of the engine that holds the vCPU.
   void SetIsaLine(uint32_t line, bool level);
+  // The guest asked for ACPI S3: sleeps until the RTC alarm and resumes at the
+  // FACS waking vector in real mode (nullopt), or ends the run (no wake
+  // event, --timeout first at `deadline`, no waking vector).
+  std::optional<RunResult> SuspendToRam(uint64_t deadline);
   // Handles one KVM exit; sets `result` and returns false when the run ends.
   absl::StatusOr<bool> HandleExit(RunResult* result);
   // KVM_EXIT_X86_RDMSR/WRMSR of an MSR the virtual PMU owns.
@@ -273,6 +277,7 @@ class Machine : private vcpu::TcgDevices {
   std::unique_ptr<ResetLine> reset_line_;
   std::unique_ptr<CmosRtc> cmos_rtc_;
   std::unique_ptr<AcpiPm> acpi_pm_;
+  bool acpi_tables_ = false;  // WriteAcpiTables wrote them (the image left the page free)
   std::unique_ptr<FwCfg> fw_cfg_;
   std::unique_ptr<TestdevIo> testdev_io_;
   std::unique_ptr<TestdevIrq> testdev_irq_;

@@ -14,55 +14,16 @@
 ;    prints its summary first; it never reaches its own exit.
 ; Expected: status 0 (powered off) under vbts and under QEMU (SeaBIOS's tables, PIIX4's PM).
 %include "rt.inc"
+%include "acpi32.inc"
 
 main:
         ; ---- 1. RSDP, RSDT, FADT
-        mov esi, 0xE0000
-.scan:
-        cmp dword [esi], 'RSD '
-        jne .next
-        cmp dword [esi + 4], 'PTR '
-        je .found
-.next:
-        add esi, 16
-        cmp esi, 0x100000
-        jb .scan
-        FAIL "RSDP: 'RSD PTR ' in 0xE0000-0xFFFFF"
-        FINISH
-.found:
-        mov ecx, 20
-        call sum_bytes
-        CHECK_EQ eax, 0, "RSDP: checksum of its first 20 bytes"
-        mov esi, [esi + 16]             ; RSDT
-        cmp dword [esi], 'RSDT'
-        REPORT "RSDT at the RSDP's RsdtAddress"
-        mov ecx, [esi + 4]
-        call sum_bytes
-        CHECK_EQ eax, 0, "RSDT: checksum"
-        mov ecx, [esi + 4]
-        sub ecx, 36
-        shr ecx, 2                      ; entries
-        lea edi, [esi + 36]
-        xor ebx, ebx
-.entry:
-        jecxz .entries_done
-        mov eax, [edi]
-        cmp dword [eax], 'FACP'
-        cmove ebx, eax
-        add edi, 4
-        dec ecx
-        jmp .entry
-.entries_done:
+        call acpi_find_fadt32
         test ebx, ebx
         jnz .fadt
-        FAIL "FADT ('FACP') among the RSDT's entries"
         FINISH
 .fadt:
         mov [fadt], ebx
-        mov esi, ebx
-        mov ecx, [esi + 4]
-        call sum_bytes
-        CHECK_EQ eax, 0, "FADT: checksum"
 
         ; ---- 2. PM timer
         mov edx, [ebx + 76]             ; PM_TMR_BLK
@@ -177,23 +138,6 @@ main:
 .bad_elem:
         FAIL "\_S5: first element is BytePrefix, ZeroOp or OneOp"
         FINISH
-
-; ESI = bytes, ECX = count: EAX = their sum mod 256.
-sum_bytes:
-        push esi
-        push ecx
-        xor eax, eax
-.l:
-        jecxz .d
-        add al, [esi]
-        inc esi
-        dec ecx
-        jmp .l
-.d:
-        movzx eax, al
-        pop ecx
-        pop esi
-        ret
 
 section .data
 fadt:           dd 0
