@@ -1,15 +1,22 @@
 // boot_fuzz.cc: libFuzzer target for what a guest and a command line feed the
-// boot devices: --initrd text (ParseInitrd), the module layout
-// (WriteMultibootModules) and a guest's port accesses to fw_cfg. The first
-// input byte splits the rest into an --initrd string and a port-access stream.
+// boot devices: --initrd text (ParseInitrd), the module layouts of both boot
+// protocols (WriteMultibootModules, WritePvhStartInfo) and a guest's port
+// accesses to fw_cfg, the RTC/CMOS, the ACPI PM block and the 8042 reset
+// line. The first input byte splits the rest into an --initrd string and a
+// port-access stream.
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
 #include "pmu/testing/fake_memory.h"
+#include "vmm/acpi_pm.h"
+#include "vmm/acpi_tables.h"
+#include "vmm/cmos_rtc.h"
 #include "vmm/fw_cfg.h"
 #include "vmm/multiboot_info.h"
 #include "vmm/pio_bus.h"
+#include "vmm/pvh_boot.h"
+#include "vmm/reset_line.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
@@ -27,13 +34,31 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (l.ok())
       for (const vbts::vmm::GpaRange& r : l->reserved)
         if (r.end > ram.size()) __builtin_trap();
+    absl::StatusOr<vbts::vmm::PvhBootInfo> pvh =
+        vbts::vmm::WritePvhStartInfo(ram, text, 0x9000, 0x100000, mods, vbts::vmm::kAcpiTablesGpa);
+    if (pvh.ok())
+      for (const vbts::vmm::GpaRange& r : pvh->reserved)
+        if (r.end > ram.size()) __builtin_trap();
   }
-  // The rest: 4-byte port accesses (port low byte, size, direction, value).
+  if (!vbts::vmm::WriteAcpiTables(ram).ok()) __builtin_trap();
+  // The rest: 4-byte port accesses (device and port, size, direction, value),
+  // on clocks that the input moves.
+  int64_t now_ns = 1795671801LL * 1000000000;
   vbts::vmm::FwCfg cfg(ram.size(), 1);
+  vbts::vmm::CmosRtc rtc([&now_ns] { return now_ns; });
+  vbts::vmm::AcpiPm pm([&now_ns] { return static_cast<uint64_t>(now_ns); });
+  vbts::vmm::ResetLine reset;
   vbts::vmm::PioBus bus;
-  if (!bus.Register(vbts::vmm::FwCfg::kPort, vbts::vmm::FwCfg::kSize, &cfg, "fw_cfg").ok()) __builtin_trap();
+  if (!bus.Register(vbts::vmm::FwCfg::kPort, vbts::vmm::FwCfg::kSize, &cfg, "fw_cfg").ok() ||
+      !bus.Register(vbts::vmm::CmosRtc::kPort, vbts::vmm::CmosRtc::kSize, &rtc, "rtc").ok() ||
+      !bus.Register(vbts::vmm::kAcpiPmBase, vbts::vmm::AcpiPm::kSize, &pm, "acpi pm").ok() ||
+      !bus.Register(vbts::vmm::ResetLine::kPort, vbts::vmm::ResetLine::kSize, &reset, "reset").ok())
+    __builtin_trap();
+  static constexpr uint16_t kBases[4] = {0x50E, 0x70, vbts::vmm::kAcpiPmBase, 0x60};
   for (size_t i = 1 + split; i + 4 <= size; i += 4) {
-    const uint16_t port = 0x50E + (data[i] & 7);
+    const uint16_t port = kBases[(data[i] >> 4) & 3] + (data[i] & 15);
+    now_ns += int64_t{data[i + 3]} * 7919 * 1000;  // up to ~2 s a step
+    (void)rtc.NsToAlarm();
     const uint8_t sizes[3] = {1, 2, 4};
     const uint8_t n = sizes[data[i + 1] % 3];
     uint8_t buf[4] = {data[i + 3], data[i + 2], 0, 0};

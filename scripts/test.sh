@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test.sh: the whole test suite from a fresh machine: setup + build, then every
 # ctest label (unit, kvm, guest, qemu, engines, kut); then, with no arguments, the same
-# unit, kvm, guest and engines tests built with AddressSanitizer + UndefinedBehaviorSanitizer
+# unit, kvm, guest, engines, gdb and linux tests built with AddressSanitizer + UndefinedBehaviorSanitizer
 # (docs/security.md). Labels whose requirement is missing (no /dev/kvm, no shared
 # kvm-unit-tests binaries) report their tests as skipped, never as passed.
 # Arguments go to the first ctest run (e.g. -L unit) and skip the sanitizer run.
@@ -12,12 +12,14 @@ scripts/setup.sh
 if [ $# -eq 0 ]; then set -- -LE heavy; heavy_default=1; else heavy_default=0; fi
 (cd build && ctest --output-on-failure -j2 --timeout 300 "$@")
 if [ "$heavy_default" -eq 1 ]; then
-  cmake -S . -B build-asan -DVBTS_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  cmake -S . -B build-asan -DVBTS_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DVBTS_LINUX_DIR="$PWD/build/linux" >/dev/null
   cmake --build build-asan -j"$(nproc)"
   # The QEMU differential tests and the record/report scripts add nothing the
   # sanitizers can see that the guest images do not already exercise.
   cd build-asan
   # Leaks inside libunicorn (not vbts's) are suppressed: scripts/lsan.supp.
   LSAN_OPTIONS="suppressions=$PWD/../scripts/lsan.supp" \
-    ctest --output-on-failure -j2 --timeout 300 -L "unit|kvm|guest|engines|gdb" -E "^(diff|record|engines.record)"
+    ctest --output-on-failure -j2 --timeout 300 -L "unit|kvm|guest|engines|gdb|linux" \
+      -E "^(diff|record|engines.record|linux.perf-qemu)"
 fi

@@ -18,9 +18,7 @@ using ::vbts::testing::FakePhysMemory;
 using ::vbts::testing::StatusIs;
 
 uint64_t RLe(FakePhysMemory& m, uint64_t gpa, int n) {
-  uint64_t v = 0;
-  for (int i = n - 1; i >= 0; --i) v = (v << 8) | m.bytes().at(gpa + i);
-  return v;
+  return n == 4 ? *m.ReadLe<uint32_t>(Gpa(gpa)) : *m.ReadLe<uint64_t>(Gpa(gpa));
 }
 std::string RStr(FakePhysMemory& m, uint64_t gpa) {
   std::string s;

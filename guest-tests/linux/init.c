@@ -97,20 +97,20 @@ static void test_instructions(void) {
   close(fd);
 }
 
+// A workload whose addresses the checks know: NAME(n) runs n iterations of
+// dec/jnz; NAME_head, NAME_jnz and NAME_ret label its instructions.
+#define DEFINE_LOOP(name)                                       \
+  extern void name(uint64_t n);                                 \
+  extern char name##_head[], name##_jnz[], name##_ret[];        \
+  __asm__(".text\n"                                             \
+          ".globl " #name ", " #name "_head, " #name "_jnz, " #name "_ret\n" \
+          #name ":\n\tmov %rdi, %rcx\n"                         \
+          #name "_head:\n\tdec %rcx\n"                          \
+          #name "_jnz:\n\tjnz " #name "_head\n"                 \
+          #name "_ret:\n\tret\n")
+
 // The BTS workload: a call, n iterations of dec/jnz, a return.
-extern void bts_loop(uint64_t n);
-extern char bts_loop_head[], bts_loop_jnz[], bts_loop_ret[];
-__asm__(
-    ".text\n"
-    ".globl bts_loop, bts_loop_head, bts_loop_jnz, bts_loop_ret\n"
-    "bts_loop:\n\t"
-    "mov %rdi, %rcx\n"
-    "bts_loop_head:\n\t"
-    "dec %rcx\n"
-    "bts_loop_jnz:\n\t"
-    "jnz bts_loop_head\n"
-    "bts_loop_ret:\n\t"
-    "ret\n");
+DEFINE_LOOP(bts_loop);
 
 static int read_int_file(const char* path, int* value) {
   FILE* f = fopen(path, "r");
@@ -187,21 +187,8 @@ static void test_intel_bts(void) {
   close(fd);
 }
 
-// The LBR workload: n iterations of dec/jnz (its own copy, so that its
-// addresses are its own).
-extern void lbr_loop(uint64_t n);
-extern char lbr_loop_head[], lbr_loop_jnz[], lbr_loop_ret[];
-__asm__(
-    ".text\n"
-    ".globl lbr_loop, lbr_loop_head, lbr_loop_jnz, lbr_loop_ret\n"
-    "lbr_loop:\n\t"
-    "mov %rdi, %rcx\n"
-    "lbr_loop_head:\n\t"
-    "dec %rcx\n"
-    "lbr_loop_jnz:\n\t"
-    "jnz lbr_loop_head\n"
-    "lbr_loop_ret:\n\t"
-    "ret\n");
+// The sampling workload (its own copy, so that its addresses are its own).
+DEFINE_LOOP(lbr_loop);
 
 // Samples `a` (instructions:u every 10 007) over lbr_loop(100000) through
 // perf's ring buffer and hands each PERF_RECORD_SAMPLE's fields to `sample`.
