@@ -285,36 +285,6 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
   fw_cfg_ = std::make_unique<FwCfg>(ram_->size(), /*cpus=*/1);
   VBTS_RETURN_IF_ERROR(pio_.Register(FwCfg::kPort, FwCfg::kSize, fw_cfg_.get(), "fw_cfg"));
 
-  // The CPUID instructions of the image, for the supervisor's CPUID guards:
-  // at the address each is loaded at and, for a segment linked elsewhere
-  // (ELF p_vaddr != p_paddr), at the address it is linked to run at.
-  vcpu::SupervisorOptions options;
-  options.exact_cpuid = config_.exact_cpuid;
-  for (const CodeRange& c : img.code) {
-    std::vector<uint8_t> bytes(c.size);
-    VBTS_RETURN_IF_ERROR(ram_->Read(Gpa(c.gpa), absl::MakeSpan(bytes)));
-    std::vector<uint64_t> all;
-    for (auto [find, out] : {std::pair{&vcpu::FindCpuidSites, &options.cpuid_sites},
-                             std::pair{&vcpu::FindMovDr7Sites, &options.movdr7_sites}}) {
-      std::vector<uint64_t> sites = find(bytes.data(), bytes.size(), c.gpa);
-      all.insert(all.end(), sites.begin(), sites.end());
-      if (c.vaddr != c.gpa) {
-        std::vector<uint64_t> linked = find(bytes.data(), bytes.size(), c.vaddr);
-        sites.insert(sites.end(), linked.begin(), linked.end());
-      }
-      out->insert(out->end(), sites.begin(), sites.end());
-    }
-    // Sites beyond the debug registers may get code guards (UD2 patches);
-    // only confirmed instruction starts qualify. The sweep costs ~1 ms per
-    // 100 KiB and runs only when there are more sites than registers.
-    if (all.size() > 3) {
-      for (uint64_t gpa : vcpu::ConfirmInstructionStarts(bytes.data(), bytes.size(), c.gpa, all)) {
-        vcpu::SupervisorOptions::PatchableSite p{gpa, {gpa}};
-        if (c.vaddr != c.gpa) p.linear.push_back(gpa - c.gpa + c.vaddr);
-        options.patchable.push_back(std::move(p));
-      }
-    }
-  }
   if (!config_.gdb.empty()) {
     // The debugger's stops (breakpoints the guest cannot see, exact steps,
     // watchpoints) are the TCG engine's (docs/gdb.md).
@@ -344,6 +314,38 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
     VBTS_RETURN_IF_ERROR(CreateTcg());
   } else if (config_.engine != "kvm") {
     return absl::InvalidArgumentError(absl::StrFormat("--engine=%s: expected auto, kvm or tcg", config_.engine));
+  }
+  // The CPUID instructions of the image, for the supervisor's CPUID guards:
+  // at the address each is loaded at and, for a segment linked elsewhere
+  // (ELF p_vaddr != p_paddr), at the address it is linked to run at.
+  // Only the KVM engine has guards: a run on the TCG engine throughout answers
+  // CPUID from the model and skips the scan (2.2 s for Linux's 24 MiB of code).
+  vcpu::SupervisorOptions options;
+  options.exact_cpuid = config_.exact_cpuid;
+  for (const CodeRange& c : config_.engine == "tcg" ? std::vector<CodeRange>{} : img.code) {
+    std::vector<uint8_t> bytes(c.size);
+    VBTS_RETURN_IF_ERROR(ram_->Read(Gpa(c.gpa), absl::MakeSpan(bytes)));
+    std::vector<uint64_t> all;
+    for (auto [find, out] : {std::pair{&vcpu::FindCpuidSites, &options.cpuid_sites},
+                             std::pair{&vcpu::FindMovDr7Sites, &options.movdr7_sites}}) {
+      std::vector<uint64_t> sites = find(bytes.data(), bytes.size(), c.gpa);
+      all.insert(all.end(), sites.begin(), sites.end());
+      if (c.vaddr != c.gpa) {
+        std::vector<uint64_t> linked = find(bytes.data(), bytes.size(), c.vaddr);
+        sites.insert(sites.end(), linked.begin(), linked.end());
+      }
+      out->insert(out->end(), sites.begin(), sites.end());
+    }
+    // Sites beyond the debug registers may get code guards (UD2 patches);
+    // only confirmed instruction starts qualify. The sweep costs ~1 ms per
+    // 100 KiB and runs only when there are more sites than registers.
+    if (all.size() > 3) {
+      for (uint64_t gpa : vcpu::ConfirmInstructionStarts(bytes.data(), bytes.size(), c.gpa, all)) {
+        vcpu::SupervisorOptions::PatchableSite p{gpa, {gpa}};
+        if (c.vaddr != c.gpa) p.linear.push_back(gpa - c.gpa + c.vaddr);
+        options.patchable.push_back(std::move(p));
+      }
+    }
   }
   supervisor_ = std::make_unique<vcpu::Supervisor>(*vcpu_, *ram_, *model_, facts_, std::move(options));
   // Only the TCG engine caches translated code; KVM fetches from RAM.  Under

@@ -301,7 +301,13 @@ static void test_pebs(void) {
   report((pebs_head == 19 && pebs_jnz == 0) || (pebs_head == 0 && pebs_jnz == 19), "pebs", detail);
 }
 
-int main(void) {
+int main(int argc, char** argv) {
+  // `-- poweroff` on the kernel command line (scripts/bench-linux.py): boot,
+  // then power off through ACPI at once.
+  if (argc > 1 && strcmp(argv[1], "poweroff") == 0) {
+    sync();
+    reboot(RB_POWER_OFF);
+  }
   mount("sysfs", "/sys", "sysfs", 0, NULL);
   mount("proc", "/proc", "proc", 0, NULL);
   setvbuf(stdout, NULL, _IONBF, 0);
