@@ -183,11 +183,12 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
   entry_ = img.entry;
   uint64_t kernel_end = 0;
   for (const GpaRange& r : img.ranges) kernel_end = std::max(kernel_end, r.end);
-  // The ACPI tables where firmware puts them, unless the image covers that page.
+  // The ACPI tables where firmware puts them, unless the image or the boot
+  // information page (after an image that covers 0x9000) is there.
   uint64_t rsdp = 0;
   if (std::none_of(img.ranges.begin(), img.ranges.end(),
                    [](const GpaRange& r) { return r.Overlaps(kAcpiTablesGpa, kAcpiTablesGpa + kAcpiTablesSize); }) &&
-      kAcpiTablesGpa + kAcpiTablesSize <= ram_->size()) {
+      MultibootInfoPage(img.ranges) != kAcpiTablesGpa && kAcpiTablesGpa + kAcpiTablesSize <= ram_->size()) {
     VBTS_RETURN_IF_ERROR(WriteAcpiTables(*ram_));
     rsdp = kAcpiTablesGpa;
     acpi_tables_ = true;
