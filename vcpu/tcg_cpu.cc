@@ -271,6 +271,7 @@ struct TcgCallbacks {
     auto* self = static_cast<TcgCpu*>(user);
     self->stats_.mmio++;
     self->config_.devices->MmioWrite(self->mmio_base() + offset, static_cast<int>(size), value);
+    self->mmio_written_ = true;  // the store helper looks at the machine afterwards (AfterStore)
   }
   // A debugger's watched range was accessed: the run ends after this
   // instruction (TcgCpu::DebugCheck at the next boundary).
@@ -713,15 +714,16 @@ struct TcgCallbacks {
     if (!code64) env->eip &= 0xFFFFFFFFu;
     cpu_loop_exit_x86_64(self->cpu_);
   }
-  // After QEMU's OUT helper: a device write that asked the run to end
-  // (debug exit, reset, ACPI sleep, the PIT on instruction time) or raised an
-  // interrupt the guest takes now ends the block right after the OUT, as the
-  // hardware stops or takes the interrupt at that instruction boundary (SDM
-  // vol. 3A 6.6), not at the end of the block. QEMU did not sync EIP for a
-  // ring-0 OUT: it is restored from the translation (`ra`); OUTS is left
-  // alone (its RSI update follows the helper in the block).
+  // After QEMU's OUT helper: a device write that ended the run (debug exit,
+  // reset, ACPI soft-off or sleep) or raised an interrupt the guest takes now
+  // ends the block right after the OUT, as the hardware stops or takes the
+  // interrupt at that instruction boundary (SDM vol. 3A 6.6), not at the end
+  // of the block. QEMU did not sync EIP for a ring-0 OUT: it is restored from
+  // the translation (`ra`); OUTS is left alone (its RSI update follows the
+  // helper in the block). Other stops (the PIT on instruction time) wait for
+  // the next block start, as AfterStore's do.
   static void AfterOut(TcgCpu* self, uintptr_t ra) {
-    if (!StopRequested(self) && !InterruptTakenNext(self)) return;
+    if (!self->config_.devices->GuestEndsRun() && !InterruptTakenNext(self)) return;
     uabi::EnvPrefix* env = self->env_;
     cpu_restore_state_x86_64(self->cpu_, ra, false);
     const uint64_t at = env->segs[uabi::kCs].base + env->eip;
@@ -734,6 +736,29 @@ struct TcgCallbacks {
     if (length == 0) return;
     self->stats_.outs_left++;
     env->eip += length;
+    if (!(env->hflags & (1u << 15))) env->eip &= 0xFFFFFFFFu;  // HF_CS64
+    cpu_loop_exit_x86_64(self->cpu_);
+  }
+  // After QEMU's store helper: a store that reached a device (the LAPIC's
+  // ICR or EOI, an I/O APIC redirection entry) and raised an interrupt the
+  // guest takes now ends the block right after the storing instruction, as
+  // AfterOut does for OUT. `ra` is the helper's return address in the
+  // translated code (QEMU passes it); the length of the instruction comes
+  // from vbts's decoder. (A stop a device store asks for, such as a LAPIC
+  // timer write on instruction time, still waits for the next block start:
+  // leaving there made tsc_clock's timer fire 15 times late, with the
+  // instructions the block ran unreported not yet counted; not understood yet.)
+  static void AfterStore(TcgCpu* self, uintptr_t ra) {
+    if (!std::exchange(self->mmio_written_, false)) return;
+    if (!InterruptTakenNext(self)) return;
+    if (!cpu_restore_state_x86_64(self->cpu_, ra, false)) return;
+    const CpuState st = self->GetState(/*with_msrs=*/false);
+    RamView ram(self->config_.ram, self->config_.ram_bytes);
+    absl::StatusOr<DecodedInsn> insn = DecodeCurrent(st, ram);
+    if (!insn.ok() || insn->rep_string) return;  // a REP MOVS/STOS goes on where QEMU left it
+    self->stats_.stores_left++;
+    uabi::EnvPrefix* env = self->env_;
+    env->eip += insn->length;
     if (!(env->hflags & (1u << 15))) env->eip &= 0xFFFFFFFFu;  // HF_CS64
     cpu_loop_exit_x86_64(self->cpu_);
   }
@@ -1002,6 +1027,21 @@ void helper_rechecking_single_step_x86_64(void* env) {
   if (self != nullptr && TcgCallbacks::TrapsOwned(self)) return;
   original(env);
 }
+
+// Stores that miss QEMU's TLB fast path, MMIO among them: QEMU's helper, then
+// TcgCallbacks::AfterStore with the return address QEMU passes.
+#define VBTS_STORE_HELPER(name, type)                                                                       \
+  void name##_x86_64(void* env, uint64_t addr, type val, uint32_t oi, uintptr_t retaddr) {                  \
+    using Fn = void (*)(void*, uint64_t, type, uint32_t, uintptr_t);                                        \
+    static const auto original = vbts::vcpu::Original<Fn>(#name "_x86_64");                                \
+    original(env, addr, val, oi, retaddr);                                                                  \
+    if (vbts::vcpu::TcgCpu* self = TcgCallbacks::Running(env)) TcgCallbacks::AfterStore(self, retaddr);    \
+  }
+VBTS_STORE_HELPER(helper_ret_stb_mmu, uint32_t)
+VBTS_STORE_HELPER(helper_le_stw_mmu, uint32_t)
+VBTS_STORE_HELPER(helper_le_stl_mmu, uint32_t)
+VBTS_STORE_HELPER(helper_le_stq_mmu, uint64_t)
+#undef VBTS_STORE_HELPER
 
 // OUT: QEMU's helper (the device write, through Unicorn's OUT hook), then
 // TcgCallbacks::AfterOut.
@@ -1367,7 +1407,11 @@ absl::Status TcgCpu::SelfCheck() {
                                    {"helper_rechecking_single_step_x86_64", reinterpret_cast<void*>(&helper_rechecking_single_step_x86_64)},
                                    {"helper_outb_x86_64", reinterpret_cast<void*>(&helper_outb_x86_64)},
                                    {"helper_outw_x86_64", reinterpret_cast<void*>(&helper_outw_x86_64)},
-                                   {"helper_outl_x86_64", reinterpret_cast<void*>(&helper_outl_x86_64)}}) {
+                                   {"helper_outl_x86_64", reinterpret_cast<void*>(&helper_outl_x86_64)},
+                                   {"helper_ret_stb_mmu_x86_64", reinterpret_cast<void*>(&helper_ret_stb_mmu_x86_64)},
+                                   {"helper_le_stw_mmu_x86_64", reinterpret_cast<void*>(&helper_le_stw_mmu_x86_64)},
+                                   {"helper_le_stl_mmu_x86_64", reinterpret_cast<void*>(&helper_le_stl_mmu_x86_64)},
+                                   {"helper_le_stq_mmu_x86_64", reinterpret_cast<void*>(&helper_le_stq_mmu_x86_64)}}) {
     if (dlsym(RTLD_DEFAULT, name) != ours) {
       return absl::FailedPreconditionError(absl::StrFormat(
           "TCG engine: %s is not exported by this executable (link with vcpu/unicorn_interpose.list)", name));

@@ -44,6 +44,9 @@ class TcgDevices {
   virtual ~TcgDevices() = default;
   virtual uint32_t PortIn(uint16_t port, int size) = 0;
   virtual void PortOut(uint16_t port, int size, uint32_t value) = 0;
+  // True once the guest asked a device to end the run (the debug exit, a
+  // reset, ACPI soft-off or sleep): the engine stops right after the OUT.
+  virtual bool GuestEndsRun() { return false; }
   // Guest-physical accesses outside RAM (below 4 GiB).
   virtual uint64_t MmioRead(uint64_t gpa, int size) = 0;
   virtual void MmioWrite(uint64_t gpa, int size, uint64_t value) = 0;
@@ -101,6 +104,8 @@ struct TcgStats {
   // OUTs after which the block was left at once (a stop or an interrupt the
   // write asked for, TcgCallbacks::AfterOut).
   uint64_t outs_left = 0;
+  // Likewise after a store to a device (TcgCallbacks::AfterStore).
+  uint64_t stores_left = 0;
 };
 
 class TcgCpu {
@@ -375,6 +380,7 @@ class TcgCpu {
   size_t data_mem_hook_ = 0;
   bool debug_code_ = false;      // the code hook must check before each instruction
   bool ss_shadow_ = false;       // the last of (SS load, STI) was an SS load
+  bool mmio_written_ = false;    // a store reached a device since the store helper began
   bool debug_first_ = false;     // no instruction of this run has been checked yet
   bool debug_progress_ = false;  // an instruction started (or an event came) since the run began
   uint64_t debug_resume_ = 0;    // linear address the run started at

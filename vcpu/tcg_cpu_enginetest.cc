@@ -20,7 +20,10 @@ class FakeDevices : public TcgDevices {
   uint32_t PortIn(uint16_t port, int size) override { return in_value; }
   void PortOut(uint16_t port, int size, uint32_t value) override {
     outs.push_back({port, size, value});
-    if (port == 0xf4 && cpu != nullptr) cpu->RequestStop();
+    if (port == 0xf4 && cpu != nullptr) {
+      ended = true;
+      cpu->RequestStop();
+    }
     if (port == 0x80 && cpu != nullptr) {  // raises the interrupt whose vector is the value
       irqs.push_back(static_cast<uint8_t>(value));
       cpu->InterruptPending();
@@ -30,7 +33,13 @@ class FakeDevices : public TcgDevices {
     mmio.push_back({gpa, size, 0});
     return 0xfeedf00d;
   }
-  void MmioWrite(uint64_t gpa, int size, uint64_t value) override { mmio.push_back({gpa, size, value}); }
+  void MmioWrite(uint64_t gpa, int size, uint64_t value) override {
+    mmio.push_back({gpa, size, value});
+    if (gpa == 0xfee00300 && cpu != nullptr) {  // as a self-IPI through the ICR: the vector in bits 7:0
+      irqs.push_back(static_cast<uint8_t>(value));
+      cpu->InterruptPending();
+    }
+  }
   Msr ReadMsr(uint32_t index, uint64_t& value) override {
     if (auto it = msrs.find(index); it != msrs.end()) {
       value = it->second;
@@ -61,6 +70,8 @@ class FakeDevices : public TcgDevices {
     return v;
   }
   bool InterruptPending() override { return !irqs.empty(); }
+  bool GuestEndsRun() override { return ended; }
+  bool ended = false;  // the debug exit was written
   std::vector<uint8_t> irqs;  // pending external interrupt vectors, in acceptance order
 
   struct Access {
@@ -511,6 +522,27 @@ TEST_F(TcgCpuTest, AnInterruptAnOutRaisesComesAtTheNextBoundary) {
   EXPECT_EQ(st.gpr[kRax], 0x41u);
   EXPECT_EQ(Read32(kKernelStack - 12), kCodeRip + 10);
   EXPECT_EQ(cpu_->stats().outs_left, 1u);
+}
+
+TEST_F(TcgCpuTest, AnInterruptAStoreToADeviceRaisesComesAtTheNextBoundary) {
+  // As for OUT: the self-IPI a store to the LAPIC's ICR raises is taken right
+  // after the store (frame EIP = the `mov eax, 2` after it), not at the end
+  // of the block.
+  Gate32(0x42, MakeGate(kIntGate32, kCode32K, 0x600, 0));
+  Code(0x600, {0xf4});
+  Code(kCodeRip, {
+      0xb8, 0x42, 0x00, 0x00, 0x00,        // mov eax, 42H
+      0xa3, 0x00, 0x03, 0xe0, 0xfe,        // mov [0xfee00300], eax
+      0xb8, 0x02, 0x00, 0x00, 0x00,        // mov eax, 2
+      0xf4,
+  });
+  CpuState st = Pm32(0);
+  st.rflags = 0x202;
+  st = RunFrom(st);
+  EXPECT_EQ(st.rip, 0x601u);
+  EXPECT_EQ(st.gpr[kRax], 0x42u);
+  EXPECT_EQ(Read32(kKernelStack - 12), kCodeRip + 10);
+  EXPECT_EQ(cpu_->stats().stores_left, 1u);
 }
 
 TEST_F(TcgCpuTest, AnInterruptWaitsForTheStiShadow) {

@@ -932,9 +932,7 @@ void Machine::PortOut(uint16_t port, int size, uint32_t value) {
   std::memcpy(data, &value, 4);
   absl::Status s = pio_.Dispatch(port, static_cast<uint8_t>(size), /*write=*/true, absl::MakeSpan(data, size));
   if (!s.ok()) std::fprintf(stderr, "vbts: warning: %s\n", std::string(s.message()).c_str());
-  if (debug_exit_->exit_status() || reset_line_->reset_command() || acpi_pm_->power_off_requested() ||
-      acpi_pm_->suspend_requested())
-    tcg_->RequestStop();
+  if (GuestEndsRun()) tcg_->RequestStop();
 }
 
 std::optional<RunResult> Machine::SuspendToRam(uint64_t deadline) {

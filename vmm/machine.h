@@ -130,6 +130,10 @@ class Machine : private vcpu::TcgDevices {
   Machine(const MachineConfig& config, const vcpu::HostFacts& facts);
   absl::Status Setup(const Kvm& kvm, std::optional<PreparedVm> prepared);
   absl::Status SetBootState(uint32_t entry, BootProtocol boot, uint32_t info);
+  bool GuestEndsRun() override {
+    return debug_exit_->exit_status() || reset_line_->reset_command() || acpi_pm_->power_off_requested() ||
+           acpi_pm_->suspend_requested();
+  }
   // The guest ended the run through a device: the debug-exit port (its
   // status), ACPI soft-off (0) or the 8042 reset line (120, as a triple fault).
   std::optional<RunResult> GuestEnded();
