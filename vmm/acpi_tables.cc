@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "base/status_macros.h"
+#include "vmm/boot_bytes.h"
 
 namespace vbts::vmm {
 namespace {
@@ -16,9 +17,7 @@ constexpr uint64_t kRsdp = 0x000, kFacs = kAcpiFacsGpa - kAcpiTablesGpa, kDsdt =
 class Page {
  public:
   Page() : b_(kAcpiTablesSize, 0) {}
-  void Put(uint64_t off, uint64_t v, int n) {
-    for (int i = 0; i < n; i++) b_[off + i] = static_cast<uint8_t>(v >> (8 * i));
-  }
+  void Put(uint64_t off, uint64_t v, int n) { PutLe(b_, off, v, n); }
   void Bytes(uint64_t off, std::string_view s) { std::memcpy(&b_[off], s.data(), s.size()); }
   // The 36-byte system description header (ACPI 5.2.6).
   void Header(uint64_t off, std::string_view sig, uint32_t length, uint8_t revision) {

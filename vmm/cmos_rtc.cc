@@ -23,6 +23,13 @@ constexpr int64_t kUipNs = 244141;
 // Algorithms"). vbts computes them itself: glibc's gmtime_r and timegm read
 // the time-zone file on first use, an openat the syscall filter forbids once
 // the guest runs.
+bool IsTimeField(uint8_t reg) {
+  return reg == 0x00 || reg == 0x02 || reg == 0x04 || (reg >= 0x06 && reg <= 0x09) || reg == kCentury;
+}
+
+// Nanoseconds since the start of the second `ns` lies in.
+int64_t IntoSecond(int64_t ns) { return ((ns % 1000000000) + 1000000000) % 1000000000; }
+
 int64_t DaysFromCivil(int64_t y, int m, int d) {
   y -= m <= 2;
   const int64_t era = (y >= 0 ? y : y - 399) / 400;
@@ -105,7 +112,7 @@ bool CmosRtc::AlarmMatches(int64_t t) const {
 std::optional<int64_t> CmosRtc::NsToAlarm() const {
   if (!(ram_[kRegB] & kBAie) || (ram_[kRegB] & kBSet)) return std::nullopt;
   const int64_t ns = NowNs();
-  const int64_t into_second = ((ns % 1000000000) + 1000000000) % 1000000000;
+  const int64_t into_second = IntoSecond(ns);
   const int64_t now = Now();
   for (int64_t t = now + 1; t <= now + 86400; t++)
     if (AlarmMatches(t)) return (t - now) * 1000000000 - into_second;
@@ -127,8 +134,7 @@ std::tm CmosRtc::Time() const {
   return CivilFromSeconds(Now());
 }
 
-uint8_t CmosRtc::ReadReg(uint8_t reg) {
-  const std::tm tm = Time();
+uint8_t CmosRtc::ReadTimeField(uint8_t reg, const std::tm& tm) const {
   switch (reg) {
     case 0x00: return Encode(tm.tm_sec);
     case 0x02: return Encode(tm.tm_min);
@@ -141,11 +147,15 @@ uint8_t CmosRtc::ReadReg(uint8_t reg) {
     case 0x07: return Encode(tm.tm_mday);
     case 0x08: return Encode(tm.tm_mon + 1);
     case 0x09: return Encode((tm.tm_year + 1900) % 100);
-    case kCentury: return Encode((tm.tm_year + 1900) / 100);
-    case kRegA: {
-      const int64_t into_second = ((NowNs() % 1000000000) + 1000000000) % 1000000000;
-      return static_cast<uint8_t>((ram_[kRegA] & ~kAUip) | (into_second >= 1000000000 - kUipNs ? kAUip : 0));
-    }
+    default: return Encode((tm.tm_year + 1900) / 100);  // kCentury
+  }
+}
+
+uint8_t CmosRtc::ReadReg(uint8_t reg) {
+  if (IsTimeField(reg)) return ReadTimeField(reg, Time());
+  switch (reg) {
+    case kRegA:
+      return static_cast<uint8_t>((ram_[kRegA] & ~kAUip) | (IntoSecond(NowNs()) >= 1000000000 - kUipNs ? kAUip : 0));
     case kRegC: {
       // The flags of the seconds that ended since the last read (UF), and of
       // an alarm among them (AF); the read clears them.
@@ -215,8 +225,7 @@ void CmosRtc::Write(uint16_t offset, absl::Span<const uint8_t> data) {
       continue;
     }
     const uint8_t reg = index_ & 0x7F;
-    const bool time_field = reg == 0x00 || reg == 0x02 || reg == 0x04 || (reg >= 0x06 && reg <= 0x09) || reg == kCentury;
-    if (time_field && !(ram_[kRegB] & kBSet)) frozen_ = Time();  // change one field of the running clock
+    if (IsTimeField(reg) && !(ram_[kRegB] & kBSet)) frozen_ = Time();  // change one field of the running clock
     WriteReg(reg, b);
   }
 }

@@ -55,6 +55,7 @@ class CmosRtc : public PioDevice {
 
  private:
   uint8_t ReadReg(uint8_t reg);
+  uint8_t ReadTimeField(uint8_t reg, const std::tm& tm) const;
   void WriteReg(uint8_t reg, uint8_t value);
   int64_t NowNs() const;
   int64_t HostSeconds() const;  // NowNs in whole seconds

@@ -323,7 +323,9 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
   // CPUID from the model and skips the scan (2.2 s for Linux's 24 MiB of code).
   vcpu::SupervisorOptions options;
   options.exact_cpuid = config_.exact_cpuid;
-  for (const CodeRange& c : config_.engine == "tcg" ? std::vector<CodeRange>{} : img.code) {
+  const absl::Span<const CodeRange> guarded =
+      config_.engine == "tcg" ? absl::Span<const CodeRange>() : absl::MakeConstSpan(img.code);
+  for (const CodeRange& c : guarded) {
     std::vector<uint8_t> bytes(c.size);
     VBTS_RETURN_IF_ERROR(ram_->Read(Gpa(c.gpa), absl::MakeSpan(bytes)));
     std::vector<uint64_t> all;

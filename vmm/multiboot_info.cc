@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
+#include "vmm/boot_bytes.h"
 
 #ifndef VBTS_VERSION
 #define VBTS_VERSION "0.0.0"
@@ -19,21 +20,6 @@ constexpr char kBootLoaderName[] = "vbts " VBTS_VERSION;
 constexpr uint64_t kOneMib = 0x100000;
 constexpr uint64_t kFourGib = uint64_t{1} << 32;
 static_assert(sizeof(kBootLoaderName) <= kMultibootCmdlineGpa - kMultibootLoaderNameGpa);
-
-void Put32(std::vector<uint8_t>& b, size_t off, uint32_t v) {
-  for (int i = 0; i < 4; ++i) b[off + i] = static_cast<uint8_t>(v >> (8 * i));
-}
-void Put64(std::vector<uint8_t>& b, size_t off, uint64_t v) {
-  for (int i = 0; i < 8; ++i) b[off + i] = static_cast<uint8_t>(v >> (8 * i));
-}
-
-absl::Status CheckNoNul(std::string_view what, std::string_view s) {
-  const size_t pos = s.find('\0');
-  if (pos == std::string_view::npos) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrFormat(
-      "multiboot info: %s contains a NUL byte at offset %u; the command line is a C string",
-      what, pos));
-}
 
 }  // namespace
 
@@ -62,8 +48,8 @@ absl::StatusOr<MultibootInfo> WriteMultibootInfo(PhysMemory& ram,
         "multiboot info: guest RAM size 0x%x is below the 0x%x (1 MiB) minimum", ram_size,
         kMultibootMinRam));
   }
-  VBTS_RETURN_IF_ERROR(CheckNoNul("kernel file name", kernel_file_name));
-  VBTS_RETURN_IF_ERROR(CheckNoNul("--append text", append));
+  VBTS_RETURN_IF_ERROR(CheckNoNul("multiboot info", "kernel file name", kernel_file_name));
+  VBTS_RETURN_IF_ERROR(CheckNoNul("multiboot info", "--append text", append));
   std::string cmdline = absl::StrFormat("%s %s", kernel_file_name, append);
   if (cmdline.size() + 1 > kMultibootCmdlineMax) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -79,10 +65,10 @@ absl::StatusOr<MultibootInfo> WriteMultibootInfo(PhysMemory& ram,
   size_t mmap_length = 0;
   for (const BootMemoryRegion& r : BootMemoryMap(ram_size)) {
     const size_t e = at(kMultibootMmapGpa) + mmap_length;
-    Put32(page, e, 20);  // size of the entry after this field
-    Put64(page, e + 4, r.base);
-    Put64(page, e + 12, r.length);
-    Put32(page, e + 20, r.type);
+    PutLe(page, e, 20, 4);  // size of the entry after this field
+    PutLe(page, e + 4, r.base, 8);
+    PutLe(page, e + 12, r.length, 8);
+    PutLe(page, e + 20, r.type, 4);
     mmap_length += 24;
   }
 
@@ -92,13 +78,13 @@ absl::StatusOr<MultibootInfo> WriteMultibootInfo(PhysMemory& ram,
 
   const uint64_t upper_end = std::min(ram_size, kFourGib);
   const size_t mbi = at(kMultibootInfoGpa);
-  Put32(page, mbi + 0, kMultibootInfoFlags);
-  Put32(page, mbi + 4, kMultibootMemLowerKib);
-  Put32(page, mbi + 8, static_cast<uint32_t>((upper_end - kOneMib) / 1024));
-  Put32(page, mbi + 16, static_cast<uint32_t>(kMultibootCmdlineGpa));
-  Put32(page, mbi + 44, static_cast<uint32_t>(mmap_length));
-  Put32(page, mbi + 48, static_cast<uint32_t>(kMultibootMmapGpa));
-  Put32(page, mbi + 64, static_cast<uint32_t>(kMultibootLoaderNameGpa));
+  PutLe(page, mbi + 0, kMultibootInfoFlags, 4);
+  PutLe(page, mbi + 4, kMultibootMemLowerKib, 4);
+  PutLe(page, mbi + 8, static_cast<uint32_t>((upper_end - kOneMib) / 1024), 4);
+  PutLe(page, mbi + 16, static_cast<uint32_t>(kMultibootCmdlineGpa), 4);
+  PutLe(page, mbi + 44, static_cast<uint32_t>(mmap_length), 4);
+  PutLe(page, mbi + 48, static_cast<uint32_t>(kMultibootMmapGpa), 4);
+  PutLe(page, mbi + 64, static_cast<uint32_t>(kMultibootLoaderNameGpa), 4);
 
   // The layout above is at 0x9000; elsewhere every pointer moves with it.
   const uint64_t delta = base - kMultibootInfoGpa;
@@ -106,7 +92,7 @@ absl::StatusOr<MultibootInfo> WriteMultibootInfo(PhysMemory& ram,
     for (size_t field : {mbi + 16, mbi + 48, mbi + 64}) {
       uint32_t v;
       std::memcpy(&v, page.data() + field, 4);
-      Put32(page, field, static_cast<uint32_t>(v + delta));
+      PutLe(page, field, static_cast<uint32_t>(v + delta), 4);
     }
   }
   if (base + page.size() > ram_size || base + page.size() > (uint64_t{1} << 32)) {
@@ -185,7 +171,7 @@ absl::StatusOr<ModuleLayout> WriteMultibootModules(PhysMemory& ram, uint64_t inf
   std::vector<uint8_t> table(16 * modules.size());
   uint64_t strings = 0;
   for (const LoadedModule& m : modules) {
-    VBTS_RETURN_IF_ERROR(CheckNoNul("module command line", m.cmdline));
+    VBTS_RETURN_IF_ERROR(CheckNoNul("multiboot info", "module command line", m.cmdline));
     strings += m.cmdline.size() + 1;
   }
   layout.table_gpa = align(kernel_end);
@@ -194,9 +180,9 @@ absl::StatusOr<ModuleLayout> WriteMultibootModules(PhysMemory& ram, uint64_t inf
   std::vector<uint8_t> block(align(strings_gpa + strings) - layout.table_gpa, 0);
   uint64_t s = strings_gpa;
   for (size_t i = 0; i < modules.size(); i++) {
-    Put32(block, 16 * i + 0, static_cast<uint32_t>(layout.modules[i].start));
-    Put32(block, 16 * i + 4, static_cast<uint32_t>(layout.modules[i].end));
-    Put32(block, 16 * i + 8, static_cast<uint32_t>(s));
+    PutLe(block, 16 * i + 0, static_cast<uint32_t>(layout.modules[i].start), 4);
+    PutLe(block, 16 * i + 4, static_cast<uint32_t>(layout.modules[i].end), 4);
+    PutLe(block, 16 * i + 8, static_cast<uint32_t>(s), 4);
     std::memcpy(block.data() + (s - layout.table_gpa), modules[i].cmdline.data(), modules[i].cmdline.size());
     s += modules[i].cmdline.size() + 1;
   }

@@ -6,23 +6,9 @@
 
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
+#include "vmm/boot_bytes.h"
 
 namespace vbts::vmm {
-namespace {
-
-void Put32(std::vector<uint8_t>& b, size_t off, uint32_t v) {
-  for (int i = 0; i < 4; ++i) b[off + i] = static_cast<uint8_t>(v >> (8 * i));
-}
-void Put64(std::vector<uint8_t>& b, size_t off, uint64_t v) {
-  for (int i = 0; i < 8; ++i) b[off + i] = static_cast<uint8_t>(v >> (8 * i));
-}
-
-absl::Status NoNul(std::string_view what, std::string_view s) {
-  if (s.find('\0') == std::string_view::npos) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrFormat("PVH start info: %s contains a NUL byte", what));
-}
-
-}  // namespace
 
 absl::StatusOr<PvhBootInfo> WritePvhStartInfo(PhysMemory& ram, std::string_view append, uint64_t base,
                                               uint64_t kernel_end, const std::vector<LoadedModule>& modules,
@@ -32,7 +18,7 @@ absl::StatusOr<PvhBootInfo> WritePvhStartInfo(PhysMemory& ram, std::string_view 
         absl::StrFormat("PVH start info: guest RAM size 0x%x is below the 0x100000 (1 MiB) minimum", ram.size()));
   if (base + kPvhPageSize > ram.size() || base + kPvhPageSize > (uint64_t{1} << 32))
     return absl::InvalidArgumentError(absl::StrFormat("no room for the PVH start info page at 0x%x", base));
-  VBTS_RETURN_IF_ERROR(NoNul("the --append text", append));
+  VBTS_RETURN_IF_ERROR(CheckNoNul("PVH start info", "the --append text", append));
   if (append.size() + 1 > kPvhPageSize - kPvhCmdlineOffset)
     return absl::InvalidArgumentError(
         absl::StrFormat("PVH start info: the --append text is %u bytes, limit %u", append.size(),
@@ -43,16 +29,16 @@ absl::StatusOr<PvhBootInfo> WritePvhStartInfo(PhysMemory& ram, std::string_view 
   const std::vector<BootMemoryRegion> map = BootMemoryMap(ram.size());
   for (size_t i = 0; i < map.size(); i++) {
     const size_t e = kPvhMemmapOffset + 24 * i;
-    Put64(page, e, map[i].base);
-    Put64(page, e + 8, map[i].length);
-    Put32(page, e + 16, map[i].type);
+    PutLe(page, e, map[i].base, 8);
+    PutLe(page, e + 8, map[i].length, 8);
+    PutLe(page, e + 16, map[i].type, 4);
   }
 
   // Module list (hvm_modlist_entry: paddr, size, cmdline_paddr, reserved),
   // then the modules' command lines.
   uint64_t strings = kPvhModlistOffset + 32 * modules.size();
   for (const LoadedModule& m : modules) {
-    VBTS_RETURN_IF_ERROR(NoNul("a module command line", m.cmdline));
+    VBTS_RETURN_IF_ERROR(CheckNoNul("PVH start info", "a module command line", m.cmdline));
     strings += m.cmdline.size() + 1;
   }
   if (strings > kPvhCmdlineOffset)
@@ -64,9 +50,9 @@ absl::StatusOr<PvhBootInfo> WritePvhStartInfo(PhysMemory& ram, std::string_view 
   uint64_t s = kPvhModlistOffset + 32 * modules.size();
   for (size_t i = 0; i < modules.size(); i++) {
     const size_t e = kPvhModlistOffset + 32 * i;
-    Put64(page, e, out.modules[i].start);
-    Put64(page, e + 8, out.modules[i].size());
-    Put64(page, e + 16, base + s);
+    PutLe(page, e, out.modules[i].start, 8);
+    PutLe(page, e + 8, out.modules[i].size(), 8);
+    PutLe(page, e + 16, base + s, 8);
     std::memcpy(page.data() + s, modules[i].cmdline.data(), modules[i].cmdline.size());
     s += modules[i].cmdline.size() + 1;
   }
@@ -74,15 +60,15 @@ absl::StatusOr<PvhBootInfo> WritePvhStartInfo(PhysMemory& ram, std::string_view 
 
   // hvm_start_info: magic, version, flags, nr_modules, modlist_paddr,
   // cmdline_paddr, rsdp_paddr, memmap_paddr, memmap_entries, reserved.
-  Put32(page, 0, kPvhStartInfoMagic);
-  Put32(page, 4, kPvhStartInfoVersion);
-  Put32(page, 8, 0);
-  Put32(page, 12, static_cast<uint32_t>(modules.size()));
-  Put64(page, 16, modules.empty() ? 0 : base + kPvhModlistOffset);
-  Put64(page, 24, base + kPvhCmdlineOffset);
-  Put64(page, 32, rsdp);
-  Put64(page, 40, base + kPvhMemmapOffset);
-  Put32(page, 48, static_cast<uint32_t>(map.size()));
+  PutLe(page, 0, kPvhStartInfoMagic, 4);
+  PutLe(page, 4, kPvhStartInfoVersion, 4);
+  PutLe(page, 8, 0, 4);
+  PutLe(page, 12, static_cast<uint32_t>(modules.size()), 4);
+  PutLe(page, 16, modules.empty() ? 0 : base + kPvhModlistOffset, 8);
+  PutLe(page, 24, base + kPvhCmdlineOffset, 8);
+  PutLe(page, 32, rsdp, 8);
+  PutLe(page, 40, base + kPvhMemmapOffset, 8);
+  PutLe(page, 48, static_cast<uint32_t>(map.size()), 4);
 
   VBTS_RETURN_IF_ERROR(ram.Write(Gpa(base), page));
   VBTS_RETURN_IF_ERROR(WriteModules(ram, out.modules, modules));

@@ -83,7 +83,9 @@ TEST(PvhBootTest, RefusesWhatDoesNotFitAndWritesNothing) {
   EXPECT_THAT(WritePvhStartInfo(ram, "x", 0x9000, 0x180000, {{"big", std::vector<uint8_t>(0x80001)}}),
               StatusIs(absl::StatusCode::kResourceExhausted, ::testing::HasSubstr("does not fit in guest RAM")));
   EXPECT_THAT(WritePvhStartInfo(ram, std::string("a\0b", 3), 0x9000, 0x180000, {}),
-              StatusIs(absl::StatusCode::kInvalidArgument, "PVH start info: the --append text contains a NUL byte"));
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "PVH start info: the --append text contains a NUL byte at offset 1; the command line is a C "
+                       "string"));
   for (uint8_t b : ram.bytes()) ASSERT_EQ(b, 0);
 }
 
