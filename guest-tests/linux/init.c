@@ -37,8 +37,31 @@ static void finish(int verdict) {
   for (;;) pause();
 }
 
-static int perf_open(struct perf_event_attr* attr) {
-  return (int)syscall(SYS_perf_event_open, attr, 0, -1, -1, 0);
+// Opens `a` for this process, disabled, user mode only (the `:u` of perf's
+// event names); on failure reports it as check `name` and returns -1.
+static int open_user_event(struct perf_event_attr* a, const char* name) {
+  a->size = sizeof *a;
+  a->disabled = 1;
+  a->exclude_kernel = 1;
+  a->exclude_hv = 1;
+  const int fd = (int)syscall(SYS_perf_event_open, a, 0, -1, -1, 0);
+  if (fd < 0) {
+    char detail[160];
+    snprintf(detail, sizeof detail, "perf_event_open: %s", strerror(errno));
+    report(0, name, detail);
+  }
+  return fd;
+}
+
+// mmap of perf's ring buffer or AUX area; on failure reports it as check
+// `name` and returns NULL.
+static void* map_or_report(int fd, size_t length, off_t offset, const char* name) {
+  void* p = mmap(NULL, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, offset);
+  if (p != MAP_FAILED) return p;
+  char detail[160];
+  snprintf(detail, sizeof detail, "mmap: %s", strerror(errno));
+  report(0, name, detail);
+  return NULL;
 }
 
 // The counted loop: ENABLE, N iterations of dec/jnz, DISABLE, as raw system
@@ -75,19 +98,11 @@ static uint64_t count_loop(int fd, uint64_t n) {
 static void test_instructions(void) {
   struct perf_event_attr a;
   memset(&a, 0, sizeof a);
-  a.size = sizeof a;
   a.type = PERF_TYPE_HARDWARE;
   a.config = PERF_COUNT_HW_INSTRUCTIONS;
-  a.disabled = 1;
-  a.exclude_kernel = 1;
-  a.exclude_hv = 1;
-  int fd = perf_open(&a);
+  const int fd = open_user_event(&a, "instructions:u");
+  if (fd < 0) return;
   char detail[160];
-  if (fd < 0) {
-    snprintf(detail, sizeof detail, "perf_event_open: %s", strerror(errno));
-    report(0, "instructions:u", detail);
-    return;
-  }
   const uint64_t c1000 = count_loop(fd, 1000);
   ioctl(fd, PERF_EVENT_IOC_RESET, 0);
   const uint64_t c2000 = count_loop(fd, 2000);
@@ -133,35 +148,18 @@ static void test_intel_bts(void) {
   }
   struct perf_event_attr a;
   memset(&a, 0, sizeof a);
-  a.size = sizeof a;
   a.type = (uint32_t)type;
-  a.disabled = 1;
-  a.exclude_kernel = 1;
-  a.exclude_hv = 1;
-  int fd = perf_open(&a);
+  const int fd = open_user_event(&a, "intel_bts");
+  if (fd < 0) return;
   char detail[200];
-  if (fd < 0) {
-    snprintf(detail, sizeof detail, "perf_event_open(intel_bts): %s", strerror(errno));
-    report(0, "intel_bts", detail);
-    return;
-  }
   const long page = sysconf(_SC_PAGESIZE);
   const size_t data_pages = 1, aux_pages = 64;  // 256 KiB: ~10 900 records
-  struct perf_event_mmap_page* pc =
-      mmap(NULL, (1 + data_pages) * page, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (pc == MAP_FAILED) {
-    snprintf(detail, sizeof detail, "mmap: %s", strerror(errno));
-    report(0, "intel_bts", detail);
-    return;
-  }
+  struct perf_event_mmap_page* pc = map_or_report(fd, (1 + data_pages) * page, 0, "intel_bts");
+  if (pc == NULL) return;
   pc->aux_offset = (1 + data_pages) * page;
   pc->aux_size = aux_pages * page;
-  const uint64_t* aux = mmap(NULL, pc->aux_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, pc->aux_offset);
-  if (aux == MAP_FAILED) {
-    snprintf(detail, sizeof detail, "mmap of the AUX area: %s", strerror(errno));
-    report(0, "intel_bts", detail);
-    return;
-  }
+  const uint64_t* aux = map_or_report(fd, pc->aux_size, pc->aux_offset, "intel_bts");
+  if (aux == NULL) return;
   const uint64_t n = 1000;
   ioctl(fd, PERF_EVENT_IOC_ENABLE, 0);
   bts_loop(n);
@@ -197,27 +195,15 @@ DEFINE_LOOP(lbr_loop);
 // 200 000 + pre < 200 140 = 20 x 10 007), each after thousands of
 // iterations. False (with a FAIL line) if perf refuses the event.
 static int sample_loop(struct perf_event_attr* a, const char* name, void (*sample)(const uint64_t* fields)) {
-  a->size = sizeof *a;
   a->type = PERF_TYPE_HARDWARE;
   a->config = PERF_COUNT_HW_INSTRUCTIONS;
   a->sample_period = 10007;
-  a->disabled = 1;
-  a->exclude_kernel = 1;
-  a->exclude_hv = 1;
-  char detail[200];
-  int fd = perf_open(a);
-  if (fd < 0) {
-    snprintf(detail, sizeof detail, "perf_event_open: %s", strerror(errno));
-    report(0, name, detail);
-    return 0;
-  }
+  const int fd = open_user_event(a, name);
+  if (fd < 0) return 0;
   const long page = sysconf(_SC_PAGESIZE);
   const size_t data_pages = 16;
-  struct perf_event_mmap_page* pc =
-      mmap(NULL, (1 + data_pages) * page, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (pc == MAP_FAILED) {
-    snprintf(detail, sizeof detail, "mmap: %s", strerror(errno));
-    report(0, name, detail);
+  struct perf_event_mmap_page* pc = map_or_report(fd, (1 + data_pages) * page, 0, name);
+  if (pc == NULL) {
     close(fd);
     return 0;
   }
