@@ -705,14 +705,18 @@ struct TcgCallbacks {
     if (fs_sel != 0 && e->segs[uabi::kFs].selector == 0) e->segs[uabi::kFs].base = fs;
     if (gs_sel != 0 && e->segs[uabi::kGs].selector == 0) e->segs[uabi::kGs].base = gs;
   }
+  // Leaves the block with EIP (at an instruction of `length` bytes that has
+  // done its work) stepped past it: the next instruction starts a new block.
+  [[noreturn]] static void LeavePast(TcgCpu* self, uint64_t length) {
+    uabi::EnvPrefix* env = self->env_;
+    env->eip += length;
+    if (!(env->hflags & (1u << 15))) env->eip &= 0xFFFFFFFFu;  // HF_CS64
+    cpu_loop_exit_x86_64(self->cpu_);
+  }
   [[noreturn]] static void LeaveAfterWrmsr(TcgCpu* self) {
     // EIP is at the WRMSR (QEMU synced it before the helper): skip its
     // prefixes (legacy, and REX in 64-bit code) and 0F 30.
-    uabi::EnvPrefix* env = self->env_;
-    const bool code64 = (env->hflags & (1u << 15)) != 0;  // HF_CS64
-    env->eip += self->PrefixBytes(env->segs[uabi::kCs].base + env->eip) + 2;
-    if (!code64) env->eip &= 0xFFFFFFFFu;
-    cpu_loop_exit_x86_64(self->cpu_);
+    LeavePast(self, self->PrefixBytes(self->env_->segs[uabi::kCs].base + self->env_->eip) + 2);
   }
   // After QEMU's OUT helper: a device write that ended the run (debug exit,
   // reset, ACPI soft-off or sleep) or raised an interrupt the guest takes now
@@ -724,9 +728,8 @@ struct TcgCallbacks {
   // the next block start, as AfterStore's do.
   static void AfterOut(TcgCpu* self, uintptr_t ra) {
     if (!self->config_.devices->GuestEndsRun() && !InterruptTakenNext(self)) return;
-    uabi::EnvPrefix* env = self->env_;
-    cpu_restore_state_x86_64(self->cpu_, ra, false);
-    const uint64_t at = env->segs[uabi::kCs].base + env->eip;
+    if (!cpu_restore_state_x86_64(self->cpu_, ra, false)) return;
+    const uint64_t at = self->env_->segs[uabi::kCs].base + self->env_->eip;
     const uint64_t prefixes = self->PrefixBytes(at);
     uint8_t op = 0;
     if (!self->ReadCode(at + prefixes, op)) return;
@@ -735,9 +738,7 @@ struct TcgCallbacks {
     if (op == 0xEE || op == 0xEF) length = prefixes + 1;  // OUT DX, AL/eAX
     if (length == 0) return;
     self->stats_.outs_left++;
-    env->eip += length;
-    if (!(env->hflags & (1u << 15))) env->eip &= 0xFFFFFFFFu;  // HF_CS64
-    cpu_loop_exit_x86_64(self->cpu_);
+    LeavePast(self, length);
   }
   // After QEMU's store helper: a store that reached a device (the LAPIC's
   // ICR or EOI, an I/O APIC redirection entry) and raised an interrupt the
@@ -757,10 +758,7 @@ struct TcgCallbacks {
     absl::StatusOr<DecodedInsn> insn = DecodeCurrent(st, ram);
     if (!insn.ok() || insn->rep_string) return;  // a REP MOVS/STOS goes on where QEMU left it
     self->stats_.stores_left++;
-    uabi::EnvPrefix* env = self->env_;
-    env->eip += insn->length;
-    if (!(env->hflags & (1u << 15))) env->eip &= 0xFFFFFFFFu;  // HF_CS64
-    cpu_loop_exit_x86_64(self->cpu_);
+    LeavePast(self, insn->length);
   }
   static uint64_t PhysicalPage(void* cpu, uint64_t vaddr) {
     TcgCpu* self = t_running;
