@@ -20,6 +20,8 @@ import subprocess
 import sys
 import tempfile
 
+from qemu_log import image_log_ranges
+
 TRACE = re.compile(r"^Trace \d+: 0x[0-9a-f]+ \[[0-9a-f]+/([0-9a-f]+)/")
 INSN = re.compile(r"^\s*([0-9a-f]+):\s+((?:[0-9a-f]{2} )+)\s*(.*)$")
 
@@ -77,7 +79,8 @@ def main():
 
     with tempfile.TemporaryDirectory() as d:
         log = os.path.join(d, "exec.log")
-        subprocess.run(["qemu-system-x86_64", "-accel", "tcg", "-singlestep", "-d", "exec,nochain", "-D", log,
+        subprocess.run(["qemu-system-x86_64", "-accel", "tcg", "-singlestep", "-d", "exec,nochain",
+                        "-dfilter", image_log_ranges(a.image), "-D", log,
                         "-kernel", a.image, "-device", "isa-debug-exit,iobase=0xf4,iosize=4", "-serial", "null",
                         "-display", "none", "-no-reboot", "-m", "128"], capture_output=True, timeout=120)
         pcs = []

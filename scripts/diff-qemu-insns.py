@@ -39,6 +39,8 @@ import subprocess
 import sys
 import tempfile
 
+from qemu_log import image_log_ranges
+
 TRACE = re.compile(r"^Trace \d+: 0x[0-9a-f]+ \[[0-9a-f]+/([0-9a-f]+)/")
 IN_ASM = re.compile(r"^0x([0-9a-f]+):  ((?:[0-9a-f]{2}(?: |$))+)")
 EVENTS = ("exception", "interrupt", "nmi")
@@ -65,8 +67,10 @@ def qemu_stream(image, entry, timeout, lengths=False):
     list of (address, instruction length) instead."""
     with tempfile.TemporaryDirectory() as d:
         log = os.path.join(d, "exec.log")
+        # Only the image's own addresses are logged (qemu_log.image_log_ranges).
         cmd = ["qemu-system-x86_64", "-accel", "tcg", "-singlestep", "-d",
-               "in_asm,exec,nochain" if lengths else "exec,nochain", "-D", log,
+               "in_asm,exec,nochain" if lengths else "exec,nochain",
+               "-dfilter", image_log_ranges(image), "-D", log,
                "-kernel", image, "-device", "isa-debug-exit,iobase=0xf4,iosize=4", "-serial", "null",
                "-display", "none", "-no-reboot", "-m", "128"]
         p = subprocess.run(cmd, timeout=timeout, capture_output=True)
