@@ -1353,6 +1353,8 @@ absl::Status TcgCpu::SelfCheck() {
     }
   }
   if (error_code_offset_ == 0) return fail("debug registers");
+  // QEMU's reset leaves no exception in flight: old_exception = -1.
+  if (At<int32_t>(env_, error_code_offset_ + uabi::kOldExceptionAfterErrorCode) != -1) return fail("old_exception");
   const uint64_t zero = 0;
   for (int i = 0; i < 8; i++) uc_reg_write(uc_, UC_X86_REG_DR0 + i, &zero);
   // The two fields of Unicorn's own struct: x86's stop_interrupt is set
@@ -1744,6 +1746,24 @@ void TcgCpu::SetInstructionHook(std::function<void(uint64_t)> hook) {
   SyncCodeHook();
 }
 
+void TcgCpu::DeleteHook(size_t hook) {
+  // CPUX86State after the prefix: error_code, exception_is_int,
+  // exception_next_eip, dr[8], cpu_breakpoint[4], old_exception
+  // (uabi::kOldExceptionAfterErrorCode).
+  int32_t& old_exception = At<int32_t>(env_, error_code_offset_ + uabi::kOldExceptionAfterErrorCode);
+  const uint64_t cr2 = env_->cr[2];
+  const int32_t error_code = At<int32_t>(env_, error_code_offset_);
+  const int32_t is_int = At<int32_t>(env_, error_code_offset_ + 4);
+  const uint64_t next_eip = At<uint64_t>(env_, error_code_offset_ + 8);
+  const int32_t in_flight = old_exception;
+  uc_hook_del(uc_, hook);
+  env_->cr[2] = cr2;
+  At<int32_t>(env_, error_code_offset_) = error_code;
+  At<int32_t>(env_, error_code_offset_ + 4) = is_int;
+  At<uint64_t>(env_, error_code_offset_ + 8) = next_eip;
+  old_exception = in_flight;
+}
+
 bool TcgCpu::SyncCodeHook() {
   const bool want = static_cast<bool>(insn_hook_) || exec_bp_mask_ != 0 || debug_code_;
   if (want && code_hook_ == 0) {
@@ -1752,7 +1772,7 @@ bool TcgCpu::SyncCodeHook() {
       code_hook_ = h;
     }
   } else if (!want && code_hook_ != 0) {
-    uc_hook_del(uc_, code_hook_);
+    DeleteHook(code_hook_);
     code_hook_ = 0;
   } else {
     return false;
@@ -1834,7 +1854,7 @@ void TcgCpu::SetDebugBreakpoints(std::vector<uint64_t> linear) {
   std::sort(linear.begin(), linear.end());
   linear.erase(std::unique(linear.begin(), linear.end()), linear.end());
   if (linear == debug_bps_) return;  // GDB removes and re-inserts them at every stop
-  for (size_t h : debug_bp_hooks_) uc_hook_del(uc_, h);
+  for (size_t h : debug_bp_hooks_) DeleteHook(h);
   debug_bp_hooks_.clear();
   debug_bps_ = std::move(linear);
   for (uint64_t a : debug_bps_) {
@@ -1859,7 +1879,7 @@ void TcgCpu::SetDebugWatchpoints(std::vector<DebugWatch> watches) {
         return a.addr == b.addr && a.len == b.len && a.read == b.read && a.write == b.write;
       }))
     return;
-  for (size_t h : debug_mem_hooks_) uc_hook_del(uc_, h);
+  for (size_t h : debug_mem_hooks_) DeleteHook(h);
   debug_mem_hooks_.clear();
   debug_watches_ = std::move(watches);
   for (const DebugWatch& w : debug_watches_) {
@@ -1885,7 +1905,7 @@ void TcgCpu::SetDataAccessHook(DataAccessHook hook) {
   data_access_hook_ = std::move(hook);
   if (had == static_cast<bool>(data_access_hook_)) return;
   if (had) {
-    uc_hook_del(uc_, data_mem_hook_);
+    DeleteHook(data_mem_hook_);
     data_mem_hook_ = 0;
   } else {
     uc_hook h = 0;

@@ -295,6 +295,15 @@ class TcgCpu {
   // instruction breakpoint needs it (between runs).
   // Returns whether it changed the hook (and so retranslated everything).
   bool SyncCodeHook();
+  // uc_hook_del without its side effects on the guest: Unicorn 2.0.1
+  // invalidates each region the hook was translated into by translating the
+  // region's *linear* address through the guest's current page tables
+  // (uc_invalidate_tb -> get_page_addr_code); where that page is no longer
+  // mapped, QEMU raises a #PF into the void, which writes CR2, the error
+  // code and QEMU's exception-in-flight (old_exception, so the guest's next
+  // #PF became a #DF and the one after a triple fault). DeleteHook puts them
+  // back; vbts invalidates the translations itself (FlushCode).
+  void DeleteHook(size_t hook);  // a uc_hook
   // A queued event could be taken at the current boundary.
   bool Deliverable() const;
   bool IsRepString(uint64_t linear);

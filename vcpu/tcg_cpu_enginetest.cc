@@ -589,6 +589,51 @@ TEST_F(TcgCpuTest, NmiIgnoresIfAndIsBlockedUntilIret) {
   EXPECT_EQ(cpu_->stats().nmis, 1u);
 }
 
+TEST_F(TcgCpuTest, RemovingTheInstructionHookLeavesCr2AndTheNextPageFaultAlone) {
+  // Code at linear 0x40000000 (PDE 0x100 -> PT -> physical 0x100000) runs
+  // with the instruction hook, so Unicorn records that linear page as a
+  // region translated with the hook. The guest then unmaps it (PDE 0x100
+  // cleared; the state is set again, which flushes QEMU's TLB) and vbts
+  // removes the hook (as when a recording stops). Unicorn 2.0.1's removal
+  // walks the page tables for 0x40000000 and faults (DeleteHook): before
+  // the fix CR2 read 0x40000000 afterwards, and QEMU's exception in flight
+  // stayed #PF, so the guest's next #PF became a #DF (vector 8, handler at
+  // 0x700). Expected: CR2 keeps the value the guest had (0x1234), and the
+  // read of unmapped 0x80000000 at 0x100000 is an ordinary #PF: handler
+  // 0x600, CR2 = 0x80000000, error code 0.
+  constexpr uint64_t kPd = 0x300000, kPt = 0x301000;
+  Write32(kPd + 0, 0x00000083);         // 0..4 MiB, a 4-MiB page
+  Write32(kPd + 0x100 * 4, kPt | 0x3);  // 0x40000000 -> kPt
+  Write32(kPt + 0, 0x00100003);         // -> physical 0x100000
+  Code(0x100000, {0xf4});               // hlt (run at 0x40000000)
+  Code(0x101000, {0xa1, 0x00, 0x00, 0x00, 0x80});  // mov eax, [0x80000000]
+  Gate32(14, MakeGate(kIntGate32, kCode32K, 0x600, 0));
+  Gate32(8, MakeGate(kIntGate32, kCode32K, 0x700, 0));
+  Code(0x600, {0xf4});
+  Code(0x700, {0xf4});
+  int hooked = 0;
+  cpu_->SetInstructionHook([&](uint64_t) { hooked++; });
+  CpuState st = Pm32(0);
+  st.cr0 |= kCr0Pg;
+  st.cr4 = kCr4Pse;
+  st.cr3 = kPd;
+  st.rip = 0x40000000;
+  st = RunFrom(st);
+  EXPECT_EQ(st.rip, 0x40000001u);
+  EXPECT_EQ(hooked, 1);
+  Write32(kPd + 0x100 * 4, 0);
+  st.cr2 = 0x1234;
+  st.rip = 0x101000;
+  VBTS_ASSERT_OK(cpu_->SetState(st));
+  cpu_->SetInstructionHook(nullptr);
+  EXPECT_EQ(cpu_->GetState().cr2, 0x1234u);
+  st = RunFrom(cpu_->GetState());
+  EXPECT_EQ(st.rip, 0x601u);
+  EXPECT_EQ(st.cr2, 0x80000000u);
+  EXPECT_EQ(Read32(kKernelStack - 16), 0u);        // error code
+  EXPECT_EQ(Read32(kKernelStack - 12), 0x101000u);  // EIP of the MOV
+}
+
 TEST_F(TcgCpuTest, AnExceptionQueuedFromTheInstructionHookComesBeforeThatInstruction) {
   // What the tracer does for an emulated #DB: queued at the boundary before
   // `mov eax, 2`, delivered there (frame EIP = that MOV, EAX still 1).

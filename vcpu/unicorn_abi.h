@@ -55,6 +55,13 @@ enum FeatureWord : int {
   kFeatXsave = 19,
 };
 
+// CPUX86State's old_exception (QEMU's exception in flight, which turns a
+// fault during a #PF's delivery into #DF): after error_code (int),
+// exception_is_int (int), exception_next_eip, dr[8] and cpu_breakpoint[4].
+// vbts finds error_code at run time (TcgCpu::Create, next to the debug
+// registers); old_exception is checked there too.
+inline constexpr size_t kOldExceptionAfterErrorCode = 4 + 4 + 8 + 8 * 8 + 4 * 8;
+
 // QEMU's SegmentCache (target_ulong is 64-bit in the x86_64 target).
 struct SegCache {
   uint32_t selector;

@@ -2,6 +2,7 @@
 """run-linux.py: boot Debian's kernel with guest-tests/linux/init.c as PID 1.
 
     run-linux.py (--vbts PATH | --qemu PATH) --kernel VMLINUX --initrd CPIO [--cpu MODEL]
+                 [--record-max N]
 
 The kernel is not ours: scripts/fetch-linux.sh puts Debian's cloud kernel
 (linux-image-cloud-amd64) there; without it the test is skipped (77) with a
@@ -17,6 +18,12 @@ model gives it (Westmere: PEBS format 1 and a 16-deep LBR; Skylake: PEBS
 format 3, 32 LBRs and full-width counter writes; Ice Lake server: adaptive
 PEBS format 4 with the baseline bit; from CPUID leaf 0AH, IA32_PERF_CAPABILITIES
 and the model number, arch/x86/events/intel/core.c).
+With --record-max N, vbts records the boot (`vbts record --max-records=N`)
+and the recording stops early in the boot: the rest of it, and init's perf
+checks, run on the untraced engine after the switch, with the same
+expectations; the trace must hold exactly N transfers
+(`vbts report --format=branches`). (Until 2026-11-26 the switch left QEMU's
+state broken and the kernel ended in a triple fault: TcgCpu::DeleteHook.)
 Under QEMU's TCG (no PMU): status 155 and init's SKIP line.
 Exit status: 0 as expected, 1 not, 77 no kernel.
 """
@@ -24,6 +31,7 @@ import argparse
 import os
 import subprocess
 import sys
+import tempfile
 
 APPEND = "console=ttyS0 panic=-1 nmi_watchdog=0 pti=off"
 PMU_LINES = {
@@ -42,13 +50,18 @@ def main():
     ap.add_argument("--kernel", required=True)
     ap.add_argument("--initrd", required=True)
     ap.add_argument("--cpu", default="westmere")
+    ap.add_argument("--record-max", type=int, default=0,
+                    help="vbts record the boot with --max-records=N, then check the trace too")
     a = ap.parse_args()
     if not os.path.exists(a.kernel):
         print("SKIP: no kernel at %s: run scripts/fetch-linux.sh %s (scripts/test.sh does)"
               % (a.kernel, os.path.dirname(a.kernel)))
         return 77
+    tmp = tempfile.TemporaryDirectory()
+    trace = os.path.join(tmp.name, "boot.vbtr")
     if a.vbts:
-        cmd = [a.vbts, "run", "--cpu=" + a.cpu, "--mem=512M", "--timeout=120",
+        mode = ["record", "-o", trace, "--max-records=%d" % a.record_max] if a.record_max else ["run"]
+        cmd = [a.vbts, *mode, "--cpu=" + a.cpu, "--mem=512M", "--timeout=120",
                "--initrd=" + a.initrd, "--append=" + APPEND, a.kernel]
     else:
         cmd = [a.qemu, "-accel", "tcg", "-cpu", "Westmere", "-m", "512", "-no-reboot",
@@ -71,6 +84,13 @@ def main():
         want = PMU_LINES.get(a.cpu)
         if want and not any(l.endswith("] " + want) for l in out):
             errors.append("the kernel did not say %r" % want)
+        if a.record_max:
+            if "--max-records=%d reached" % a.record_max not in p.stderr:
+                errors.append("vbts record did not say --max-records=%d was reached" % a.record_max)
+            r = subprocess.run([a.vbts, "report", "--format=branches", trace], capture_output=True, timeout=120)
+            n = r.stdout.count(b"\n")
+            if r.returncode != 0 or n != a.record_max:
+                errors.append("vbts report: status %d, %d transfers (expected 0, %d)" % (r.returncode, n, a.record_max))
     elif "SKIP: no hardware PMU under this kernel (/sys/bus/event_source/devices/cpu)" not in lines:
         errors.append("no SKIP line from init")
     if any(l.startswith("FAIL") for l in lines):
