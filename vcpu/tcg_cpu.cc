@@ -351,7 +351,9 @@ struct TcgCallbacks {
         self->block_start_ = false;
         self->first_hook_of_run_ = false;
         self->skipped_++;
+        self->prev_start_ = self->last_start_;
         self->last_start_ = address;
+        self->last_start_skipped_ = true;
         return;
       }
       self->skipping_ = false;
@@ -389,6 +391,7 @@ struct TcgCallbacks {
       self->observed_valid_ = true;
     }
     self->last_start_ = address;
+    self->last_start_skipped_ = false;
     if (self->code_changed_in_hook_) {
       // The observer stored over bytes of this block from this instruction
       // on (a BTS record over the branch target: InvalidateCodeBytes).  QEMU
@@ -555,6 +558,25 @@ struct TcgCallbacks {
     if ((self->env_->eflags & kRflagsTf) && !self->own_single_step_) {
       self->dr()[6] |= 1u << 14;  // DR6.BS
       self->QueueException(1, std::nullopt);
+    }
+  }
+  // QEMU left the block being run at the instruction at CS:EIP, which has
+  // started but not run, to run it again from a new translation: a guest
+  // store into its own block (QEMU's precise self-modifying-code path,
+  // SDM vol. 3A 11.6). That instruction's start was already seen: it is
+  // neither counted nor reported twice. A skipped one is taken back (the new
+  // block then starts at it after the instruction before, as at a page
+  // boundary); a reported one is re-entered without a second report.
+  static void Restarted(TcgCpu* self) {
+    const uint64_t at = self->env_->segs[uabi::kCs].base + self->env_->eip;
+    if (self->last_start_ != at) return;
+    self->stats_.restarts++;
+    if (self->last_start_skipped_ && self->skipped_ > 0) {
+      self->skipped_--;
+      self->last_start_ = self->prev_start_;
+      self->last_start_skipped_ = false;
+    } else {
+      self->reenter_at_ = at;
     }
   }
   static void TripleFault(TcgCpu* self) {
@@ -1164,6 +1186,17 @@ void tlb_unprotect_code_x86_64(void* uc, uint64_t ram_addr) {
   TcgCallbacks::CodePage(uc, ram_addr, false);
 }
 
+// QEMU's restart of the current instruction in a new block (its precise
+// self-modifying-code path in tb_invalidate_phys_page_fast, and
+// cpu_io_recompile): EIP is the instruction's (TcgCallbacks::Restarted).
+[[noreturn]] void cpu_loop_exit_noexc_x86_64(void* cpu) {
+  using Fn = void (*)(void*);
+  static const auto original = vbts::vcpu::Original<Fn>("cpu_loop_exit_noexc_x86_64");
+  if (vbts::vcpu::TcgCpu* self = vbts::vcpu::t_running) TcgCallbacks::Restarted(self);
+  original(cpu);
+  __builtin_unreachable();
+}
+
 void qemu_system_reset_request(void* uc) {
   static const auto original = vbts::vcpu::Original<vbts::vcpu::ResetFn>("qemu_system_reset_request");
   if (vbts::vcpu::TcgCpu* self = vbts::vcpu::t_running) TcgCallbacks::TripleFault(self);
@@ -1377,6 +1410,7 @@ absl::Status TcgCpu::SelfCheck() {
                                    {"helper_wrmsr_x86_64", reinterpret_cast<void*>(&helper_wrmsr_x86_64)},
                                    {"helper_hlt_x86_64", reinterpret_cast<void*>(&helper_hlt_x86_64)},
                                    {"qemu_system_reset_request", reinterpret_cast<void*>(&qemu_system_reset_request)},
+                                   {"cpu_loop_exit_noexc_x86_64", reinterpret_cast<void*>(&cpu_loop_exit_noexc_x86_64)},
                                    {"tlb_set_page_with_attrs_x86_64", reinterpret_cast<void*>(&tlb_set_page_with_attrs_x86_64)},
                                    {"tlb_flush_by_mmuidx_x86_64", reinterpret_cast<void*>(&tlb_flush_by_mmuidx_x86_64)},
                                    {"helper_iret_protected_x86_64", reinterpret_cast<void*>(&helper_iret_protected_x86_64)},

@@ -106,6 +106,9 @@ struct TcgStats {
   uint64_t outs_left = 0;
   // Likewise after a store to a device (TcgCallbacks::AfterStore).
   uint64_t stores_left = 0;
+  // Instructions QEMU ran again from a new block after a store into their
+  // own (TcgCallbacks::Restarted).
+  uint64_t restarts = 0;
 };
 
 class TcgCpu {
@@ -374,6 +377,9 @@ class TcgCpu {
   uint64_t skip_limit_ = 0;
   uint64_t skipped_ = 0;
   uint64_t last_start_ = 0;       // linear address of the last instruction that started
+  // ... it started unreported (counted in skipped_), after prev_start_.
+  bool last_start_skipped_ = false;
+  uint64_t prev_start_ = 0;
   bool block_start_ = false;      // a block started since the last instruction hook
   bool hook_block_start_ = false;  // ... before the instruction being reported
   // The debugger's stops (SetDebug*).

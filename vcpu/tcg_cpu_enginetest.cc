@@ -772,6 +772,64 @@ TEST_F(TcgSkipTest, InsideBlocksTheHookSeesOnlyBlockStarts) {
   EXPECT_EQ(r[6].skipped.count, 0u);  // nothing after HLT
 }
 
+TEST_F(TcgSkipTest, AStoreIntoItsOwnBlockIsNeitherCountedNorReportedTwice) {
+  // Linux's text_poke_early patches code with a memcpy whose store lands in
+  // the block being run. QEMU then leaves that block at the store and runs
+  // the store again from a new one-instruction block (its precise
+  // self-modifying-code path), then translates the patched bytes:
+  //   kCodeRip     mov ecx, 0                      reported (first)
+  //   kCodeRip+5   mov byte [kCodeRip+13], 0x42    skipped, restarted
+  //   kCodeRip+12  mov eax, 0x11111111             its imm's low byte patched
+  //   kCodeRip+17  hlt
+  // Before TcgCallbacks::Restarted the store was counted twice and its new
+  // block reported as an instruction that led to itself. Expected: the
+  // store's first start is taken back, so its new block is reported as one
+  // that follows kCodeRip without a transfer (as at a page boundary), then
+  // the block after it at kCodeRip+12; every instruction counted once, 4 in
+  // all (3 reported, hlt skipped); EAX = 0x11111142 (the store comes before
+  // the patched instruction's fetch, SDM vol. 3A 11.6).
+  constexpr uint64_t kStore = kCodeRip + 5, kMovEax = kCodeRip + 12, kHalt = kCodeRip + 17;
+  const uint32_t imm = static_cast<uint32_t>(kCodeRip + 13);
+  Code(kCodeRip, {0xb9, 0x00, 0x00, 0x00, 0x00,
+                  0xc6, 0x05, static_cast<uint8_t>(imm), static_cast<uint8_t>(imm >> 8),
+                  static_cast<uint8_t>(imm >> 16), static_cast<uint8_t>(imm >> 24), 0x42,
+                  0xb8, 0x11, 0x11, 0x11, 0x11,
+                  0xf4});
+  const std::vector<Report> r = RunSkipping(UINT64_MAX, /*across=*/false);
+  EXPECT_EQ(cpu_->GetState().gpr[kRax], 0x11111142u);
+  ASSERT_EQ(r.size(), 4u);
+  EXPECT_EQ(r[0].at, kCodeRip);
+  EXPECT_EQ(r[1].at, kStore);
+  EXPECT_EQ(r[1].skipped.count, 0u);
+  EXPECT_EQ(r[1].skipped.last, kCodeRip);
+  EXPECT_TRUE(r[1].skipped.block_start);
+  EXPECT_EQ(r[2].at, kMovEax);
+  EXPECT_EQ(r[2].skipped.count, 0u);
+  EXPECT_EQ(r[2].skipped.last, kStore);
+  EXPECT_TRUE(r[2].skipped.block_start);
+  EXPECT_EQ(r[3].skipped.count, 1u);  // hlt
+  EXPECT_EQ(r[3].skipped.last, kHalt);
+  EXPECT_EQ(cpu_->stats().restarts, 1u);
+}
+
+TEST_F(TcgCpuTest, AStoreIntoItsOwnBlockIsReportedOnceInstructionByInstruction) {
+  // The same self-modifying store as above, with every instruction
+  // reported (no skipping): QEMU's restart of the store is not a second
+  // report of it. Expected: 0x100, 0x105, 0x10c, 0x111 once each, EAX patched.
+  const uint32_t imm = static_cast<uint32_t>(kCodeRip + 13);
+  Code(kCodeRip, {0xb9, 0x00, 0x00, 0x00, 0x00,
+                  0xc6, 0x05, static_cast<uint8_t>(imm), static_cast<uint8_t>(imm >> 8),
+                  static_cast<uint8_t>(imm >> 16), static_cast<uint8_t>(imm >> 24), 0x42,
+                  0xb8, 0x11, 0x11, 0x11, 0x11,
+                  0xf4});
+  std::vector<uint64_t> seen;
+  cpu_->SetInstructionHook([&](uint64_t la) { seen.push_back(la); });
+  const CpuState st = RunFrom(Pm32(0));
+  EXPECT_EQ(st.gpr[kRax], 0x11111142u);
+  EXPECT_EQ(seen, (std::vector<uint64_t>{kCodeRip, kCodeRip + 5, kCodeRip + 12, kCodeRip + 17}));
+  EXPECT_EQ(cpu_->stats().restarts, 1u);
+}
+
 TEST_F(TcgSkipTest, AcrossBlocksTheHookSeesOnlyTheLimit) {
   LoadLoop();
   // No limit: only the first instruction is reported; 21 start unreported.
