@@ -431,6 +431,27 @@ def case_lm64():
         fail("branchy_lm64 did not pass under gdb", ("vbts", v.stderr()), ("gdb", out))
 
 
+def case_lm64_alias():
+    # A breakpoint on a 64-bit address set while the guest still runs its
+    # 32-bit entry (--gdb-wait): int_lm64 calls alias_fn through the high
+    # alias RT_ALIAS = 0xFFFFFFF810000000 of its load address 1 MiB
+    # (guest-tests/lib/defs.inc), so the call arrives at
+    # 0xFFFFFFF810000000 + (alias_fn - 0x100000) in IA-32e mode. GDB stops
+    # there once (before 2026-11-26 the address was cut to 32 bits when set
+    # and never hit). A Linux kernel's breakpoints are set the same way.
+    image = os.path.join(ARGS.images, "int_lm64.elf")
+    syms = symbols(image)
+    alias = 0xFFFFFFF810000000 + syms["alias_fn"] - 0x100000
+    v = Vbts(image, extra=["--gdb-arch=x86-64"])
+    out = run_gdb(v, None, ["print/x $pc", "break *0x%x" % alias, "continue", "print/x $rip", "print/x $efer",
+                            "delete", "continue"], arch="i386:x86-64")
+    expect(out, [r"^\$2 = 0x%x$" % alias, r"^\$3 = 0x500$", r"exited normally"], "gdb", ("vbts", v.stderr()))
+    if int(re.search(r"^\$1 = (0x[0-9a-f]+)$", out, re.M).group(1), 16) >= 1 << 32:
+        fail("int_lm64 did not start in 32-bit code", ("gdb", out))
+    if v.wait() != 1:
+        fail("int_lm64 did not pass under gdb", ("vbts", v.stderr()), ("gdb", out))
+
+
 def case_faults():
     # Steps across faults and privilege changes (user_fault_pm32): the ring-3
     # `ud2` at ud_site stops with CS = 0x1b (SEL_UCODE32); one stepi delivers

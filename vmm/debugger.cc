@@ -396,7 +396,12 @@ void Debugger::ApplyPoints() {
     switch (p.type) {
       case gdb::PointType::kSoftware:
       case gdb::PointType::kHardware:
-        bps.push_back(Linear(st, p.addr));
+        // As GDB gave it, not cut to the mode of the moment: a breakpoint
+        // on a 64-bit kernel address, set while the guest still runs its
+        // 32-bit entry (--gdb-wait), must hit once it runs in IA-32e mode.
+        // (Cut to 32 bits it hit nothing.) Outside IA-32e mode instructions
+        // have 32-bit linear addresses, so a wider one only waits.
+        bps.push_back(p.addr);
         break;
       case gdb::PointType::kWrite:
         watches.push_back({p.addr, p.len, false, true});
