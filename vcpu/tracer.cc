@@ -308,7 +308,14 @@ absl::Status Tracer::DebugTrapsAtBoundary(const CpuState& st) {
   // or INTO it is raised at once instead (docs/tracing.md): hardware
   // delivers it at the handler's first instruction, after the software
   // interrupt; both handlers run either way.
-  if (data_hits_ && !step_trap_due_ && ss_shadow_) {
+  // A single-step trap after MOV SS or POP SS is held the same way: the
+  // instruction in the shadow runs, and one #DB (DR6.BS) follows it (SDM
+  // vol. 3A 6.8.3; kvm-unit-tests debug.flat "Single-step #DB w/ MOVSS
+  // blocking": the first #DB comes two instructions after TF is set). If
+  // that instruction delivers an event instead, the held trap is dropped
+  // with its TF (Emit).
+  if (step_trap_due_ && ss_shadow_) return absl::OkStatus();
+  if (data_hits_ && ss_shadow_) {
     absl::StatusOr<DecodedInsn> next = DecodeCurrent(st, mem_);
     const bool soft_int = next.ok() && next->branch == pmu::BranchKind::kSoftInt && next->opcode != 0xF1;
     if (!soft_int) return absl::OkStatus();

@@ -12,6 +12,8 @@ A [NAME] section of kut.cfg says:
   flat      the binary's file name;            sha256  its digest
   cpu       vbts --cpu;                        timeout vbts --timeout (seconds)
   engine    vbts --engine (kvm by default; tcg: the TCG engine, docs/tcg-engine.md)
+  record    yes: `vbts record` (into a temporary trace) instead of `vbts run`: the
+            recording must change nothing the guest sees
   env       lines of the first Multiboot module (kvm-unit-tests' environment), ';'-separated
   status    the exit status vbts must end with (1 = every assertion passed, 3 = a
             failure, 155 = skipped, 118 = vbts stopped: unsupported on this host,
@@ -81,7 +83,9 @@ def main():
         return 1
     with tempfile.NamedTemporaryFile('w', suffix='.env', delete=False) as env:
         env.write(''.join(l.strip() + '\n' for l in one('env', 'NR_CPUS=1').split(';')))
-    cmd = [a.vbts, 'run', f'--cpu={one("cpu", "westmere")}', f'--timeout={one("timeout", "60")}',
+    trace_dir = tempfile.TemporaryDirectory()
+    mode = ['record', '-o', os.path.join(trace_dir.name, 'kut.vbtr')] if one('record') == 'yes' else ['run']
+    cmd = [a.vbts, *mode, f'--cpu={one("cpu", "westmere")}', f'--timeout={one("timeout", "60")}',
            f'--engine={one("engine", "kvm")}', f'--initrd={env.name}', flat]
     print('$ ' + ' '.join(cmd), flush=True)
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors='replace')
