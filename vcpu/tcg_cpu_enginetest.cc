@@ -108,6 +108,22 @@ class TcgCpuTest : public CompleterTest {
     return cpu_->GetState();
   }
 
+  // 32-bit paging with CR4.PSE: PDE 0 maps linear 0..4 MiB to itself with a
+  // 4-MiB page; PDE 0x100 (linear 0x40000000) points to a page table at
+  // kPt whose PTE 0 maps physical 0x100000. The state runs at 0x40000000.
+  static constexpr uint64_t kPd = 0x300000, kPt = 0x301000;
+  CpuState Paged32AtHighPage() {
+    Write32(kPd + 0, 0x00000083);         // P, W, PS
+    Write32(kPd + 0x100 * 4, kPt | 0x3);  // P, W
+    Write32(kPt + 0, 0x00100003);
+    CpuState st = Pm32(0);
+    st.cr0 |= kCr0Pg;
+    st.cr4 = kCr4Pse;
+    st.cr3 = kPd;
+    st.rip = 0x40000000;
+    return st;
+  }
+
   FakeDevices devices_;
   std::unique_ptr<TcgCpu> cpu_;
 };
@@ -230,19 +246,10 @@ TEST_F(TcgCpuTest, PageFaultUnder32BitPagingHasCr2AndErrorCode) {
   // 0x100000.  The code there reads linear 0x80000000, whose PDE is not
   // present: #PF with CR2 = 0x80000000 and error code 0 (P=0, read,
   // supervisor; SDM vol. 3A 4.7), EIP = the MOV.
-  constexpr uint64_t kPd = 0x300000, kPt = 0x301000;
-  Write32(kPd + 0, 0x00000083);            // P, W, PS
-  Write32(kPd + 0x100 * 4, kPt | 0x3);     // P, W
-  Write32(kPt + 0, 0x00100003);
   Code(0x100000, {0xa1, 0x00, 0x00, 0x00, 0x80});  // mov eax, [0x80000000]
   Gate32(14, MakeGate(kIntGate32, kCode32K, 0x600, 0));
   Code(0x600, {0xf4});
-  CpuState st = Pm32(0);
-  st.cr0 |= kCr0Pg;
-  st.cr4 = kCr4Pse;
-  st.cr3 = kPd;
-  st.rip = 0x40000000;
-  st = RunFrom(st);
+  CpuState st = RunFrom(Paged32AtHighPage());
   EXPECT_EQ(st.rip, 0x601u);
   EXPECT_EQ(st.cr2, 0x80000000u);
   EXPECT_EQ(Read32(kKernelStack - 16), 0u);           // error code
@@ -601,10 +608,6 @@ TEST_F(TcgCpuTest, RemovingTheInstructionHookLeavesCr2AndTheNextPageFaultAlone) 
   // 0x700). Expected: CR2 keeps the value the guest had (0x1234), and the
   // read of unmapped 0x80000000 at 0x100000 is an ordinary #PF: handler
   // 0x600, CR2 = 0x80000000, error code 0.
-  constexpr uint64_t kPd = 0x300000, kPt = 0x301000;
-  Write32(kPd + 0, 0x00000083);         // 0..4 MiB, a 4-MiB page
-  Write32(kPd + 0x100 * 4, kPt | 0x3);  // 0x40000000 -> kPt
-  Write32(kPt + 0, 0x00100003);         // -> physical 0x100000
   Code(0x100000, {0xf4});               // hlt (run at 0x40000000)
   Code(0x101000, {0xa1, 0x00, 0x00, 0x00, 0x80});  // mov eax, [0x80000000]
   Gate32(14, MakeGate(kIntGate32, kCode32K, 0x600, 0));
@@ -613,12 +616,7 @@ TEST_F(TcgCpuTest, RemovingTheInstructionHookLeavesCr2AndTheNextPageFaultAlone) 
   Code(0x700, {0xf4});
   int hooked = 0;
   cpu_->SetInstructionHook([&](uint64_t) { hooked++; });
-  CpuState st = Pm32(0);
-  st.cr0 |= kCr0Pg;
-  st.cr4 = kCr4Pse;
-  st.cr3 = kPd;
-  st.rip = 0x40000000;
-  st = RunFrom(st);
+  CpuState st = RunFrom(Paged32AtHighPage());
   EXPECT_EQ(st.rip, 0x40000001u);
   EXPECT_EQ(hooked, 1);
   Write32(kPd + 0x100 * 4, 0);

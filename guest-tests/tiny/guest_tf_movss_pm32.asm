@@ -46,28 +46,8 @@ t6:     nop
         CHECK_EQ dword [db_bs], 6, "DR6.BS set at every trap"
         ret
 
-; ebx = frame (idt32.inc): record the trap's EIP and DR6.BS.
 db_handler:
-        mov eax, [db_count]
-        cmp eax, 8
-        jae .full
-        mov edx, [ebx + F32_EIP]
-        mov [db_eips + eax * 4], edx
-.full:
-        inc dword [db_count]
-        mov eax, dr6
-        test eax, 0x4000
-        jz .no_bs
-        inc dword [db_bs]
-.no_bs:
-        and eax, ~0x4000                ; DR6 is sticky: software clears BS (SDM 17.2.3)
-        mov dr6, eax
-        ret
+        jmp db_record
 
-section .data
-align 4
-db_count:         dd 0
-db_bs:            dd 0
-db_eips:          times 8 dd 0
-
+%include "db_record.inc"
 %include "end.inc"

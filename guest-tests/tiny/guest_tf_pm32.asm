@@ -34,22 +34,10 @@ t6:     nop
         CHECK_EQ dword [db_tf_in_frame], 5, "frame EFLAGS has TF=1 at traps 1-5 (the 6th follows the POPFD that cleared it)"
         ret
 
-; ebx = frame (idt32.inc): record the trap and return with the frame's TF.
+; ebx = frame (idt32.inc): record the trap (db_record.inc) and whether TF was set in the
+; handler and in the frame.
 db_handler:
-        mov eax, [db_count]
-        cmp eax, 8
-        jae .full
-        mov edx, [ebx + F32_EIP]
-        mov [db_eips + eax * 4], edx
-.full:
-        inc dword [db_count]
-        mov eax, dr6
-        test eax, 0x4000
-        jz .no_bs
-        inc dword [db_bs]
-.no_bs:
-        and eax, ~0x4000                ; DR6 is sticky: software clears BS (SDM 17.2.3)
-        mov dr6, eax
+        call db_record
         pushfd
         pop eax
         and eax, 0x100
@@ -60,12 +48,11 @@ db_handler:
 .ret:
         ret
 
+%include "db_record.inc"
+
 section .data
 align 4
-db_count:         dd 0
-db_bs:            dd 0
 db_tf_in_handler: dd 0
 db_tf_in_frame:   dd 0
-db_eips:          times 8 dd 0
 
 %include "end.inc"
