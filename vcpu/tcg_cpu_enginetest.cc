@@ -124,6 +124,17 @@ class TcgCpuTest : public CompleterTest {
     return st;
   }
 
+  // kCodeRip: mov ecx, 0; +5: mov byte [kCodeRip+13], 0x42 (the low byte of
+  // the next instruction's immediate); +12: mov eax, 0x11111111; +17: hlt.
+  void LoadStoreIntoItsOwnBlock() {
+    const uint32_t imm = static_cast<uint32_t>(kCodeRip + 13);
+    Code(kCodeRip, {0xb9, 0x00, 0x00, 0x00, 0x00,
+                    0xc6, 0x05, static_cast<uint8_t>(imm), static_cast<uint8_t>(imm >> 8),
+                    static_cast<uint8_t>(imm >> 16), static_cast<uint8_t>(imm >> 24), 0x42,
+                    0xb8, 0x11, 0x11, 0x11, 0x11,
+                    0xf4});
+  }
+
   FakeDevices devices_;
   std::unique_ptr<TcgCpu> cpu_;
 };
@@ -787,12 +798,7 @@ TEST_F(TcgSkipTest, AStoreIntoItsOwnBlockIsNeitherCountedNorReportedTwice) {
   // all (3 reported, hlt skipped); EAX = 0x11111142 (the store comes before
   // the patched instruction's fetch, SDM vol. 3A 11.6).
   constexpr uint64_t kStore = kCodeRip + 5, kMovEax = kCodeRip + 12, kHalt = kCodeRip + 17;
-  const uint32_t imm = static_cast<uint32_t>(kCodeRip + 13);
-  Code(kCodeRip, {0xb9, 0x00, 0x00, 0x00, 0x00,
-                  0xc6, 0x05, static_cast<uint8_t>(imm), static_cast<uint8_t>(imm >> 8),
-                  static_cast<uint8_t>(imm >> 16), static_cast<uint8_t>(imm >> 24), 0x42,
-                  0xb8, 0x11, 0x11, 0x11, 0x11,
-                  0xf4});
+  LoadStoreIntoItsOwnBlock();
   const std::vector<Report> r = RunSkipping(UINT64_MAX, /*across=*/false);
   EXPECT_EQ(cpu_->GetState().gpr[kRax], 0x11111142u);
   ASSERT_EQ(r.size(), 4u);
@@ -814,12 +820,7 @@ TEST_F(TcgCpuTest, AStoreIntoItsOwnBlockIsReportedOnceInstructionByInstruction) 
   // The same self-modifying store as above, with every instruction
   // reported (no skipping): QEMU's restart of the store is not a second
   // report of it. Expected: 0x100, 0x105, 0x10c, 0x111 once each, EAX patched.
-  const uint32_t imm = static_cast<uint32_t>(kCodeRip + 13);
-  Code(kCodeRip, {0xb9, 0x00, 0x00, 0x00, 0x00,
-                  0xc6, 0x05, static_cast<uint8_t>(imm), static_cast<uint8_t>(imm >> 8),
-                  static_cast<uint8_t>(imm >> 16), static_cast<uint8_t>(imm >> 24), 0x42,
-                  0xb8, 0x11, 0x11, 0x11, 0x11,
-                  0xf4});
+  LoadStoreIntoItsOwnBlock();
   std::vector<uint64_t> seen;
   cpu_->SetInstructionHook([&](uint64_t la) { seen.push_back(la); });
   const CpuState st = RunFrom(Pm32(0));
