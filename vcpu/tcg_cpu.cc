@@ -17,6 +17,7 @@
 #include "base/status_macros.h"
 #include "pmu/paging.h"
 #include "pmu/phys_memory.h"
+#include "vcpu/data_breakpoints.h"
 #include "vcpu/decoder.h"
 #include "vcpu/unicorn_abi.h"
 
@@ -26,6 +27,12 @@ namespace {
 // The engine running guest code on this thread (the helpers below are
 // called by QEMU with only its CPU state in hand).
 thread_local TcgCpu* t_running = nullptr;
+// While QEMU translates the instruction at this linear address, its first
+// two bytes read as UD2 (TcgCallbacks::TranslateInsn).
+constexpr uint64_t kNoSubstitute = ~0ull;
+thread_local uint64_t t_substitute_at = kNoSubstitute;
+// QEMU's x86 translate_insn (i386_tr_translate_insn), which vbts's wraps.
+void (*t_translate_insn)(void*, void*) = nullptr;
 // Every flush of QEMU's TLB (by any TcgCpu) counts here.
 std::atomic<uint64_t> g_paging_generation{0};
 // Changes whenever bytes QEMU translated may have changed or new code was
@@ -169,6 +176,11 @@ constexpr uint64_t kUnassigned = 1ull << 51;
 // QEMU's hflags that skipping past a block boundary keeps (TcgCpu::
 // SkipSequential): CPL (bits 0-1), CS32 (4), PE (7), TF (8), LMA (14), CS64
 // (15), VM (17).  With the CS selector they fix the code's privilege and mode.
+// A legacy prefix, or REX in 64-bit code (SDM vol. 2A 2.1.1, 2.2.1).
+bool IsPrefix(uint8_t b, bool code64) {
+  return b == 0x66 || b == 0x67 || b == 0xF2 || b == 0xF3 || b == 0x2E || b == 0x36 || b == 0x3E || b == 0x26 ||
+         b == 0x64 || b == 0x65 || b == 0xF0 || (code64 && (b & 0xF0) == 0x40);
+}
 constexpr uint32_t kSkipHflags = 0x3 | (1u << 4) | (1u << 7) | (1u << 8) | (1u << 14) | (1u << 15) | (1u << 17);
 
 using HelperFn = void (*)(void*);
@@ -204,6 +216,28 @@ struct TcgCallbacks {
       // index field, vector*8 + IDT(2) + EXT(1) (SDM vol. 3A 6.13).
       int32_t& ec = At<int32_t>(env, self->error_code_offset_);
       if ((env->efer & kEferLma) && (ec & ~1) == self->delivering_ * 16 + 2) ec = self->delivering_ * 8 + (ec & 3);
+    }
+    // An instruction QEMU 5.0 would have translated wrongly inline, which
+    // the translator saw as UD2 (TcgCallbacks::TranslateInsn): vbts runs it.
+    if (intno == 6 && !soft && self->delivering_ < 0 && self->CompleteSubstituted()) return;
+    // A near JMP, CALL or RET to a non-canonical address: hardware faults
+    // at the branch (SDM vol. 2A JMP/CALL/RET: #GP(0) "if the target offset
+    // is non-canonical"), QEMU 5.0 at the fetch of the target.
+    if (intno == 13 && !soft && self->delivering_ < 0 && At<int32_t>(env, self->error_code_offset_) == 0)
+      self->FaultAtTheBranch();
+    // QEMU 5.0 raises #GP(0) for every non-canonical data address; one
+    // through SS (RSP/RBP-based, or an SS override) is #SS(0) (SDM vol. 3A
+    // 6.15, "Interrupt 12"; kvm-unit-tests emulator64).
+    if (intno == 13 && !soft && self->delivering_ < 0 && At<int32_t>(env, self->error_code_offset_) == 0 &&
+        self->NonCanonicalStackAccess()) {
+      self->AnnounceEvent(std::nullopt);
+      self->delivering_ = 12;
+      env->eflags |= kRflagsRf;  // a fault (see below)
+      do_interrupt_x86_hardirq_x86_64(env, 12, /*is_hw=*/0);  // pushes error code 0
+      At<int32_t>(env, self->error_code_offset_ + uabi::kOldExceptionAfterErrorCode) = -1;  // delivered
+      self->delivering_ = -1;
+      self->stats_.stack_faults++;
+      return;
     }
     // ICEBP (INT1, F1): QEMU 5.0 decodes it as invalid (#UD); it delivers
     // #DB as a trap, with no gate DPL check (SDM vol. 2 "INT n/INTO/INT3/
@@ -425,9 +459,10 @@ struct TcgCallbacks {
   // updated but EIP at its start (seen with the public API alone).  Here,
   // at a block's start, the state is whole: set EIP, and leave through
   // QEMU's loop, which ends the run or takes the event.
-  static void Block(uc_engine*, uint64_t address, uint32_t, void* user) {
+  static void Block(uc_engine*, uint64_t address, uint32_t size, void* user) {
     auto* self = static_cast<TcgCpu*>(user);
     self->block_start_ = true;
+    self->current_block_ = {address, size};
     self->blocks_in_run_++;
     if (!self->kick_.load(std::memory_order_relaxed) && !self->time_up_.load(std::memory_order_relaxed)) return;
     // With a debugger's checks on, the code hook of this same boundary ends
@@ -559,6 +594,22 @@ struct TcgCallbacks {
       self->dr()[6] |= 1u << 14;  // DR6.BS
       self->QueueException(1, std::nullopt);
     }
+  }
+  // The translator's view of guest code (docs/tcg-engine.md, "Instructions
+  // QEMU 5.0 gets wrong inline"): before QEMU decodes the instruction at
+  // db->pc_next, vbts looks at its bytes; for one QEMU 5.0 translates inline
+  // and wrongly, the translator's fetches of its first two bytes read UD2
+  // (cpu_ldub_code below), so that running it raises #UD there and vbts
+  // performs it (CompleteSubstituted).
+  static void TranslateInsn(void* db, void* cpu) {
+    TcgCpu* self = t_running;
+    const uint64_t pc = static_cast<uabi::DisasContextBasePrefix*>(db)->pc_next;
+    if (self != nullptr && self->SubstituteAt(pc)) {
+      self->stats_.substituted++;
+      t_substitute_at = pc;
+    }
+    t_translate_insn(db, cpu);
+    t_substitute_at = kNoSubstitute;
   }
   // QEMU left the block being run at the instruction at CS:EIP, which has
   // started but not run, to run it again from a new translation: a guest
@@ -1186,6 +1237,31 @@ void tlb_unprotect_code_x86_64(void* uc, uint64_t ram_addr) {
   TcgCallbacks::CodePage(uc, ram_addr, false);
 }
 
+// The translator loop QEMU's gen_intermediate_code runs, with vbts's
+// translate_insn around QEMU's (TcgCallbacks::TranslateInsn).
+void translator_loop_x86_64(const void* ops, void* db, void* cpu, void* tb, int max_insns) {
+  using Fn = void (*)(const void*, void*, void*, void*, int);
+  static const auto original = vbts::vcpu::Original<Fn>("translator_loop_x86_64");
+  static vbts::vcpu::uabi::TranslatorOps wrapped{};
+  static const void* wrapped_from = nullptr;
+  if (ops != wrapped_from) {  // x86 has one TranslatorOps; copied once
+    wrapped = *static_cast<const vbts::vcpu::uabi::TranslatorOps*>(ops);
+    vbts::vcpu::t_translate_insn = wrapped.translate_insn;
+    wrapped.translate_insn = &TcgCallbacks::TranslateInsn;
+    wrapped_from = ops;
+  }
+  original(&wrapped, db, cpu, tb, max_insns);
+}
+
+// Every opcode byte the translator fetches.
+uint32_t cpu_ldub_code_x86_64(void* env, uint64_t addr) {
+  using Fn = uint32_t (*)(void*, uint64_t);
+  static const auto original = vbts::vcpu::Original<Fn>("cpu_ldub_code_x86_64");
+  const uint64_t at = vbts::vcpu::t_substitute_at;
+  if (at != vbts::vcpu::kNoSubstitute && addr - at < 2) return addr == at ? 0x0F : 0x0B;  // UD2
+  return original(env, addr);
+}
+
 // QEMU's restart of the current instruction in a new block (its precise
 // self-modifying-code path in tb_invalidate_phys_page_fast, and
 // cpu_io_recompile): EIP is the instruction's (TcgCallbacks::Restarted).
@@ -1411,6 +1487,8 @@ absl::Status TcgCpu::SelfCheck() {
                                    {"helper_hlt_x86_64", reinterpret_cast<void*>(&helper_hlt_x86_64)},
                                    {"qemu_system_reset_request", reinterpret_cast<void*>(&qemu_system_reset_request)},
                                    {"cpu_loop_exit_noexc_x86_64", reinterpret_cast<void*>(&cpu_loop_exit_noexc_x86_64)},
+                                   {"translator_loop_x86_64", reinterpret_cast<void*>(&translator_loop_x86_64)},
+                                   {"cpu_ldub_code_x86_64", reinterpret_cast<void*>(&cpu_ldub_code_x86_64)},
                                    {"tlb_set_page_with_attrs_x86_64", reinterpret_cast<void*>(&tlb_set_page_with_attrs_x86_64)},
                                    {"tlb_flush_by_mmuidx_x86_64", reinterpret_cast<void*>(&tlb_flush_by_mmuidx_x86_64)},
                                    {"helper_iret_protected_x86_64", reinterpret_cast<void*>(&helper_iret_protected_x86_64)},
@@ -1605,6 +1683,180 @@ pmu::PagingRegs TcgCpu::WalkRegs() const {
                          false};
 }
 
+// --- Instructions QEMU 5.0 gets wrong inline (docs/tcg-engine.md) ---
+//
+// QEMU 5.0 translates some instructions inline, with no helper vbts could
+// interpose, and wrongly: SMSW to a 32-bit register outside 64-bit mode
+// stores 16 bits (hardware and QEMU 7.2 store CR0[31:0]; kvm-unit-tests
+// realmode "smsw (3)"), and LGDT/LIDT in 64-bit mode take a non-canonical
+// base without #GP(0) (SDM vol. 2A LGDT/LIDT; kvm-unit-tests la57). The
+// translator sees UD2 for them (TcgCallbacks::TranslateInsn); vbts performs
+// them at the #UD.
+namespace {
+enum class Substitute { kNone, kSmsw, kLgdt, kLidt };
+// From the bytes of an instruction: prefixes (no LOCK: that #UDs as it
+// is), 0F 01, ModRM.
+Substitute SubstituteKind(const uint8_t* b, size_t n, bool code64) {
+  size_t i = 0;
+  for (; i < n && i < 14; i++) {
+    if (b[i] == 0xF0) return Substitute::kNone;
+    if (!IsPrefix(b[i], code64)) break;
+  }
+  if (i + 2 >= n || b[i] != 0x0F || b[i + 1] != 0x01) return Substitute::kNone;
+  const uint8_t modrm = b[i + 2];
+  const int mod = modrm >> 6, reg = (modrm >> 3) & 7;
+  if (!code64 && reg == 4 && mod == 3) return Substitute::kSmsw;
+  if (code64 && mod != 3 && reg == 2) return Substitute::kLgdt;
+  if (code64 && mod != 3 && reg == 3) return Substitute::kLidt;
+  return Substitute::kNone;
+}
+constexpr uint32_t kHfCs64 = 1u << 15;
+bool Canonical48(uint64_t v) { return static_cast<uint64_t>(static_cast<int64_t>(v << 16) >> 16) == v; }
+}  // namespace
+
+bool TcgCpu::SubstituteAt(uint64_t pc) {
+  // The translator fetches pc's byte next, so pc's page is mapped; bytes on
+  // the next page are not looked at (an instruction there may not reach
+  // it, and QEMU's fetch would fault).
+  uint8_t b[17];
+  size_t n = 0;
+  for (; n < sizeof b && ((pc + n) >> 12) == (pc >> 12); n++) {
+    b[n] = static_cast<uint8_t>(cpu_ldub_code_x86_64(env_, pc + n));
+    if (n == 0 && b[0] != 0x0F && !IsPrefix(b[0], true)) return false;  // most instructions: one byte read
+    if (n >= 2 && b[n - 2] == 0x0F && b[n - 1] == 0x01) { n++; break; }  // the ModRM is in
+    if (n >= 1 && b[n - 1] == 0x0F && b[n] != 0x01) return false;
+  }
+  return SubstituteKind(b, n, (env_->hflags & kHfCs64) != 0) != Substitute::kNone;
+}
+
+absl::StatusOr<DecodedInsn> TcgCpu::DecodeCode(uint64_t linear, DecodeMode mode, uint8_t (&b)[15], size_t& n) {
+  n = 0;
+  while (n < sizeof b && ReadCode(linear + n, b[n])) n++;
+  return DecodeBytes(absl::MakeConstSpan(b, n), mode);
+}
+
+bool TcgCpu::CompleteSubstituted() {
+  uabi::EnvPrefix* env = env_;
+  const bool code64 = (env->hflags & kHfCs64) != 0;
+  CpuState st = GetState(/*with_msrs=*/false);
+  uint8_t b[15];
+  size_t n = 0;
+  absl::StatusOr<DecodedInsn> insn = DecodeCode(st.pc_linear(), DecodeModeOf(st), b, n);
+  const Substitute kind = SubstituteKind(b, n, code64);
+  if (kind == Substitute::kNone || !insn.ok()) return false;  // a #UD of the guest's own
+  stats_.performed++;
+  if (kind == Substitute::kSmsw) {
+    // SMSW r16 keeps the register's upper bits; SMSW r32 stores CR0[31:0].
+    size_t i = 0;
+    while (b[i] != 0x0F) i++;
+    uint64_t& r = env->regs[b[i + 2] & 7];
+    r = insn->operand_size == 16 ? (r & ~0xFFFFull) | (env->cr[0] & 0xFFFF) : (env->cr[0] & 0xFFFFFFFFull);
+  } else {
+    // LGDT/LIDT m16&64 (SDM vol. 2A): #GP(0) above CPL 0; the operand read
+    // faults as any read; a non-canonical base is #GP(0).
+    if ((env->hflags & uabi::kHfCplMask) != 0) raise_exception_err_ra_x86_64(env, 13, 0, 0);
+    std::vector<DataAccess> acc = DataAccessesOf(*insn, st);
+    if (acc.empty()) return false;
+    uint8_t m[10];
+    RamView ram(config_.ram, config_.ram_bytes);
+    pmu::LinearMemory mem(ram, WalkRegs());
+    absl::StatusOr<pmu::AccessFault> f = mem.Read(Gva{acc[0].linear}, absl::MakeSpan(m), pmu::Access{});
+    if (!f.ok()) raise_exception_err_ra_x86_64(env, 13, 0, 0);
+    if (f->kind == pmu::AccessFault::Kind::kPageFault) {
+      env->cr[2] = f->address;
+      raise_exception_err_ra_x86_64(env, 14, static_cast<int>(f->error_code), 0);
+    }
+    if (!f->ok()) raise_exception_err_ra_x86_64(env, 13, 0, 0);
+    uint64_t base = 0;
+    for (int k = 7; k >= 0; k--) base = (base << 8) | m[2 + k];
+    if (!Canonical48(base)) raise_exception_err_ra_x86_64(env, 13, 0, 0);
+    uabi::SegCache& table = kind == Substitute::kLgdt ? env->gdt : env->idt;
+    table.base = base;
+    table.limit = static_cast<uint32_t>(m[0] | (m[1] << 8));
+  }
+  env->eip += insn->length;
+  if (!code64) env->eip &= 0xFFFFFFFFu;
+  env->eflags &= ~kRflagsRf;
+  // The guest's own single-step trap after it, as after any instruction,
+  // unless the tracer raises those itself.
+  if ((env->eflags & kRflagsTf) && !own_single_step_) {
+    dr()[6] |= 1u << 14;  // DR6.BS
+    AnnounceEvent(std::nullopt);
+    delivering_ = 1;
+    do_interrupt_x86_hardirq_x86_64(env, 1, /*is_hw=*/0);
+    delivering_ = -1;
+  }
+  return true;
+}
+
+void TcgCpu::FaultAtTheBranch() {
+  uabi::EnvPrefix* env = env_;
+  if (!(env->hflags & kHfCs64) || Canonical48(env->eip)) return;
+  // The branch ended the last block that started (no block starts at a
+  // non-canonical address): its last instruction.
+  const uint64_t start = current_block_.start, end = current_block_.start + current_block_.size;
+  CpuState st = GetState(/*with_msrs=*/false);
+  const DecodeMode mode = DecodeModeOf(st);
+  std::optional<DecodedInsn> last;
+  uint64_t last_at = 0;
+  for (uint64_t at = start; at < end;) {
+    uint8_t b[15];
+    size_t n = 0;
+    absl::StatusOr<DecodedInsn> insn = DecodeCode(at, mode, b, n);
+    if (!insn.ok() || insn->length == 0) return;
+    last = *insn;
+    last_at = at;
+    at += insn->length;
+  }
+  if (!last) return;
+  // Take back what the branch did besides jumping, where QEMU did it
+  // (a CALL's return address on the stack, a RET's pop: 64-bit slots; seen
+  // both ways, so checked against the stack's contents).
+  uint64_t& rsp = env->regs[kRsp];
+  RamView ram(config_.ram, config_.ram_bytes);
+  pmu::LinearMemory mem(ram, WalkRegs());
+  const auto slot = [&](uint64_t la) -> std::optional<uint64_t> {
+    uint8_t v[8];
+    absl::StatusOr<pmu::AccessFault> f = mem.Read(Gva{la}, absl::MakeSpan(v), pmu::Access{});
+    if (!f.ok() || !f->ok()) return std::nullopt;
+    uint64_t x = 0;
+    for (int k = 7; k >= 0; k--) x = (x << 8) | v[k];
+    return x;
+  };
+  const uint64_t next_rip = last_at + last->length - env->segs[uabi::kCs].base;
+  const uint64_t ret_pop = 8 + (last->has_imm ? last->imm : 0);
+  switch (last->branch) {
+    case pmu::BranchKind::kJmp: case pmu::BranchKind::kIndJmp: case pmu::BranchKind::kJcc: break;
+    case pmu::BranchKind::kCall: case pmu::BranchKind::kIndCall:
+      if (slot(rsp) == next_rip) rsp += 8;
+      break;
+    case pmu::BranchKind::kRet:
+      if (slot(rsp - ret_pop) == env->eip) rsp -= ret_pop;
+      break;
+    default: return;  // far transfers, IRET...: QEMU's fault stands
+  }
+  env->eip = last_at - env->segs[uabi::kCs].base;
+  stats_.branch_faults++;
+}
+
+bool TcgCpu::NonCanonicalStackAccess() {
+  if (!(env_->hflags & kHfCs64)) return false;
+  CpuState st = GetState(/*with_msrs=*/false);
+  uint8_t b[15];
+  size_t n = 0;
+  absl::StatusOr<DecodedInsn> insn = DecodeCode(st.pc_linear(), DecodeModeOf(st), b, n);
+  if (!insn.ok()) return false;
+  const std::vector<DataAccess> acc = DataAccessesOf(*insn, st);
+  bool stack = false;
+  for (size_t i = 0; i < acc.size(); i++) {
+    const bool canonical = Canonical48(acc[i].linear) && Canonical48(acc[i].linear + acc[i].size - 1);
+    if (canonical) continue;
+    if (insn->data[i].mem.seg != SegReg::kSs) return false;  // a #GP(0) of its own
+    stack = true;
+  }
+  return stack;
+}
+
 bool TcgCpu::ReadCode(uint64_t linear, uint8_t& byte) {
   if (!(env_->hflags & (1u << 14))) linear &= 0xFFFFFFFFu;  // outside IA-32e mode (HF_LMA)
   RamView ram(config_.ram, config_.ram_bytes);
@@ -1743,9 +1995,7 @@ uint64_t TcgCpu::PrefixBytes(uint64_t linear, bool* rep) {
   for (; n < 14; n++) {
     uint8_t b = 0;
     if (!ReadCode(linear + n, b)) break;
-    const bool prefix = b == 0x66 || b == 0x67 || b == 0xF2 || b == 0xF3 || b == 0x2E || b == 0x36 || b == 0x3E ||
-                        b == 0x26 || b == 0x64 || b == 0x65 || b == 0xF0 || (code64 && (b & 0xF0) == 0x40);
-    if (!prefix) break;
+    if (!IsPrefix(b, code64)) break;
     if (rep && (b == 0xF2 || b == 0xF3)) *rep = true;
   }
   return n;

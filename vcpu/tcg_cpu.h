@@ -28,6 +28,7 @@
 #include "vcpu/completer.h"
 #include "pmu/paging.h"
 #include "vcpu/cpu_state.h"
+#include "vcpu/decoder.h"
 
 struct uc_struct;
 
@@ -109,6 +110,13 @@ struct TcgStats {
   // Instructions QEMU ran again from a new block after a store into their
   // own (TcgCallbacks::Restarted).
   uint64_t restarts = 0;
+  // Instructions translated as UD2 for vbts to perform (SMSW r32 outside
+  // 64-bit mode, LGDT/LIDT in 64-bit mode), and those performed.
+  uint64_t substituted = 0, performed = 0;
+  // #GP(0)s QEMU raised for non-canonical SS-based addresses, delivered as #SS(0).
+  uint64_t stack_faults = 0;
+  // #GP(0)s at a non-canonical fetch moved to the JMP/CALL/RET that went there.
+  uint64_t branch_faults = 0;
 };
 
 class TcgCpu {
@@ -282,6 +290,23 @@ class TcgCpu {
   uint64_t mmio_base() const;
   // One byte of guest code at a linear address (false if it cannot be read).
   bool ReadCode(uint64_t linear, uint8_t& byte);
+  // Up to 15 bytes at `linear` (as many as are readable) and their decoding.
+  absl::StatusOr<DecodedInsn> DecodeCode(uint64_t linear, DecodeMode mode, uint8_t (&bytes)[15], size_t& n);
+  // Instructions QEMU 5.0 gets wrong inline (docs/tcg-engine.md):
+  // whether the one at linear `pc` is one (read through QEMU's fetch, within
+  // pc's page), and, at the #UD its substitute raised, vbts performing it.
+  bool SubstituteAt(uint64_t pc);
+  bool CompleteSubstituted();
+  // At a #GP(0) QEMU raised in 64-bit mode: the instruction's non-canonical
+  // data addresses are all SS-based (then it is #SS(0)).
+  bool NonCanonicalStackAccess();
+  // At a #GP(0) QEMU raised fetching a non-canonical RIP: the frame is the
+  // near JMP/CALL/RET's that went there, with its stack change taken back.
+  void FaultAtTheBranch();
+  struct {
+    uint64_t start = 0;
+    uint32_t size = 0;
+  } current_block_;  // the last translated block that started (Unicorn's block hook)
   // QEMU's env->dr[0..7] (16 bytes after env->error_code).
   uint64_t* dr() const;
   // The registers for a walk that only translates (QEMU's own walk checked

@@ -105,6 +105,24 @@ inline constexpr uint32_t kDescP = 1u << 15;
 // QEMU's exception numbers beyond the architectural vectors.
 inline constexpr int kExcpHlt = 0x10001;
 
+// QEMU 5.0's translator interface (include/exec/translator.h): the per-target
+// operations translator_loop calls, and the start of the context it passes
+// them (pc_next: the linear address of the instruction translate_insn is
+// about to decode).
+struct TranslatorOps {
+  void (*init_disas_context)(void* db, void* cpu);
+  void (*tb_start)(void* db, void* cpu);
+  void (*insn_start)(void* db, void* cpu);
+  bool (*breakpoint_check)(void* db, void* cpu, const void* bp);
+  void (*translate_insn)(void* db, void* cpu);
+  void (*tb_stop)(void* db, void* cpu);
+};
+struct DisasContextBasePrefix {
+  void* tb;
+  uint64_t pc_first;
+  uint64_t pc_next;
+};
+
 }  // namespace vbts::vcpu::uabi
 
 // QEMU internals exported by libunicorn.so.2.
@@ -127,6 +145,8 @@ void cpu_exit(void* cpu);
 // Sets EIP (and CC_OP) to the guest instruction whose translated code
 // contains host address `host_pc` (a helper's return address).
 bool cpu_restore_state_x86_64(void* cpu, uintptr_t host_pc, bool will_exit);
+// QEMU's instruction fetch for the translator (vbts interposes it).
+uint32_t cpu_ldub_code_x86_64(void* env, uint64_t addr);
 [[noreturn]] void raise_exception_err_ra_x86_64(void* env, int exception_index, int error_code, uintptr_t retaddr);
 }
 

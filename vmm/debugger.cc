@@ -391,7 +391,6 @@ absl::Status Debugger::RemovePoint(gdb::PointType type, uint64_t addr, uint64_t 
 void Debugger::ApplyPoints() {
   std::vector<uint64_t> bps;
   std::vector<vcpu::TcgCpu::DebugWatch> watches;
-  const vcpu::CpuState st = m_.tcg_->GetState(/*with_msrs=*/false);
   for (const Point& p : points_) {
     switch (p.type) {
       case gdb::PointType::kSoftware:
