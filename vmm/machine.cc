@@ -256,6 +256,8 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
   VBTS_RETURN_IF_ERROR(pio_.Register(CmosRtc::kPort, CmosRtc::kSize, cmos_rtc_.get(), "MC146818 RTC/CMOS"));
   reset_line_ = std::make_unique<ResetLine>();
   VBTS_RETURN_IF_ERROR(pio_.Register(ResetLine::kPort, ResetLine::kSize, reset_line_.get(), "8042 reset line"));
+  pci_host_ = std::make_unique<PciHost>();
+  VBTS_RETURN_IF_ERROR(pio_.Register(PciHost::kPort, PciHost::kSize, pci_host_.get(), "PCI configuration"));
   testdev_io_ = std::make_unique<TestdevIo>();
   VBTS_RETURN_IF_ERROR(pio_.Register(TestdevIo::kPort, TestdevIo::kSize, testdev_io_.get(), "pc-testdev io"));
   testdev_irq_ = std::make_unique<TestdevIrq>([this](uint32_t line, bool level) { SetIsaLine(line, level); });

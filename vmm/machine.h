@@ -36,6 +36,7 @@
 #include "vmm/kvm_vm.h"
 #include "vmm/loader.h"
 #include "vmm/pio_bus.h"
+#include "vmm/pci_host.h"
 #include "vmm/reset_line.h"
 #include "vmm/uart16550.h"
 
@@ -279,6 +280,7 @@ class Machine : private vcpu::TcgDevices {
   std::unique_ptr<Uart16550> uart_;
   std::unique_ptr<DebugExit> debug_exit_;
   std::unique_ptr<ResetLine> reset_line_;
+  std::unique_ptr<PciHost> pci_host_;
   std::unique_ptr<CmosRtc> cmos_rtc_;
   std::unique_ptr<AcpiPm> acpi_pm_;
   bool acpi_tables_ = false;  // WriteAcpiTables wrote them (the image left the page free)

@@ -1,0 +1,46 @@
+// pci_host.cc: configuration mechanism #1 and the host bridge's registers.
+#include "vmm/pci_host.h"
+
+namespace vbts::vmm {
+
+PciHost::PciHost() {
+  const auto put16 = [&](int off, uint16_t v) {
+    bridge_[off] = static_cast<uint8_t>(v);
+    bridge_[off + 1] = static_cast<uint8_t>(v >> 8);
+  };
+  put16(0x00, 0x8086);  // vendor: Intel
+  put16(0x02, 0x1237);  // device: 82441FX (i440FX PMC)
+  bridge_[0x08] = 0x02;  // revision
+  bridge_[0x0B] = 0x06;  // class: bridge; subclass 0x0A = 0 (host), prog-if 0x09 = 0
+  bridge_[0x0E] = 0x00;  // header type 0, single function
+}
+
+uint8_t PciHost::ConfigByte(uint32_t reg) const {
+  if (!(address_ & kEnable)) return 0xFF;
+  const uint32_t bus = (address_ >> 16) & 0xFF, dev = (address_ >> 11) & 0x1F, fn = (address_ >> 8) & 7;
+  if (bus != 0 || dev != 0 || fn != 0) return 0xFF;
+  return bridge_[reg & 0xFF];
+}
+
+void PciHost::Read(uint16_t offset, absl::Span<uint8_t> data) {
+  if (offset < 4) {
+    // CONFIG_ADDRESS reads back as latched (a dword read); narrower reads
+    // are no configuration access: nothing answers.
+    for (size_t i = 0; i < data.size(); i++)
+      data[i] = data.size() == 4 && offset == 0 ? static_cast<uint8_t>(address_ >> (8 * i)) : 0xFF;
+    return;
+  }
+  const uint32_t reg = (address_ & 0xFC) + (offset - 4);
+  for (size_t i = 0; i < data.size(); i++) data[i] = ConfigByte(reg + static_cast<uint32_t>(i));
+}
+
+void PciHost::Write(uint16_t offset, absl::Span<const uint8_t> data) {
+  if (offset == 0 && data.size() == 4) {
+    // Bits 1:0 are reserved and read as 0 (PCI 3.0 3.2.2.3.2), as are
+    // 30:24 on QEMU's host bridges.
+    address_ = (data[0] | (data[1] << 8) | (data[2] << 16) | (uint32_t{data[3]} << 24)) & 0x80FFFFFCu;
+  }
+  // Configuration writes: the bridge's registers are read-only here.
+}
+
+}  // namespace vbts::vmm
