@@ -705,10 +705,23 @@ TEST_F(TcgCpuTest, LgdtAndLidtOfANonCanonicalBaseAreAGpFaultInLongMode) {
   }
   Write64(0x5002, 0xffff800000001000ull);
   Code(kCodeRip, {0x0f, 0x01, 0x14, 0x25, 0x00, 0x50, 0x00, 0x00, 0xf4});
-  const CpuState st = RunFrom(Lm64(0));
+  CpuState st = RunFrom(Lm64(0));
   EXPECT_EQ(st.rip, kCodeRip + 9);
   EXPECT_EQ(st.gdtr.base, 0xffff800000001000ull);
   EXPECT_EQ(st.gdtr.limit, 0x1234u);
+  // The operand on a page that is not mapped (lm64 maps 0..4 MiB): #PF at
+  // the LGDT with CR2 = the operand's address and error code 0 (not
+  // present, read, supervisor), as any read (SDM vol. 3A 4.7); lgdt
+  // [0x800000] = 0F 01 14 25 00 00 80 00.
+  Gate64(14, MakeGate(kIntGate32, kCode64K, 0x900, 0));
+  Code(0x900, {0xf4});
+  Code(kCodeRip, {0x0f, 0x01, 0x14, 0x25, 0x00, 0x00, 0x80, 0x00, 0xf4});
+  st = RunFrom(Lm64(0));
+  EXPECT_EQ(st.rip, 0x901u);
+  EXPECT_EQ(st.cr2, 0x800000u);
+  EXPECT_EQ(Read64(st.gpr[kRsp]), 0u);             // error code
+  EXPECT_EQ(Read64(st.gpr[kRsp] + 8), kCodeRip);   // RIP of the LGDT
+  EXPECT_EQ(st.gdtr, Lm64(0).gdtr);
 }
 
 TEST_F(TcgCpuTest, ANonCanonicalAddressThroughSsIsAStackFault) {
