@@ -1718,14 +1718,20 @@ bool TcgCpu::SubstituteAt(uint64_t pc) {
   // The translator fetches pc's byte next, so pc's page is mapped; bytes on
   // the next page are not looked at (an instruction there may not reach
   // it, and QEMU's fetch would fault).
+  // Prefixes, then 0F 01 and the ModRM; anything else ends the look at once.
   uint8_t b[17];
   size_t n = 0;
-  for (; n < sizeof b && ((pc + n) >> 12) == (pc >> 12); n++) {
+  for (;; n++) {
+    if (n == sizeof b || ((pc + n) >> 12) != (pc >> 12)) return false;
     b[n] = static_cast<uint8_t>(cpu_ldub_code_x86_64(env_, pc + n));
-    if (n == 0 && b[0] != 0x0F && !IsPrefix(b[0], true)) return false;  // most instructions: one byte read
-    if (n >= 2 && b[n - 2] == 0x0F && b[n - 1] == 0x01) { n++; break; }  // the ModRM is in
-    if (n >= 1 && b[n - 1] == 0x0F && b[n] != 0x01) return false;
+    if (n >= 2 && b[n - 2] == 0x0F && b[n - 1] == 0x01) break;  // b[n]: the ModRM
+    if (n >= 1 && b[n - 1] == 0x0F) {
+      if (b[n] != 0x01) return false;
+    } else if (b[n] != 0x0F && !IsPrefix(b[n], true)) {
+      return false;
+    }
   }
+  n++;
   return SubstituteKind(b, n, (env_->hflags & kHfCs64) != 0) != Substitute::kNone;
 }
 
