@@ -173,14 +173,16 @@ class WalkView : public PhysMemory {
 // paging mode vbts's walker refuses: 5-level).
 constexpr uint64_t kUnassigned = 1ull << 51;
 
-// QEMU's hflags that skipping past a block boundary keeps (TcgCpu::
-// SkipSequential): CPL (bits 0-1), CS32 (4), PE (7), TF (8), LMA (14), CS64
-// (15), VM (17).  With the CS selector they fix the code's privilege and mode.
 // A legacy prefix, or REX in 64-bit code (SDM vol. 2A 2.1.1, 2.2.1).
 bool IsPrefix(uint8_t b, bool code64) {
   return b == 0x66 || b == 0x67 || b == 0xF2 || b == 0xF3 || b == 0x2E || b == 0x36 || b == 0x3E || b == 0x26 ||
          b == 0x64 || b == 0x65 || b == 0xF0 || (code64 && (b & 0xF0) == 0x40);
 }
+// QEMU's hflags bit HF_CS64: the code segment is 64-bit.
+constexpr uint32_t kHfCs64 = 1u << 15;
+// QEMU's hflags that skipping past a block boundary keeps (TcgCpu::
+// SkipSequential): CPL (bits 0-1), CS32 (4), PE (7), TF (8), LMA (14), CS64
+// (15), VM (17).  With the CS selector they fix the code's privilege and mode.
 constexpr uint32_t kSkipHflags = 0x3 | (1u << 4) | (1u << 7) | (1u << 8) | (1u << 14) | (1u << 15) | (1u << 17);
 
 using HelperFn = void (*)(void*);
@@ -220,24 +222,19 @@ struct TcgCallbacks {
     // An instruction QEMU 5.0 would have translated wrongly inline, which
     // the translator saw as UD2 (TcgCallbacks::TranslateInsn): vbts runs it.
     if (intno == 6 && !soft && self->delivering_ < 0 && self->CompleteSubstituted()) return;
-    // A near JMP, CALL or RET to a non-canonical address: hardware faults
-    // at the branch (SDM vol. 2A JMP/CALL/RET: #GP(0) "if the target offset
-    // is non-canonical"), QEMU 5.0 at the fetch of the target.
-    if (intno == 13 && !soft && self->delivering_ < 0 && At<int32_t>(env, self->error_code_offset_) == 0)
+    if (intno == 13 && !soft && self->delivering_ < 0 && At<int32_t>(env, self->error_code_offset_) == 0) {
+      // A near JMP, CALL or RET to a non-canonical address: hardware faults
+      // at the branch (SDM vol. 2A JMP/CALL/RET: #GP(0) "if the target
+      // offset is non-canonical"), QEMU 5.0 at the fetch of the target.
       self->FaultAtTheBranch();
-    // QEMU 5.0 raises #GP(0) for every non-canonical data address; one
-    // through SS (RSP/RBP-based, or an SS override) is #SS(0) (SDM vol. 3A
-    // 6.15, "Interrupt 12"; kvm-unit-tests emulator64).
-    if (intno == 13 && !soft && self->delivering_ < 0 && At<int32_t>(env, self->error_code_offset_) == 0 &&
-        self->NonCanonicalStackAccess()) {
-      self->AnnounceEvent(std::nullopt);
-      self->delivering_ = 12;
-      env->eflags |= kRflagsRf;  // a fault (see below)
-      do_interrupt_x86_hardirq_x86_64(env, 12, /*is_hw=*/0);  // pushes error code 0
-      At<int32_t>(env, self->error_code_offset_ + uabi::kOldExceptionAfterErrorCode) = -1;  // delivered
-      self->delivering_ = -1;
-      self->stats_.stack_faults++;
-      return;
+      // QEMU 5.0 raises #GP(0) for every non-canonical data address; one
+      // through SS (RSP/RBP-based, or an SS override) is #SS(0) (SDM vol. 3A
+      // 6.15, "Interrupt 12"; kvm-unit-tests emulator64).
+      if (self->NonCanonicalStackAccess()) {
+        self->DeliverInstead(12, /*fault=*/true);  // with error code 0
+        self->stats_.stack_faults++;
+        return;
+      }
     }
     // ICEBP (INT1, F1): QEMU 5.0 decodes it as invalid (#UD); it delivers
     // #DB as a trap, with no gate DPL check (SDM vol. 2 "INT n/INTO/INT3/
@@ -685,7 +682,7 @@ struct TcgCallbacks {
   // CR8 goes to the machine's LAPIC.  False: QEMU's helper does the rest.
   static bool WriteCr(TcgCpu* self, int reg, uint64_t value, uintptr_t ra) {
     uabi::EnvPrefix* env = self->env_;
-    const ControlState s{env->cr[0], env->cr[3], env->cr[4], env->efer, (env->hflags & (1u << 15)) != 0};  // HF_CS64
+    const ControlState s{env->cr[0], env->cr[3], env->cr[4], env->efer, (env->hflags & kHfCs64) != 0};
     switch (reg) {
       case 0:
         if (Cr0WriteFaults(value, s)) raise_exception_err_ra_x86_64(env, 13, 0, ra);
@@ -783,7 +780,7 @@ struct TcgCallbacks {
   [[noreturn]] static void LeavePast(TcgCpu* self, uint64_t length) {
     uabi::EnvPrefix* env = self->env_;
     env->eip += length;
-    if (!(env->hflags & (1u << 15))) env->eip &= 0xFFFFFFFFu;  // HF_CS64
+    if (!(env->hflags & kHfCs64)) env->eip &= 0xFFFFFFFFu;
     cpu_loop_exit_x86_64(self->cpu_);
   }
   [[noreturn]] static void LeaveAfterWrmsr(TcgCpu* self) {
@@ -983,7 +980,7 @@ void helper_load_seg_x86_64(void* env, int seg_reg, int selector) {
   if (self != nullptr && seg_reg == vbts::vcpu::uabi::kSs) {
     const auto* e = static_cast<vbts::vcpu::uabi::EnvPrefix*>(env);
     const uint32_t cpl = e->hflags & vbts::vcpu::uabi::kHfCplMask;
-    const bool code64 = (e->hflags & (1u << 15)) != 0;  // HF_CS64
+    const bool code64 = (e->hflags & vbts::vcpu::kHfCs64) != 0;
     if ((selector & 0xFFFC) == 0 && code64 && static_cast<uint32_t>(selector & 3) != cpl)
       raise_exception_err_ra_x86_64(env, 13, 0, reinterpret_cast<uintptr_t>(__builtin_return_address(0)));
     TcgCallbacks::SsLoaded(self, true);
@@ -1284,11 +1281,10 @@ namespace vbts::vcpu {
 
 bool TcgCpu::CpuMsrWriteFaults(uint32_t index, uint64_t value) {
   // What QEMU 5.0's WRMSR does not check (SDM vol. 4 and vol. 3A 2.2.1).
-  const auto canonical = [](uint64_t v) { return static_cast<uint64_t>(static_cast<int64_t>(v << 16) >> 16) == v; };
   switch (index) {
     case kMsrFsBase: case kMsrGsBase: case kMsrKernelGsBase: case kMsrLstar: case kMsrCstar:
     case kMsrSysenterEsp: case kMsrSysenterEip:
-      return !canonical(value);  // a linear address: #GP if not canonical
+      return !pmu::IsCanonical(value);  // a linear address: #GP if not canonical
     case kMsrEfer:
       return (value & ~(kEferSce | kEferLme | kEferLma | kEferNxe)) != 0;  // reserved bits
     case kMsrTscAux:
@@ -1696,7 +1692,7 @@ namespace {
 enum class Substitute { kNone, kSmsw, kLgdt, kLidt };
 // From the bytes of an instruction: prefixes (no LOCK: that #UDs as it
 // is), 0F 01, ModRM.
-Substitute SubstituteKind(const uint8_t* b, size_t n, bool code64) {
+Substitute SubstituteKind(const uint8_t* b, size_t n, bool code64, size_t* modrm_at = nullptr) {
   size_t i = 0;
   for (; i < n && i < 14; i++) {
     if (b[i] == 0xF0) return Substitute::kNone;
@@ -1704,14 +1700,13 @@ Substitute SubstituteKind(const uint8_t* b, size_t n, bool code64) {
   }
   if (i + 2 >= n || b[i] != 0x0F || b[i + 1] != 0x01) return Substitute::kNone;
   const uint8_t modrm = b[i + 2];
+  if (modrm_at) *modrm_at = i + 2;
   const int mod = modrm >> 6, reg = (modrm >> 3) & 7;
   if (!code64 && reg == 4 && mod == 3) return Substitute::kSmsw;
   if (code64 && mod != 3 && reg == 2) return Substitute::kLgdt;
   if (code64 && mod != 3 && reg == 3) return Substitute::kLidt;
   return Substitute::kNone;
 }
-constexpr uint32_t kHfCs64 = 1u << 15;
-bool Canonical48(uint64_t v) { return static_cast<uint64_t>(static_cast<int64_t>(v << 16) >> 16) == v; }
 }  // namespace
 
 bool TcgCpu::SubstituteAt(uint64_t pc) {
@@ -1748,14 +1743,13 @@ bool TcgCpu::CompleteSubstituted() {
   uint8_t b[15];
   size_t n = 0;
   absl::StatusOr<DecodedInsn> insn = DecodeCode(st.pc_linear(), DecodeModeOf(st), b, n);
-  const Substitute kind = SubstituteKind(b, n, code64);
+  size_t modrm_at = 0;
+  const Substitute kind = SubstituteKind(b, n, code64, &modrm_at);
   if (kind == Substitute::kNone || !insn.ok()) return false;  // a #UD of the guest's own
   stats_.performed++;
   if (kind == Substitute::kSmsw) {
     // SMSW r16 keeps the register's upper bits; SMSW r32 stores CR0[31:0].
-    size_t i = 0;
-    while (b[i] != 0x0F) i++;
-    uint64_t& r = env->regs[b[i + 2] & 7];
+    uint64_t& r = env->regs[b[modrm_at] & 7];
     r = insn->operand_size == 16 ? (r & ~0xFFFFull) | (env->cr[0] & 0xFFFF) : (env->cr[0] & 0xFFFFFFFFull);
   } else {
     // LGDT/LIDT m16&64 (SDM vol. 2A): #GP(0) above CPL 0; the operand read
@@ -1764,18 +1758,16 @@ bool TcgCpu::CompleteSubstituted() {
     std::vector<DataAccess> acc = DataAccessesOf(*insn, st);
     if (acc.empty()) return false;
     uint8_t m[10];
-    RamView ram(config_.ram, config_.ram_bytes);
-    pmu::LinearMemory mem(ram, WalkRegs());
-    absl::StatusOr<pmu::AccessFault> f = mem.Read(Gva{acc[0].linear}, absl::MakeSpan(m), pmu::Access{});
+    absl::StatusOr<pmu::AccessFault> f = ReadLinear(acc[0].linear, absl::MakeSpan(m));
     if (!f.ok()) raise_exception_err_ra_x86_64(env, 13, 0, 0);
     if (f->kind == pmu::AccessFault::Kind::kPageFault) {
       env->cr[2] = f->address;
       raise_exception_err_ra_x86_64(env, 14, static_cast<int>(f->error_code), 0);
     }
     if (!f->ok()) raise_exception_err_ra_x86_64(env, 13, 0, 0);
-    uint64_t base = 0;
-    for (int k = 7; k >= 0; k--) base = (base << 8) | m[2 + k];
-    if (!Canonical48(base)) raise_exception_err_ra_x86_64(env, 13, 0, 0);
+    uint64_t base;
+    std::memcpy(&base, m + 2, 8);  // little-endian, as the guest's
+    if (!pmu::IsCanonical(base)) raise_exception_err_ra_x86_64(env, 13, 0, 0);
     uabi::SegCache& table = kind == Substitute::kLgdt ? env->gdt : env->idt;
     table.base = base;
     table.limit = static_cast<uint32_t>(m[0] | (m[1] << 8));
@@ -1787,17 +1779,27 @@ bool TcgCpu::CompleteSubstituted() {
   // unless the tracer raises those itself.
   if ((env->eflags & kRflagsTf) && !own_single_step_) {
     dr()[6] |= 1u << 14;  // DR6.BS
-    AnnounceEvent(std::nullopt);
-    delivering_ = 1;
-    do_interrupt_x86_hardirq_x86_64(env, 1, /*is_hw=*/0);
-    delivering_ = -1;
+    DeliverInstead(1, /*fault=*/false);
   }
   return true;
 }
 
+void TcgCpu::DeliverInstead(int vector, bool fault) {
+  // Through the IDT now, as an exception without an INT n (QEMU pushes the
+  // error code vectors 8, 10-14 and 17 have: 0); a fault's frame holds RF
+  // (TcgCallbacks::Intr); then no exception is in flight, as after QEMU's
+  // own successful delivery.
+  AnnounceEvent(std::nullopt);
+  if (fault) env_->eflags |= kRflagsRf;
+  delivering_ = vector;
+  do_interrupt_x86_hardirq_x86_64(env_, vector, /*is_hw=*/0);
+  At<int32_t>(env_, error_code_offset_ + uabi::kOldExceptionAfterErrorCode) = -1;
+  delivering_ = -1;
+}
+
 void TcgCpu::FaultAtTheBranch() {
   uabi::EnvPrefix* env = env_;
-  if (!(env->hflags & kHfCs64) || Canonical48(env->eip)) return;
+  if (!(env->hflags & kHfCs64) || pmu::IsCanonical(env->eip)) return;
   // The branch ended the last block that started (no block starts at a
   // non-canonical address): its last instruction.
   const uint64_t start = current_block_.start, end = current_block_.start + current_block_.size;
@@ -1819,14 +1821,10 @@ void TcgCpu::FaultAtTheBranch() {
   // (a CALL's return address on the stack, a RET's pop: 64-bit slots; seen
   // both ways, so checked against the stack's contents).
   uint64_t& rsp = env->regs[kRsp];
-  RamView ram(config_.ram, config_.ram_bytes);
-  pmu::LinearMemory mem(ram, WalkRegs());
   const auto slot = [&](uint64_t la) -> std::optional<uint64_t> {
-    uint8_t v[8];
-    absl::StatusOr<pmu::AccessFault> f = mem.Read(Gva{la}, absl::MakeSpan(v), pmu::Access{});
+    uint64_t x;
+    absl::StatusOr<pmu::AccessFault> f = ReadLinear(la, absl::MakeSpan(reinterpret_cast<uint8_t*>(&x), 8));
     if (!f.ok() || !f->ok()) return std::nullopt;
-    uint64_t x = 0;
-    for (int k = 7; k >= 0; k--) x = (x << 8) | v[k];
     return x;
   };
   const uint64_t next_rip = last_at + last->length - env->segs[uabi::kCs].base;
@@ -1855,7 +1853,7 @@ bool TcgCpu::NonCanonicalStackAccess() {
   const std::vector<DataAccess> acc = DataAccessesOf(*insn, st);
   bool stack = false;
   for (size_t i = 0; i < acc.size(); i++) {
-    const bool canonical = Canonical48(acc[i].linear) && Canonical48(acc[i].linear + acc[i].size - 1);
+    const bool canonical = pmu::IsCanonical(acc[i].linear) && pmu::IsCanonical(acc[i].linear + acc[i].size - 1);
     if (canonical) continue;
     if (insn->data[i].mem.seg != SegReg::kSs) return false;  // a #GP(0) of its own
     stack = true;
@@ -1863,11 +1861,15 @@ bool TcgCpu::NonCanonicalStackAccess() {
   return stack;
 }
 
-bool TcgCpu::ReadCode(uint64_t linear, uint8_t& byte) {
+absl::StatusOr<pmu::AccessFault> TcgCpu::ReadLinear(uint64_t linear, absl::Span<uint8_t> out) {
   if (!(env_->hflags & (1u << 14))) linear &= 0xFFFFFFFFu;  // outside IA-32e mode (HF_LMA)
   RamView ram(config_.ram, config_.ram_bytes);
   pmu::LinearMemory mem(ram, WalkRegs());
-  absl::StatusOr<pmu::AccessFault> f = mem.Read(Gva{linear}, absl::MakeSpan(&byte, 1), pmu::Access{});
+  return mem.Read(Gva{linear}, out, pmu::Access{});
+}
+
+bool TcgCpu::ReadCode(uint64_t linear, uint8_t& byte) {
+  absl::StatusOr<pmu::AccessFault> f = ReadLinear(linear, absl::MakeSpan(&byte, 1));
   return f.ok() && f->ok();
 }
 
@@ -1995,7 +1997,7 @@ void TcgCpu::SkipSequential(uint64_t limit, bool across_blocks) {
 
 uint64_t TcgCpu::PrefixBytes(uint64_t linear, bool* rep) {
   // Legacy prefixes, and REX in 64-bit code.
-  const bool code64 = (env_->hflags & (1u << 15)) != 0;  // HF_CS64
+  const bool code64 = (env_->hflags & kHfCs64) != 0;
   if (rep) *rep = false;
   uint64_t n = 0;
   for (; n < 14; n++) {

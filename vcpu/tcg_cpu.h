@@ -289,6 +289,9 @@ class TcgCpu {
   void SetFeatureWords();
   uint64_t mmio_base() const;
   // One byte of guest code at a linear address (false if it cannot be read).
+  // Reads guest memory at a linear address through the guest's paging (32
+  // bits wide outside IA-32e mode), as a supervisor read.
+  absl::StatusOr<pmu::AccessFault> ReadLinear(uint64_t linear, absl::Span<uint8_t> out);
   bool ReadCode(uint64_t linear, uint8_t& byte);
   // Up to 15 bytes at `linear` (as many as are readable) and their decoding.
   absl::StatusOr<DecodedInsn> DecodeCode(uint64_t linear, DecodeMode mode, uint8_t (&bytes)[15], size_t& n);
@@ -303,6 +306,9 @@ class TcgCpu {
   // At a #GP(0) QEMU raised fetching a non-canonical RIP: the frame is the
   // near JMP/CALL/RET's that went there, with its stack change taken back.
   void FaultAtTheBranch();
+  // Delivers `vector` through the IDT in place of the exception QEMU raised
+  // (a fault: RF set in its frame; else a trap).
+  void DeliverInstead(int vector, bool fault);
   struct {
     uint64_t start = 0;
     uint32_t size = 0;

@@ -124,6 +124,20 @@ class TcgCpuTest : public CompleterTest {
     return st;
   }
 
+  // Runs `code` at CPL 0 with IF=1; the interrupt `vector` it raises (its
+  // handler at 0x600 halts) must be taken before the instruction at
+  // `frame_eip` (the frame's EIP), with EAX still the vector.
+  void ExpectInterruptBefore(uint8_t vector, uint64_t frame_eip, std::vector<uint8_t> code) {
+    Gate32(vector, MakeGate(kIntGate32, kCode32K, 0x600, 0));
+    Code(0x600, {0xf4});
+    Code(kCodeRip, std::move(code));
+    CpuState st = Pm32(0);
+    st.rflags = 0x202;
+    st = RunFrom(st);
+    EXPECT_EQ(st.rip, 0x601u);
+    EXPECT_EQ(st.gpr[kRax], vector);
+    EXPECT_EQ(Read32(kKernelStack - 12), frame_eip);
+  }
   // kCodeRip: mov ecx, 0; +5: mov byte [kCodeRip+13], 0x42 (the low byte of
   // the next instruction's immediate); +12: mov eax, 0x11111111; +17: hlt.
   void LoadStoreIntoItsOwnBlock() {
@@ -524,21 +538,13 @@ TEST_F(TcgCpuTest, AnInterruptAnOutRaisesComesAtTheNextBoundary) {
   // With IF=1 the interrupt a port write raises is taken right after the OUT
   // (SDM vol. 3A 6.6), not at the end of its block: frame EIP = the
   // `mov eax, 2` after it, EAX still the vector.
-  Gate32(0x41, MakeGate(kIntGate32, kCode32K, 0x600, 0));
-  Code(0x600, {0xf4});
-  Code(kCodeRip, {
+  ExpectInterruptBefore(0x41, kCodeRip + 10, {
       0xb8, 0x41, 0x00, 0x00, 0x00,  // mov eax, 41H
       0x66, 0xba, 0x80, 0x00,        // mov dx, 80H
       0xee,                          // out dx, al: raises vector 41H
       0xb8, 0x02, 0x00, 0x00, 0x00,  // mov eax, 2
       0xf4,
   });
-  CpuState st = Pm32(0);
-  st.rflags = 0x202;
-  st = RunFrom(st);
-  EXPECT_EQ(st.rip, 0x601u);
-  EXPECT_EQ(st.gpr[kRax], 0x41u);
-  EXPECT_EQ(Read32(kKernelStack - 12), kCodeRip + 10);
   EXPECT_EQ(cpu_->stats().outs_left, 1u);
 }
 
@@ -546,20 +552,12 @@ TEST_F(TcgCpuTest, AnInterruptAStoreToADeviceRaisesComesAtTheNextBoundary) {
   // As for OUT: the self-IPI a store to the LAPIC's ICR raises is taken right
   // after the store (frame EIP = the `mov eax, 2` after it), not at the end
   // of the block.
-  Gate32(0x42, MakeGate(kIntGate32, kCode32K, 0x600, 0));
-  Code(0x600, {0xf4});
-  Code(kCodeRip, {
+  ExpectInterruptBefore(0x42, kCodeRip + 10, {
       0xb8, 0x42, 0x00, 0x00, 0x00,        // mov eax, 42H
       0xa3, 0x00, 0x03, 0xe0, 0xfe,        // mov [0xfee00300], eax
       0xb8, 0x02, 0x00, 0x00, 0x00,        // mov eax, 2
       0xf4,
   });
-  CpuState st = Pm32(0);
-  st.rflags = 0x202;
-  st = RunFrom(st);
-  EXPECT_EQ(st.rip, 0x601u);
-  EXPECT_EQ(st.gpr[kRax], 0x42u);
-  EXPECT_EQ(Read32(kKernelStack - 12), kCodeRip + 10);
   EXPECT_EQ(cpu_->stats().stores_left, 1u);
 }
 
