@@ -609,6 +609,7 @@ std::optional<uint64_t> Lapic::NextDeadline() const {
 
 void Lapic::SetState(const uint8_t regs[kLapicStateSize], uint64_t now_ns) {
   auto reg = [&](uint32_t offset) { return Load32(regs + offset); };
+  const bool was_deadline_mode = tsc_deadline_mode();
   last_now_ns_ = now_ns;
   id_ = reg(kApicRegId) & kIdMask;
   tpr_ = reg(kApicRegTpr) & kTprMask;
@@ -647,9 +648,11 @@ void Lapic::SetState(const uint8_t regs[kLapicStateSize], uint64_t now_ns) {
   const uint32_t current = reg(kApicRegTimerCurrentCount);
   arm_ns_ = now_ns;
   expirations_ = 0;
-  // The page holds no TSC deadline (an MSR): disarmed until the caller
-  // writes it (WriteTscDeadline).
-  tsc_deadline_ = 0;
+  // The page holds no TSC deadline (an MSR): an armed one stays armed while
+  // the timer stays in TSC-deadline mode, as KVM_SET_LAPIC keeps
+  // lapic_timer.tscdeadline and restarts the timer from it; entering or
+  // leaving the mode disarms it, as a write of the LVT timer entry does.
+  if (!was_deadline_mode || !tsc_deadline_mode()) tsc_deadline_ = 0;
   if (tsc_deadline_mode()) initial_count_ = 0;
   counting_ = initial_count_ != 0 && (current != 0 || periodic());
   first_count_ = counting_ ? (current != 0 ? current : initial_count_) : 0;

@@ -208,7 +208,9 @@ class Lapic {
   // the timer: with a non-zero initial count the countdown restarts at
   // `now_ns` from the current count at 390H (what KVM_GET_LAPIC stores there);
   // a current count of 0 means a full period in periodic mode and an expired
-  // timer in one-shot mode.  It ignores the version (fixed at construction),
+  // timer in one-shot mode.  An armed TSC deadline (not in the page) stays
+  // armed if the timer was and stays in TSC-deadline mode (KVM_SET_LAPIC
+  // keeps it too); otherwise it is disarmed.  It ignores the version (fixed at construction),
   // APR, PPR and RRD (computed), takes the LVT entries as they are even while
   // software disabled (KVM's reset state is SVR disabled with LINT0 in ExtINT
   // mode unmasked: the virtual wire; SDM 10.4.7.2's forced masks apply to

@@ -631,13 +631,32 @@ TEST(LapicTest, TscDeadlineModeArmsFiresAndDisarms) {
   EXPECT_EQ(lapic.NextDeadline(), std::nullopt);
   lapic.Advance(20000);
   EXPECT_EQ(lapic.Pending(), std::nullopt);
-  // The register page holds no deadline: SetState disarms it.
+  // The register page holds no deadline, and SetState of a page in the same
+  // mode keeps it armed, as KVM_SET_LAPIC does: vbts's PMI delivery rewrites
+  // the page to set the LVTPC mask (vcpu/tracer.cc), and until 2026-11-26 that
+  // disarmed the deadline and Linux's next timer interrupt never came.
   lapic.WriteTscDeadline(90000, 30000, 20000);
   uint8_t page[kLapicStateSize];
   lapic.GetState(page, 20000);
   lapic.SetState(page, 20000);
   EXPECT_TRUE(lapic.tsc_deadline_mode());
-  EXPECT_EQ(lapic.ReadTscDeadline(20000), 0u);
+  EXPECT_EQ(lapic.ReadTscDeadline(29999), 90000u);
+  EXPECT_EQ(lapic.NextDeadline(), 30000u);
+  lapic.Advance(30000);
+  EXPECT_EQ(lapic.Pending(), 0xEF);
+  EXPECT_EQ(lapic.Acknowledge(), 0xEF);
+  lapic.Write(kApicRegEoi, 0, 30000);
+  // A page in another timer mode disarms it (one-shot at 320H here).
+  lapic.WriteTscDeadline(95000, 35000, 30000);
+  lapic.GetState(page, 30000);
+  page[kApicRegLvtTimer + 2] = 0x00;  // mode 00b
+  lapic.SetState(page, 30000);
+  EXPECT_FALSE(lapic.tsc_deadline_mode());
+  page[kApicRegLvtTimer + 2] = 0x04;  // back to 10b: still disarmed
+  lapic.SetState(page, 30000);
+  EXPECT_TRUE(lapic.tsc_deadline_mode());
+  EXPECT_EQ(lapic.ReadTscDeadline(30000), 0u);
+  EXPECT_EQ(lapic.NextDeadline(), std::nullopt);
 }
 
 TEST(LapicTest, X2apicModeRegistersAsMsrs) {

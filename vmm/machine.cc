@@ -1251,9 +1251,11 @@ absl::Status Machine::LapicFromKvm() {
   VBTS_RETURN_IF_ERROR(tcg_control_->SetLapic(page));
   // The page (the timer's mode) and the TSC have moved: an armed deadline can.
   if (lapic_->config().tsc_deadline) {
+    // KVM's deadline, or none: the model may keep one from its last stretch
+    // in TCG (SetState keeps an armed deadline), which has passed on KVM.
     VBTS_ASSIGN_OR_RETURN(uint64_t tsc, vcpu_->GetMsr(kMsrTscDeadline));
+    ArmTscDeadline(tsc);
     if (tsc != 0) {
-      ArmTscDeadline(tsc);
       const vcpu::MsrValue off{kMsrTscDeadline, 0};
       VBTS_RETURN_IF_ERROR(vcpu_->SetMsrs({&off, 1}));
     }

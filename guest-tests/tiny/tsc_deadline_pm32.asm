@@ -9,12 +9,20 @@
 ;   4. In the mode, the initial count ignores writes (reads 0) and the current count reads 0.
 ;   5. Leaving the mode (to one-shot) disarms an armed deadline; outside it the MSR reads 0 and
 ;      ignores writes; back in the mode it is still disarmed.
-; 10 checks. Expected: status 1 with --cpu=skylake; QEMU TCG's default CPU has no TSC-deadline
+;   6. A PMI between arming a deadline and reaching it leaves it armed: PMC0 counts
+;      INST_RETIRED from -4 with INT set and overflows within the next instructions (PMI vector
+;      0x41, fixed delivery; GLOBAL_CTRL bit 0 set); the deadline, 10^8 ticks ahead, then fires while the guest spins
+;      on RDTSC (until 2026-11-26 vbts's PMI delivery, which sets the LVT mask bit by rewriting
+;      the LAPIC page, disarmed it in the TCG engine, and Linux's timer stopped for good).
+; 13 checks. Expected: status 1 with --cpu=skylake; QEMU TCG's default CPU has no TSC-deadline
 ; timer: SKIP (155).
 %include "rt.inc"
 %include "debug32.inc"
 
 %define VEC                 0x40
+%define PMI_VEC             0x41
+%define LVT_PERFMON         (LAPIC_BASE + 0x340)
+%define EVT_INSN            (0xC0 | (1 << 16) | (1 << 17) | (1 << 20) | (1 << 22))  ; USR OS INT EN
 %define MSR_TSC_DEADLINE    0x6E0
 %define LVT_DEADLINE        (2 << 17)
 
@@ -123,6 +131,59 @@ main:
         add eax, [timer_count]
         add eax, [spurious_count]
         CHECK_EQ eax, 2, "leaving the mode disarmed it; writes outside it are ignored; no spurious"
+
+        ; 6. A PMI while a deadline is armed.
+        SET_HANDLER PMI_VEC, pmi_handler
+        mov dword [LVT_PERFMON], PMI_VEC
+        rdtsc
+        add eax, 100000000              ; tens of milliseconds: vbts's switch to counting
+        adc edx, 0                      ; takes host time
+        mov esi, eax
+        mov ebx, edx
+        mov ecx, MSR_TSC_DEADLINE
+        wrmsr
+        xor edx, edx
+        mov eax, -4
+        mov ecx, 0xC1                   ; PMC0
+        wrmsr
+        mov edx, 0xFFFF                 ; bits 47:32 of the 48-bit counter
+        wrmsr
+        xor edx, edx
+        mov eax, 1
+        mov ecx, 0x38F                  ; IA32_PERF_GLOBAL_CTRL: PMC0 (both models with
+        wrmsr                           ; TSC-deadline mode have perfmon v4)
+        mov eax, EVT_INSN
+        mov ecx, 0x186                  ; PERFEVTSEL0: counting from here
+        wrmsr
+        sti
+        nop
+        nop
+        nop
+        nop
+        nop
+        nop
+        cli
+        xor eax, eax
+        xor edx, edx
+        mov ecx, 0x186
+        wrmsr
+        CHECK_EQ dword [pmi_count], 1, "the counter's PMI came while the deadline was armed"
+        sti
+.spin2: rdtsc                           ; until 10 M ticks past the deadline
+        sub eax, esi
+        sbb edx, ebx
+        jc .spin2
+        cmp eax, 10000000
+        jb .spin2
+        cli
+        CHECK_EQ dword [timer_count], 3, "the deadline armed before the PMI fired after it"
+        call read_deadline
+        CHECK_EQ eax, 0, "IA32_TSC_DEADLINE reads 0 after it"
+        ret
+
+pmi_handler:
+        inc dword [pmi_count]
+        APIC_EOI
         ret
 
 ; EAX = 0 if IA32_TSC_DEADLINE is 0, else non-zero. Clobbers ECX, EDX.
@@ -150,5 +211,6 @@ deadline:       dq 0
 handler_tsc:    dq 0
 timer_count:    dd 0
 spurious_count: dd 0
+pmi_count:      dd 0
 
 %include "end.inc"
