@@ -225,13 +225,21 @@ def case_registers():
     # At the Multiboot entry (docs/guest-abi.md): EAX = 0x2BADB002, CS = 0x08
     # flat 32-bit code, CR0 = PE|ET = 0x11, EFER = 0; `monitor info registers`
     # and `monitor info cpu` answer from vbts; writes of EAX read back.
+    # `monitor info lapic`: the LAPIC as the guest finds it, the reset state
+    # (SDM 10.4.7.1: SVR 0FFH, software disabled, LVT entries masked; version
+    # 14H with 6 LVT entries, docs/guest-abi.md) but LINT0 in ExtINT mode
+    # unmasked (KVM's virtual wire), no timer armed.
     syms = symbols(demo())
     v = Vbts(demo())
     out = run_gdb(v, demo(), ["info registers eax eip cs cr0 efer", "set $ebx = 0x1234", "print/x $ebx",
-                              "monitor info cpu", "monitor info pmu", "monitor info registers", "continue"])
+                              "monitor info cpu", "monitor info pmu", "monitor info registers",
+                              "monitor info lapic", "continue"])
     expect(out, [r"^eax\s+0x2badb002", r"^eip\s+0x%x" % syms["_start"], r"^cs\s+0x8\s", r"^cr0\s+0x11\b",
                  r"^efer\s+0x0\b", r"^\$1 = 0x1234$", r"^westmere: ", r"CPU model: westmere",
-                 r"IA32_DEBUGCTL\s+0x0000000000000000", r"LBR stack, 16 entries", r"exited normally"], "gdb")
+                 r"IA32_DEBUGCTL\s+0x0000000000000000", r"LBR stack, 16 entries",
+                 r"^LAPIC \(xAPIC mode, software disabled\); guest clock on host time", r"^\s+version\s+00050014$",
+                 r"^\s+SVR\s+000000ff$", r"^\s+LVT timer\s+00010000$", r"^\s+LVT LINT0\s+00000700$",
+                 r"^\s+no timer interrupt due$", r"exited normally"], "gdb")
     finish_demo(v, out)
 
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -467,6 +468,57 @@ std::string Debugger::PmuReport() {
   return out;
 }
 
+std::string Debugger::LapicReport() {
+  const vcpu::GuestClock::Now now = m_.ClockNow();
+  const uint64_t ns = m_.clock_->Ns(now);
+  vcpu::Lapic& apic = *m_.lapic_;
+  uint8_t regs[vcpu::kLapicStateSize];
+  apic.GetState(regs, ns);
+  auto reg = [&](uint32_t offset) {
+    uint32_t v;
+    std::memcpy(&v, regs + offset, sizeof v);
+    return v;
+  };
+  std::string out = absl::StrFormat(
+      "LAPIC (%s mode, software %s); guest clock on %s time: TSC %#x, %u ns\n",
+      apic.x2apic_mode() ? "x2APIC" : "xAPIC", apic.software_enabled() ? "enabled" : "disabled",
+      m_.clock_->source() == vcpu::GuestClock::Source::kInstructions ? "instruction" : "host", m_.clock_->Tsc(now), ns);
+  static constexpr std::pair<const char*, uint32_t> kRegs[] = {
+      {"ID", vcpu::kApicRegId},
+      {"version", vcpu::kApicRegVersion},
+      {"TPR", vcpu::kApicRegTpr},
+      {"PPR", vcpu::kApicRegPpr},
+      {"LDR", vcpu::kApicRegLdr},
+      {"SVR", vcpu::kApicRegSvr},
+      {"ESR", vcpu::kApicRegEsr},
+      {"ICR", vcpu::kApicRegIcrLow},
+      {"LVT timer", vcpu::kApicRegLvtTimer},
+      {"LVT thermal", vcpu::kApicRegLvtThermal},
+      {"LVT perf", vcpu::kApicRegLvtPerf},
+      {"LVT LINT0", vcpu::kApicRegLvtLint0},
+      {"LVT LINT1", vcpu::kApicRegLvtLint1},
+      {"LVT error", vcpu::kApicRegLvtError},
+      {"timer initial count", vcpu::kApicRegTimerInitialCount},
+      {"timer current count", vcpu::kApicRegTimerCurrentCount},
+      {"timer divide", vcpu::kApicRegTimerDivide},
+  };
+  for (const auto& [name, offset] : kRegs) absl::StrAppendFormat(&out, "  %-20s %08x\n", name, reg(offset));
+  for (const auto& [name, base] : {std::pair<const char*, uint32_t>{"IRR", vcpu::kApicRegIrr},
+                                   {"ISR", vcpu::kApicRegIsr}, {"TMR", vcpu::kApicRegTmr}}) {
+    absl::StrAppendFormat(&out, "  %-20s", name);
+    for (int i = 7; i >= 0; i--) absl::StrAppendFormat(&out, " %08x", reg(base + 0x10 * i));
+    out += "\n";
+  }
+  const std::optional<uint64_t> next = apic.NextDeadline();
+  if (apic.tsc_deadline_mode()) absl::StrAppendFormat(&out, "  IA32_TSC_DEADLINE    %#x\n", apic.ReadTscDeadline(ns));
+  if (next)
+    absl::StrAppendFormat(&out, "  next timer interrupt at %u ns (in %d ns)\n", *next,
+                          static_cast<int64_t>(*next - ns));
+  else
+    out += "  no timer interrupt due\n";
+  return out;
+}
+
 absl::StatusOr<std::string> Debugger::Monitor(absl::string_view command) {
   const std::string cmd = std::string(absl::StripAsciiWhitespace(command));
   if (cmd == "help" || cmd.empty())
@@ -474,10 +526,12 @@ absl::StatusOr<std::string> Debugger::Monitor(absl::string_view command) {
         "vbts monitor commands:\n"
         "  info pmu        the virtual PMU: DEBUGCTL, DS area and its BTS/PEBS fields, LBR stack with TOS, counters\n"
         "  info registers  every register as the guest sees it (segments with their hidden parts, CRs, EFER, MSRs)\n"
+        "  info lapic      the local APIC's registers, its timer and the guest clock\n"
         "  info cpu        the CPU model\n"
         "  info engine     the execution engine and GDB's branch trace\n");
   if (cmd == "info pmu" || cmd == "pmu") return PmuReport();
   if (cmd == "info registers" || cmd == "registers") return m_.tcg_->GetState(/*with_msrs=*/true).Dump() + "\n";
+  if (cmd == "info lapic" || cmd == "lapic") return LapicReport();
   if (cmd == "info cpu" || cmd == "cpu")
     return absl::StrFormat("%s: %s\n", m_.model_->name, m_.model_->description);
   if (cmd == "info engine" || cmd == "engine")

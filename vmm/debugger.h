@@ -96,6 +96,8 @@ class Debugger : public gdb::Target {
   // Stops the guest for the client with `stop` as the reason.
   void StopFor(const gdb::Stop& stop);
   std::string PmuReport();
+  // `monitor info lapic`: the TCG engine's LAPIC model as of the guest clock's now.
+  std::string LapicReport();
 
   Machine& m_;
   gdb::Arch arch_;
