@@ -25,6 +25,7 @@ packages=(
   libseccomp-dev        # the syscall filter vbts runs under after setup (vmm/sandbox.h)
   gdb                   # gdb.* tests: Debian's gdb against vbts's gdbstub (docs/gdb.md)
   lz4 xz-utils zstd     # linux.* tests: scripts/fetch-linux.sh unpacks Debian's kernel
+  linux-perf            # linux.perf-tool-* tests: Debian's perf tool inside Debian's kernel
 )
 missing=()
 for p in "${packages[@]}"; do

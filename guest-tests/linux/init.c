@@ -19,6 +19,7 @@
 #include <sys/mount.h>
 #include <sys/reboot.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static int failures, passes;
@@ -29,12 +30,17 @@ static void report(int ok, const char* name, const char* detail) {
   else failures++;
 }
 
-static void finish(int verdict) {
-  printf("SUMMARY: %d passed, %d failed\n", passes, failures);
+// Ends the run with `verdict` on the debug-exit port.
+static void exit_vm(int verdict) {
   fflush(stdout);
   if (ioperm(0xf4, 4, 1) == 0) outl(verdict, 0xf4);
   reboot(RB_POWER_OFF);  // without the port (not vbts, not QEMU's isa-debug-exit)
   for (;;) pause();
+}
+
+static void finish(int verdict) {
+  printf("SUMMARY: %d passed, %d failed\n", passes, failures);
+  exit_vm(verdict);
 }
 
 // Opens `a` for this process, disabled, user mode only (the `:u` of perf's
@@ -287,7 +293,41 @@ static void test_pebs(void) {
   report((pebs_head == 19 && pebs_jnz == 0) || (pebs_head == 0 && pebs_jnz == 19), "pebs", detail);
 }
 
+// The workload of perf-tool.sh (`/init loop N`, not as PID 1): a call to
+// tool_loop, N iterations of dec/jnz, its return, then exit (through libc:
+// its atexit handlers and stdio cleanup run after the loop).
+DEFINE_LOOP(tool_loop);
+
+// `-- run CMD ARGS` on the kernel command line: CMD's exit status is the
+// verdict (0 all passed, 77 skipped, anything else, or a signal, failed).
+static void run_command(char** argv) {
+  fflush(stdout);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    execv(argv[0], argv);
+    printf("FAIL: exec %s: %s\n", argv[0], strerror(errno));
+    _exit(1);
+  }
+  int status = 0;
+  if (pid < 0 || waitpid(pid, &status, 0) != pid) {
+    printf("FAIL: %s: fork or wait: %s\n", argv[0], strerror(errno));
+    exit_vm(1);
+  }
+  if (WIFEXITED(status) && (WEXITSTATUS(status) == 0 || WEXITSTATUS(status) == 77)) exit_vm(WEXITSTATUS(status));
+  printf("FAIL: %s ended with status %#x\n", argv[0], status);
+  exit_vm(1);
+}
+
 int main(int argc, char** argv) {
+  if (argc > 2 && strcmp(argv[1], "loop") == 0 && getpid() != 1) {
+    tool_loop(strtoull(argv[2], NULL, 0));
+    return 0;
+  }
+  // `/init where`: the addresses perf-tool.sh looks for in `perf script -F ip`.
+  if (argc > 1 && strcmp(argv[1], "where") == 0 && getpid() != 1) {
+    printf("%lx %lx %lx\n", (unsigned long)tool_loop_head, (unsigned long)tool_loop_jnz, (unsigned long)tool_loop_ret);
+    return 0;
+  }
   // `-- poweroff` on the kernel command line (scripts/bench-linux.py): boot,
   // then power off through ACPI at once.
   if (argc > 1 && strcmp(argv[1], "poweroff") == 0) {
@@ -296,8 +336,10 @@ int main(int argc, char** argv) {
   }
   mount("sysfs", "/sys", "sysfs", 0, NULL);
   mount("proc", "/proc", "proc", 0, NULL);
+  mount("devtmpfs", "/dev", "devtmpfs", 0, NULL);  // /dev/null for perf-tool.sh's shell
   setvbuf(stdout, NULL, _IONBF, 0);
   printf("vbts linux init: pid %d\n", getpid());
+  if (argc > 2 && strcmp(argv[1], "run") == 0) run_command(argv + 2);
   if (access("/sys/bus/event_source/devices/cpu", F_OK) != 0) {
     printf("SKIP: no hardware PMU under this kernel (/sys/bus/event_source/devices/cpu)\n");
     finish(77);

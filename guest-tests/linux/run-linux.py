@@ -2,7 +2,7 @@
 """run-linux.py: boot Debian's kernel with guest-tests/linux/init.c as PID 1.
 
     run-linux.py (--vbts PATH | --qemu PATH) --kernel VMLINUX --initrd CPIO [--cpu MODEL]
-                 [--record-max N]
+                 [--record-max N] [--perf-tool]
 
 The kernel is not ours: scripts/fetch-linux.sh puts Debian's cloud kernel
 (linux-image-cloud-amd64) there; without it the test is skipped (77) with a
@@ -24,7 +24,13 @@ checks, run on the untraced engine after the switch, with the same
 expectations; the trace must hold exactly N transfers
 (`vbts report --format=branches`). (Until 2026-11-26 the switch left QEMU's
 state broken and the kernel ended in a triple fault: TcgCpu::DeleteHook.)
-Under QEMU's TCG (no PMU): status 155 and init's SKIP line.
+With --perf-tool the initramfs is linux-perf-tool.cpio and init runs
+perf-tool.sh (`-- run /bin/sh /perf-tool.sh`): Debian's own perf tool, five
+PASS lines ("perf stat", "intel_bts", "branches -c 1", "perf record -b",
+"instructions:upp") and "SUMMARY: 5 passed, 0 failed"; without that
+initramfs (the build found no perf) the test is skipped (77) with a line
+saying how to get it.
+Under QEMU's TCG (no PMU): status 155 and init's (or perf-tool.sh's) SKIP line.
 Exit status: 0 as expected, 1 not, 77 no kernel.
 """
 import argparse
@@ -42,6 +48,10 @@ PMU_LINES = {
 }
 
 
+INIT_CHECKS = ("instructions:u", "intel_bts", "lbr", "pebs")
+PERF_TOOL_CHECKS = ("perf stat", "intel_bts", "branches -c 1", "perf record -b", "instructions:upp")
+
+
 def main():
     ap = argparse.ArgumentParser()
     mon = ap.add_mutually_exclusive_group(required=True)
@@ -52,21 +62,29 @@ def main():
     ap.add_argument("--cpu", default="westmere")
     ap.add_argument("--record-max", type=int, default=0,
                     help="vbts record the boot with --max-records=N, then check the trace too")
+    ap.add_argument("--perf-tool", action="store_true",
+                    help="the initramfs of perf-tool.sh: check its five perf checks")
     a = ap.parse_args()
     if not os.path.exists(a.kernel):
         print("SKIP: no kernel at %s: run scripts/fetch-linux.sh %s (scripts/test.sh does)"
               % (a.kernel, os.path.dirname(a.kernel)))
         return 77
+    if a.perf_tool and not os.path.exists(a.initrd):
+        print("SKIP: no %s: the build found no `perf` (Debian's linux-perf; scripts/setup.sh installs it)"
+              % a.initrd)
+        return 77
+    append = APPEND + (" -- run /bin/sh /perf-tool.sh" if a.perf_tool else "")
+    checks = PERF_TOOL_CHECKS if a.perf_tool else INIT_CHECKS
     tmp = tempfile.TemporaryDirectory()
     trace = os.path.join(tmp.name, "boot.vbtr")
     if a.vbts:
         mode = ["record", "-o", trace, "--max-records=%d" % a.record_max] if a.record_max else ["run"]
         cmd = [a.vbts, *mode, "--cpu=" + a.cpu, "--mem=512M", "--timeout=120",
-               "--initrd=" + a.initrd, "--append=" + APPEND, a.kernel]
+               "--initrd=" + a.initrd, "--append=" + append, a.kernel]
     else:
         cmd = [a.qemu, "-accel", "tcg", "-cpu", "Westmere", "-m", "512", "-no-reboot",
                "-display", "none", "-serial", "stdio", "-device", "isa-debug-exit,iobase=0xf4,iosize=4",
-               "-kernel", a.kernel, "-initrd", a.initrd, "-append", APPEND]
+               "-kernel", a.kernel, "-initrd", a.initrd, "-append", append]
     p = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace",
                        timeout=300)
     out = p.stdout.splitlines()
@@ -76,11 +94,12 @@ def main():
         errors.append("status %d, expected %d" % (p.returncode, want_status))
     lines = [l for l in out if not l.startswith("[")]  # init's lines, not the kernel's
     if a.vbts:
-        for name in ("instructions:u", "intel_bts", "lbr", "pebs"):
+        for name in checks:
             if not any(l.startswith("PASS: %s:" % name) for l in lines):
                 errors.append("no PASS line for %s" % name)
-        if "SUMMARY: 4 passed, 0 failed" not in lines:
-            errors.append("no 'SUMMARY: 4 passed, 0 failed' line")
+        summary = "SUMMARY: %d passed, 0 failed" % len(checks)
+        if summary not in lines:
+            errors.append("no '%s' line" % summary)
         want = PMU_LINES.get(a.cpu)
         if want and not any(l.endswith("] " + want) for l in out):
             errors.append("the kernel did not say %r" % want)

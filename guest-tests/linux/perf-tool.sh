@@ -1,0 +1,102 @@
+#!/bin/sh
+# perf-tool.sh: Debian's own `perf` tool (linux-perf, the kernel's version) inside
+# Debian's kernel under vbts, on what vbts emulates: `perf stat`, `perf record -e
+# intel_bts//u`, `perf record -e branches:u -c 1` (the kernel's other BTS path),
+# `perf record -b` and `perf record -e instructions:upp`, each read back with
+# `perf script` and checked exactly. Run by init.c (`-- run /bin/sh
+# /perf-tool.sh` on the kernel command line), whose verdict is this script's
+# status: 0 all passed, 1 a failure, 77 no PMU (QEMU TCG).
+#
+# The workload is `/init loop N` (init.c): a call to tool_loop, N iterations
+# of `dec rcx; jnz tool_loop_head`, its return. Everything else the process
+# runs (exec, static glibc's start-up and exit) differs in length between
+# C libraries, so each check looks only at the loop, or at a difference.
+export PATH=/usr/bin:/bin
+cd /tmp || exit 1
+passes=0
+failures=0
+
+check() {  # NAME OK DETAIL
+  if [ "$2" = 1 ]; then
+    echo "PASS: $1: $3"
+    passes=$((passes + 1))
+  else
+    echo "FAIL: $1: $3"
+    failures=$((failures + 1))
+  fi
+}
+
+if [ ! -e /sys/bus/event_source/devices/cpu ]; then
+  echo "SKIP: no hardware PMU under this kernel (/sys/bus/event_source/devices/cpu)"
+  exit 77
+fi
+echo "$(perf --version) on $(uname -r)"
+# Linux lowers perf_event_max_sample_rate when a PMI handler takes long (the
+# drain of ~3000 BTS records below takes ~90 us of guest time) and then
+# throttles sampling events to a few samples per tick: the LBR check would
+# see 6 of its 20. 0 turns that adjustment off (Documentation/admin-guide/sysctl/kernel.rst).
+echo 0 > /proc/sys/kernel/perf_cpu_time_max_percent
+set -- $(/init where)
+head_ip=$1 jnz_ip=$2 ret_ip=$3
+
+# perf stat: instructions:u of the whole process at 1000 and 2000 iterations.
+# Both runs execute the same instructions outside the loop (the arguments
+# have the same length), so the counts differ by exactly 1000 iterations of
+# two instructions.
+c1=$(perf stat -x, -e instructions:u -- /init loop 1000 2>&1 >/dev/null | grep instructions | cut -d, -f1)
+c2=$(perf stat -x, -e instructions:u -- /init loop 2000 2>&1 >/dev/null | grep instructions | cut -d, -f1)
+d=$((c2 - c1))
+check "perf stat" "$([ "$d" = 2000 ] && echo 1)" \
+  "instructions:u $c1 at 1000 iterations, $c2 at 2000: difference $d (expected 2000)"
+
+# perf record -e intel_bts//u: the BTS records of the process in perf's AUX
+# area (`--per-thread`: intel_bts traces tasks, not CPUs). The loop's jnz is
+# taken N - 1 = 999 times; one call enters the loop, one return leaves it.
+perf record -q -e intel_bts//u --per-thread -o bts.data -- /init loop 1000 >/dev/null 2>&1
+perf script -i bts.data --itrace=b -F ip,sym,addr > bts.txt 2>/dev/null
+loop=$(grep -c "tool_loop_jnz => *$head_ip tool_loop_head$" bts.txt)
+into=$(grep -c "main => *[0-9a-f]* tool_loop$" bts.txt)
+out=$(grep -c "tool_loop_ret => *[0-9a-f]* main$" bts.txt)
+check "intel_bts" "$([ "$loop/$into/$out" = 999/1/1 ] && echo 1)" \
+  "$(wc -l < bts.txt) branches; jnz->head $loop, call $into, return $out (expected 999, 1, 1)"
+
+# perf record -e branches:u -c 1: a sample per taken branch, which Linux
+# takes from its own DS BTS buffer, drained at the buffer's threshold PMI
+# and when the event stops (arch/x86/events/intel/ds.c). Each sample's IP
+# is a branch's source: the loop's jnz 999 times.
+perf record -q -e branches:u -c 1 -o br.data -- /init loop 1000 >/dev/null 2>&1
+jnz=$(perf script -i br.data -F ip 2>/dev/null | grep -c "^ *$jnz_ip$")
+check "branches -c 1" "$([ "$jnz" = 999 ] && echo 1)" "$jnz samples at the loop's jnz (expected 999)"
+
+# perf record -b: instructions:u every 10 000 with the LBR stack. The loop
+# runs 200 000 instructions, exactly 20 periods, so exactly 20 PMIs fall in
+# it wherever the periods start; the counter overflows at the same one of the
+# loop's two instructions each time (the period is even). Each sample's
+# stack is full (the model's depth: 16 or 32) and, once the loop has run as
+# many iterations, holds nothing but jnz -> head: all but possibly the first
+# sample, which may come within its first iterations.
+perf record -q -b -e instructions:u -c 10000 -o lbr.data -- /init loop 100000 >/dev/null 2>&1
+# `-F ip,brstack` prints the IP, then each entry as 0xFROM/0xTO/flags.
+perf script -i lbr.data -F ip,brstack > lbr.txt 2>/dev/null
+grep "^ *\($head_ip\|$jnz_ip\) " lbr.txt | tr ' ' '\n' | grep / > lbr-entries.txt
+in_loop=$(grep -c "^ *\($head_ip\|$jnz_ip\) " lbr.txt)
+read -r depth < /sys/bus/event_source/devices/cpu/caps/branches
+entries=$(wc -l < lbr-entries.txt)
+full=$(grep -c "^0x$jnz_ip/0x$head_ip/" lbr-entries.txt)
+check "perf record -b" "$([ "$in_loop" = 20 ] && [ "$entries" = $((20 * depth)) ] && [ "$full" -ge $((19 * depth)) ] && echo 1)" \
+  "$in_loop samples in the loop (expected 20) with $entries LBR entries ($depth-deep stack: expected $((20 * depth))), $full of them jnz->head (expected at least $((19 * depth)))"
+
+# perf record -e instructions:upp, period 9 999: PEBS. An overflow arms
+# PEBS and the next counted instruction causes the assist (SDM 18.6.1.1;
+# docs/pmu-model.md, "the next-event rule"), so assists come every 10 000
+# instructions: 200 000 / 10 000 = exactly 20 in the loop, all at the same
+# one of its two instructions (the step is even).
+perf record -q -e instructions:upp -c 9999 -o pebs.data -- /init loop 100000 >/dev/null 2>&1
+perf script -i pebs.data -F ip > pebs.txt 2>/dev/null
+head=$(grep -c "^ *$head_ip$" pebs.txt)
+jnz=$(grep -c "^ *$jnz_ip$" pebs.txt)
+check "instructions:upp" "$([ "$head/$jnz" = 20/0 ] || [ "$head/$jnz" = 0/20 ] && echo 1)" \
+  "$(wc -l < pebs.txt) samples; $head at the loop's dec, $jnz at its jnz (expected 20 at one of them)"
+
+echo "SUMMARY: $passes passed, $failures failed"
+[ "$failures" = 0 ]
