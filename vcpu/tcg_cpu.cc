@@ -341,7 +341,7 @@ struct TcgCallbacks {
   // or the run resumes here (its first block starts at the resume address).
   static void DebugBreakpoint(uc_engine*, uint64_t address, uint32_t, void* user) {
     auto* self = static_cast<TcgCpu*>(user);
-    if (self->code_hook_ != 0) return;
+    if (self->CodeHookActive()) return;
     if (address == self->debug_resume_ && self->blocks_in_run_ <= 1) return;
     self->env_->eip = address - self->env_->segs[uabi::kCs].base;
     self->DebugBoundary(TcgCpu::DebugStop::kBreakpoint, address);
@@ -465,7 +465,7 @@ struct TcgCallbacks {
     // With a debugger's checks on, the code hook of this same boundary ends
     // the run after TcgCpu::DebugCheck, which must see every boundary (a
     // step ended here would otherwise run one more instruction when resumed).
-    if (self->debug_code_ && self->code_hook_ != 0) return;
+    if (self->debug_code_ && self->CodeHookActive()) return;
     self->Boundary(address);
   }
   // QEMU's check for pending interrupts at a block boundary, for vbts's
@@ -1914,7 +1914,7 @@ void TcgCpu::Kick() {
   // instruction).  Otherwise, from a callback during a run: at the next
   // block start (TcgCallbacks::Block); between runs: at the start of the
   // next (QEMU checks interrupt_request first).
-  if (code_hook_ != 0) deliver_now_ = true;
+  if (CodeHookActive()) deliver_now_ = true;
   else kick_ = true;
 }
 
@@ -2058,19 +2058,35 @@ void TcgCpu::DeleteHook(size_t hook) {
 
 bool TcgCpu::SyncCodeHook() {
   const bool want = static_cast<bool>(insn_hook_) || exec_bp_mask_ != 0 || debug_code_;
+  if (want) {
+    code_hook_idle_since_.reset();
+  } else if (code_hook_ != 0) {
+    // Unused: it lingers (Config::code_hook_linger) before it goes.
+    const auto now = std::chrono::steady_clock::now();
+    if (!code_hook_idle_since_) code_hook_idle_since_ = now;
+    if (now - *code_hook_idle_since_ < config_.code_hook_linger) {
+      // Pending events are QEMU's to take at the next run's start or block
+      // boundary, not the unused hook's (TcgCpu::Kick).
+      deliver_now_ = false;
+      return false;
+    }
+  }
   if (want && code_hook_ == 0) {
     uc_hook h = 0;
     if (uc_hook_add(uc_, &h, UC_HOOK_CODE, reinterpret_cast<void*>(&TcgCallbacks::Code), this, 1, 0) == UC_ERR_OK) {
       code_hook_ = h;
+      stats_.code_hook_adds++;
     }
   } else if (!want && code_hook_ != 0) {
     DeleteHook(code_hook_);
     code_hook_ = 0;
+    code_hook_idle_since_.reset();
+    stats_.code_hook_removals++;
   } else {
     return false;
   }
   observed_valid_ = false;
-  deliver_now_ = code_hook_ != 0 && (At<uint32_t>(cpu_, uabi::kCpuInterruptRequest) != 0 || pending_exception_);
+  deliver_now_ = CodeHookActive() && (At<uint32_t>(cpu_, uabi::kCpuInterruptRequest) != 0 || pending_exception_);
   // Hooks are compiled into the translations: retranslate.
   FlushCode();
   return true;

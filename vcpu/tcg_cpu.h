@@ -14,6 +14,7 @@
 #define VBTS_VCPU_TCG_CPU_H_
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -117,6 +118,9 @@ struct TcgStats {
   uint64_t stack_faults = 0;
   // #GP(0)s at a non-canonical fetch moved to the JMP/CALL/RET that went there.
   uint64_t branch_faults = 0;
+  // The catch-all code hook compiled into the translations (each costs a
+  // retranslation of all code), and removed after lingering unused.
+  uint64_t code_hook_adds = 0, code_hook_removals = 0;
 };
 
 class TcgCpu {
@@ -128,6 +132,9 @@ class TcgCpu {
     // the CR4 bits it accepts.  CPUID answers come from TcgDevices::Cpuid.
     int uc_cpu_model = 0;
     TcgDevices* devices = nullptr;
+    // How long the catch-all code hook stays installed, unused, after the
+    // last user let it go (SyncCodeHook).
+    std::chrono::milliseconds code_hook_linger{100};
   };
   // Fails with a clear message when the library is not the one
   // unicorn_abi.h pins, or a self-check of what vbts relies on fails.
@@ -326,9 +333,17 @@ class TcgCpu {
   void UpdateBreakpoints();
   void CheckInstructionBreakpoints(uint64_t linear);
   // Installs the Unicorn code hook while the instruction hook or an
-  // instruction breakpoint needs it (between runs).
+  // instruction breakpoint needs it (between runs).  A hook no longer
+  // needed stays, unused (TcgCallbacks::Code returns at once), until it has
+  // been unused for Config::code_hook_linger: adding or removing it retranslates all
+  // code (milliseconds, and the hot code again after), and a guest whose
+  // tracing turns off and on again soon after — Linux's perf disables its
+  // counters in every PMI and at every context switch — would pay that
+  // each time.
   // Returns whether it changed the hook (and so retranslated everything).
   bool SyncCodeHook();
+  // The hook is installed and in use (not lingering).
+  bool CodeHookActive() const { return code_hook_ != 0 && (insn_hook_ || exec_bp_mask_ != 0 || debug_code_); }
   // uc_hook_del without its side effects on the guest: Unicorn 2.0.1
   // invalidates each region the hook was translated into by translating the
   // region's *linear* address through the guest's current page tables
@@ -353,6 +368,8 @@ class TcgCpu {
   void* cpu_ = nullptr;               // QEMU's CPUState
   uabi::EnvPrefix* env_ = nullptr;    // QEMU's CPUX86State
   size_t code_hook_ = 0;
+  // Since when the installed code hook has been unused (lingering), if it is.
+  std::optional<std::chrono::steady_clock::time_point> code_hook_idle_since_;
   size_t error_code_offset_ = 0;  // of env->error_code (found by SelfCheck)
   bool stop_requested_ = false;
   bool halted_ = false;

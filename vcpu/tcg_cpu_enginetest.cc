@@ -6,7 +6,9 @@
 
 #include <unicorn/x86.h>
 
+#include <chrono>
 #include <map>
+#include <thread>
 
 #include "pmu/cpu_model.h"
 #include "pmu/vpmu.h"
@@ -89,7 +91,13 @@ class FakeDevices : public TcgDevices {
 class TcgCpuTest : public CompleterTest {
  public:
   void SetUp() override {
-    auto cpu = TcgCpu::Create({mem_.bytes().data(), mem_.bytes().size(), UC_CPU_X86_WESTMERE, &devices_});
+    Recreate(std::chrono::milliseconds(0));
+  }
+  // A new engine whose unused code hook lingers for `linger` (0 for the
+  // tests below but the one of the lingering: a hook let go goes at once).
+  void Recreate(std::chrono::milliseconds linger) {
+    cpu_.reset();
+    auto cpu = TcgCpu::Create({mem_.bytes().data(), mem_.bytes().size(), UC_CPU_X86_WESTMERE, &devices_, linger});
     VBTS_ASSERT_OK(cpu.status());
     cpu_ = std::move(*cpu);
     devices_.cpu = cpu_.get();
@@ -639,6 +647,52 @@ TEST_F(TcgCpuTest, RemovingTheInstructionHookLeavesCr2AndTheNextPageFaultAlone) 
   EXPECT_EQ(st.cr2, 0x80000000u);
   EXPECT_EQ(Read32(kKernelStack - 16), 0u);        // error code
   EXPECT_EQ(Read32(kKernelStack - 12), 0x101000u);  // EIP of the MOV
+}
+
+TEST_F(TcgCpuTest, AnUnusedCodeHookLingersAndAnInterruptStillComesAtOnce) {
+  // Adding or removing the catch-all code hook retranslates all code, so a
+  // hook let go stays, unused, for Config::code_hook_linger (here 200 ms)
+  // before it goes: Linux's perf turns its counters, and with them vbts's
+  // tracing, off and on in every PMI, and paid a retranslation each time.
+  Recreate(std::chrono::milliseconds(200));
+  Code(kCodeRip, {0x90, 0x90, 0xf4});  // nop; nop; hlt
+  int hooked = 0;
+  cpu_->SetInstructionHook([&](uint64_t) { hooked++; });
+  RunFrom(Pm32(0));
+  EXPECT_EQ(hooked, 3);
+  EXPECT_EQ(cpu_->stats().code_hook_adds, 1u);
+  // Let go: the hook stays installed but is not called, and taking it back
+  // within the linger adds nothing.
+  cpu_->SetInstructionHook(nullptr);
+  RunFrom(Pm32(0));
+  EXPECT_EQ(hooked, 3);
+  EXPECT_EQ(cpu_->stats().code_hook_removals, 0u);
+  cpu_->SetInstructionHook([&](uint64_t) { hooked++; });
+  RunFrom(Pm32(0));
+  EXPECT_EQ(hooked, 6);
+  EXPECT_EQ(cpu_->stats().code_hook_adds, 1u);
+  // While it lingers an interrupt raised by an OUT is taken right after it,
+  // as without a hook (AnInterruptAnOutRaisesComesAtTheNextBoundary): QEMU
+  // delivers it, not the unused hook.  (New code where the old ran: its
+  // translation goes, as after any store of vbts's.)
+  cpu_->SetInstructionHook(nullptr);
+  cpu_->InvalidateCodeBytes(kCodeRip, 16);
+  ExpectInterruptBefore(0x41, kCodeRip + 10, {
+      0xb8, 0x41, 0x00, 0x00, 0x00,  // mov eax, 41H
+      0x66, 0xba, 0x80, 0x00,        // mov dx, 80H
+      0xee,                          // out dx, al: raises vector 41H
+      0xb8, 0x02, 0x00, 0x00, 0x00,  // mov eax, 2
+      0xf4,
+  });
+  EXPECT_EQ(hooked, 6);
+  EXPECT_EQ(cpu_->stats().code_hook_removals, 0u);
+  // Unused for longer than the linger: the next run removes it.
+  std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  Code(kCodeRip, {0x90, 0x90, 0xf4});
+  cpu_->InvalidateCodeBytes(kCodeRip, 16);
+  RunFrom(Pm32(0));
+  EXPECT_EQ(cpu_->stats().code_hook_removals, 1u);
+  EXPECT_EQ(hooked, 6);
 }
 
 TEST_F(TcgCpuTest, SmswToA32BitRegisterStoresAllOfCr0) {
