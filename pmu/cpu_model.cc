@@ -209,6 +209,7 @@ std::vector<CpuModel> MakeModels() {
     p.fixed_counters = 3;
     p.fixed_width = 48;
     p.lbr = {32, 0x680, 0x6C0, 0xDC0, 0x1C9, 5, false, true};
+    p.lbr.call_stack = true;
     // Core i7-6700: 256 KB 4-way L2 per core, 8 MB 16-way shared L3 (CPUID.4
     // of Skylake client parts).
     p.cache = {{1024, 4}, {8192, 16}, PairPrefetch::kInnerAndLlc};
@@ -261,6 +262,7 @@ std::vector<CpuModel> MakeModels() {
     p.fixed_counters = 4;
     p.fixed_width = 48;
     p.lbr = {32, 0x680, 0x6C0, 0xDC0, 0x1C9, 5, false, true};
+    p.lbr.call_stack = true;
     // Xeon Platinum 8380: 1.25 MB 20-way L2 per core, 60 MB 12-way shared
     // L3 (40 slices of 1.5 MB; CPUID.4 of Ice Lake server parts).
     p.cache = {{1024, 20}, {81920, 12}, PairPrefetch::kInnerAndLlc};

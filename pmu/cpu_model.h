@@ -48,6 +48,9 @@ struct LbrModel {
   // on NetBurst (SDM vol. 4, table 2-46 and the Core tables).
   uint32_t ler_from = 0x1DD;
   uint32_t ler_to = 0x1DE;
+  // MSR_LBR_SELECT.EN_CALLSTACK (bit 9): the LBR call stack of Haswell and
+  // later (SDM vol. 3B 17.9, table 17-13); reserved (#GP) without it.
+  bool call_stack = false;
 };
 
 // The debug-store, branch-recording and performance-monitoring features of

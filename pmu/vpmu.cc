@@ -73,6 +73,8 @@ constexpr uint64_t kSelCplEq0 = 1u << 0, kSelCplNeq0 = 1u << 1, kSelJcc = 1u << 
                    kSelNearIndCall = 1u << 4, kSelNearRet = 1u << 5, kSelNearIndJmp = 1u << 6,
                    kSelNearRelJmp = 1u << 7, kSelFarBranch = 1u << 8;
 constexpr uint64_t kLbrSelectMask = 0x1FF;
+// EN_CALLSTACK (SDM 17.9, table 17-13), on models with the LBR call stack.
+constexpr uint64_t kSelEnCallstack = 1u << 9;
 
 uint64_t Mask(int bits) { return bits >= 64 ? ~0ull : (1ull << bits) - 1; }
 
@@ -579,6 +581,18 @@ struct VirtualPmu::State {
       if (b.kind == BranchKind::kException && b.vector == 1) return;  // not #DB (SDM 17.4.2)
     }
     if (LbrFiltered(b)) return;
+    if ((lbr_select & kSelEnCallstack) && b.kind == BranchKind::kRet) {
+      // The LBR call stack (SDM 17.9): a return takes the last record off,
+      // last in, first out, so that the stack holds the calls not yet
+      // returned from.  The record is cleared: Linux reads a call stack
+      // from TOS down "until invalid entry (0s) is detected"
+      // (arch/x86/events/intel/lbr.c), which only hardware that clears
+      // popped entries makes correct.
+      lbr[tos] = LbrEntry{};
+      tos = tos == 0 ? static_cast<uint32_t>(pmu.lbr.entries) - 1 : tos - 1;
+      stats.lbr_pops++;
+      return;
+    }
     tos = tos + 1 >= static_cast<uint32_t>(pmu.lbr.entries) ? 0 : tos + 1;
     LbrEntry& e = lbr[tos];
     if (pmu.lbr.packed) {
@@ -888,7 +902,7 @@ MsrResult VirtualPmu::WriteMsr(uint32_t msr, uint64_t v) {
     return ok;
   }
   if (msr == kMsrLbrSelect) {
-    if (!p.lbr.select || (v & ~kLbrSelectMask)) return gp;
+    if (!p.lbr.select || (v & ~(kLbrSelectMask | (p.lbr.call_stack ? kSelEnCallstack : 0)))) return gp;
     s.lbr_select = v;
     return ok;
   }

@@ -67,6 +67,7 @@ struct PmuStats {
   uint64_t bts_records = 0;      // BTS records written
   uint64_t bts_dropped = 0;      // records not written because the guest's DS programming was bad
   uint64_t lbr_pushes = 0;
+  uint64_t lbr_pops = 0;  // records a return took off the LBR call stack (SDM 17.9)
   uint64_t pmis = 0;             // PMIs requested
   uint64_t pebs_records = 0;     // PEBS records written
   uint64_t pebs_dropped = 0;     // PEBS assists skipped (bad DS programming, full buffer)

@@ -324,7 +324,53 @@ TEST_F(VpmuTest, LbrSelectFilters) {
   Wr(0x1C8, 1u << 8);  // FAR_BRANCH filtered
   Obs(Jmp(7, 8, 0, BranchKind::kIret));
   EXPECT_EQ(pmu_.stats().lbr_pushes, 1u);
-  EXPECT_TRUE(pmu_.WriteMsr(0x1C8, 1u << 9).gp);
+  EXPECT_TRUE(pmu_.WriteMsr(0x1C8, 1u << 9).gp);  // EN_CALLSTACK: Haswell and later only
+}
+
+class LbrSkylakeTest : public VpmuTest {
+ protected:
+  LbrSkylakeTest() : VpmuTest("skylake") {}
+};
+
+TEST_F(LbrSkylakeTest, CallStackModePopsOnReturn) {
+  // SDM 17.9 (Haswell and later): with MSR_LBR_SELECT.EN_CALLSTACK (bit 9)
+  // and the filter it requires (JCC, NEAR_IND_JMP, NEAR_REL_JMP and
+  // FAR_BRANCH suppressed; calls and returns kept) the LBRs are a call
+  // stack: a call pushes, a return takes the last record off (cleared:
+  // Linux reads down from TOS until a zero entry), so the stack holds
+  // exactly the calls not yet returned from. The value is what Linux writes
+  // for `perf record --call-graph lbr` in user mode: CPL_EQ_0 plus the
+  // above, 0x3C5 (arch/x86/events/intel/lbr.c, hsw_lbr_sel_map).
+  Wr(0x1D9, kLbr);
+  Wr(0x1C8, 0x3C5);
+  Obs(Jmp(0x100, 0x1000, 3, BranchKind::kCall));   // main -> a
+  Obs(Jmp(0x1010, 0x1020, 3, BranchKind::kJcc));   // filtered
+  Obs(Jmp(0x1030, 0x2000, 3, BranchKind::kCall));  // a -> b
+  Obs(Jmp(0x2010, 0x3000, 3, BranchKind::kIndCall));  // b -> leaf
+  Obs(Jmp(0x3010, 0x2015, 3, BranchKind::kRet));   // leaf returns: popped
+  Obs(Jmp(0x2020, 0x9000, 0, BranchKind::kCall));  // ring 0: CPL_EQ_0 filters it
+  Obs(Jmp(0x9010, 0x2025, 0, BranchKind::kRet));   // likewise, no pop
+  // Pushes main->a (TOS 1), a->b (2), b->leaf (3); the return pops 3.
+  EXPECT_EQ(Rd(0x1C9), 2u);
+  EXPECT_EQ(Rd(0x680 + 1), 0x100u);
+  EXPECT_EQ(Rd(0x6C0 + 1), 0x1000u);
+  EXPECT_EQ(Rd(0x680 + 2), 0x1030u);
+  EXPECT_EQ(Rd(0x6C0 + 2), 0x2000u);
+  EXPECT_EQ(Rd(0x680 + 3), 0u);
+  EXPECT_EQ(Rd(0x6C0 + 3), 0u);
+  EXPECT_EQ(pmu_.stats().lbr_pushes, 3u);
+  EXPECT_EQ(pmu_.stats().lbr_pops, 1u);
+  // Two more returns empty the stack and wrap TOS below entry 0 (2 -> 1 -> 0).
+  Obs(Jmp(0x2030, 0x1035, 3, BranchKind::kRet));
+  Obs(Jmp(0x1040, 0x105, 3, BranchKind::kRet));
+  EXPECT_EQ(Rd(0x1C9), 0u);
+  EXPECT_EQ(Rd(0x680 + 1), 0u);
+  EXPECT_EQ(Rd(0x680 + 2), 0u);
+  // Without EN_CALLSTACK a return is recorded like any branch.
+  Wr(0x1C8, 0x1C5);
+  Obs(Jmp(0x110, 0x120, 3, BranchKind::kRet));
+  EXPECT_EQ(Rd(0x1C9), 1u);
+  EXPECT_EQ(Rd(0x680 + 1), 0x110u);
 }
 
 TEST_F(VpmuTest, CounterOverflowAtTheExactInstruction) {

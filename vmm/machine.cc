@@ -540,10 +540,10 @@ RunResult Machine::Finish(RunEnd end, int status, std::string message) {
     absl::StrAppendFormat(&r.details,
                           "tracer: %u boundaries, %u instructions, %u events, %u unexplained; %u PMIs sent, %u "
                           "masked; %u MSR exits\n"
-                          "virtual PMU: %u BTS records (%u dropped), %u PEBS records (%u skipped), %u LBR pushes, "
+                          "virtual PMU: %u BTS records (%u dropped), %u PEBS records (%u skipped), %u LBR pushes (%u pops), "
                           "%u PMIs requested\n",
                           t.boundaries, t.instructions, t.events, t.lost, t.pmis_sent, t.pmis_masked, msr_exits_,
-                          p.bts_records, p.bts_dropped, p.pebs_records, p.pebs_dropped, p.lbr_pushes, p.pmis);
+                          p.bts_records, p.bts_dropped, p.pebs_records, p.pebs_dropped, p.lbr_pushes, p.lbr_pops, p.pmis);
   }
   PrintWarnings();
   return r;

@@ -298,6 +298,14 @@ static void test_pebs(void) {
 // its atexit handlers and stdio cleanup run after the loop).
 DEFINE_LOOP(tool_loop);
 
+// The call-graph workload (`/init chain N`): main calls chain_outer, which
+// calls chain_inner, which calls tool_loop; each returns.
+extern void chain_outer(uint64_t n);
+__asm__(".text\n"
+        ".globl chain_outer, chain_inner\n"
+        "chain_outer:\n\tsub $8, %rsp\n\tcall chain_inner\n\tadd $8, %rsp\n\tret\n"
+        "chain_inner:\n\tsub $8, %rsp\n\tcall tool_loop\n\tadd $8, %rsp\n\tret\n");
+
 // `-- run CMD ARGS` on the kernel command line: CMD's exit status is the
 // verdict (0 all passed, 77 skipped, anything else, or a signal, failed).
 static void run_command(char** argv) {
@@ -321,6 +329,10 @@ static void run_command(char** argv) {
 int main(int argc, char** argv) {
   if (argc > 2 && strcmp(argv[1], "loop") == 0 && getpid() != 1) {
     tool_loop(strtoull(argv[2], NULL, 0));
+    return 0;
+  }
+  if (argc > 2 && strcmp(argv[1], "chain") == 0 && getpid() != 1) {
+    chain_outer(strtoull(argv[2], NULL, 0));
     return 0;
   }
   // `/init where`: the addresses perf-tool.sh looks for in `perf script -F ip`.

@@ -2,7 +2,8 @@
 # perf-tool.sh: Debian's own `perf` tool (linux-perf, the kernel's version) inside
 # Debian's kernel under vbts, on what vbts emulates: `perf stat`, `perf record -e
 # intel_bts//u`, `perf record -e branches:u -c 1` (the kernel's other BTS path),
-# `perf record -b` and `perf record -e instructions:upp`, each read back with
+# `perf record -b`, `perf record -e instructions:upp` and `perf record
+# --call-graph lbr`, each read back with
 # `perf script` and checked exactly. Run by init.c (`-- run /bin/sh
 # /perf-tool.sh` on the kernel command line), whose verdict is this script's
 # status: 0 all passed, 1 a failure, 77 no PMU (QEMU TCG).
@@ -97,6 +98,25 @@ head=$(grep -c "^ *$head_ip$" pebs.txt)
 jnz=$(grep -c "^ *$jnz_ip$" pebs.txt)
 check "instructions:upp" "$([ "$head/$jnz" = 20/0 ] || [ "$head/$jnz" = 0/20 ] && echo 1)" \
   "$(wc -l < pebs.txt) samples; $head at the loop's dec, $jnz at its jnz (expected 20 at one of them)"
+
+# perf record --call-graph lbr: the LBR call stack (Haswell and later, SDM
+# 17.9: a call pushes, a return pops). `/init chain N` runs main ->
+# chain_outer -> chain_inner -> tool_loop, so each of the 20 samples in the
+# loop (as for -b above) has the call chain tool_loop, chain_inner,
+# chain_outer, main, and then glibc's start-up frames. Westmere has no call
+# stack: the kernel refuses the event (arch/x86/events/intel/lbr.c).
+read -r pmu < /sys/bus/event_source/devices/cpu/caps/pmu_name
+if perf record -q --call-graph lbr -e instructions:u -c 10000 -o cs.data -- /init chain 100000 > cs.err 2>&1; then
+  # One line per sample: its frames joined by "|".
+  perf script -i cs.data -F ip,sym 2>/dev/null | tr -s ' \t' '  ' | tr '\n' '|' | sed 's/|||*/\n/g' > cs.txt
+  in_loop=$(grep -c "^ [0-9a-f]* tool_loop" cs.txt)
+  chains=$(grep -c "^ [0-9a-f]* tool_loop[_a-z]*| [0-9a-f]* chain_inner| [0-9a-f]* chain_outer| [0-9a-f]* main|" cs.txt)
+  check "call-graph lbr" "$([ "$pmu" != westmere ] && [ "$in_loop" = 20 ] && [ "$chains" = 20 ] && echo 1)" \
+    "$pmu: $in_loop samples in the loop (expected 20), $chains with the chain tool_loop, chain_inner, chain_outer, main (expected 20)"
+else
+  check "call-graph lbr" "$([ "$pmu" = westmere ] && grep -q "support branch stack sampling" cs.err && echo 1)" \
+    "$pmu: perf record refused: $(grep -v "^ *$" cs.err | tr '\n' ' ')(expected only on westmere)"
+fi
 
 echo "SUMMARY: $passes passed, $failures failed"
 [ "$failures" = 0 ]

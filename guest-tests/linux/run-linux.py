@@ -25,9 +25,9 @@ expectations; the trace must hold exactly N transfers
 (`vbts report --format=branches`). (Until 2026-11-26 the switch left QEMU's
 state broken and the kernel ended in a triple fault: TcgCpu::DeleteHook.)
 With --perf-tool the initramfs is linux-perf-tool.cpio and init runs
-perf-tool.sh (`-- run /bin/sh /perf-tool.sh`): Debian's own perf tool, five
+perf-tool.sh (`-- run /bin/sh /perf-tool.sh`): Debian's own perf tool, six
 PASS lines ("perf stat", "intel_bts", "branches -c 1", "perf record -b",
-"instructions:upp") and "SUMMARY: 5 passed, 0 failed"; without that
+"instructions:upp", "call-graph lbr") and "SUMMARY: 6 passed, 0 failed"; without that
 initramfs (the build found no perf) the test is skipped (77) with a line
 saying how to get it.
 Under QEMU's TCG (no PMU): status 155 and init's (or perf-tool.sh's) SKIP line.
@@ -49,7 +49,7 @@ PMU_LINES = {
 
 
 INIT_CHECKS = ("instructions:u", "intel_bts", "lbr", "pebs")
-PERF_TOOL_CHECKS = ("perf stat", "intel_bts", "branches -c 1", "perf record -b", "instructions:upp")
+PERF_TOOL_CHECKS = ("perf stat", "intel_bts", "branches -c 1", "perf record -b", "instructions:upp", "call-graph lbr")
 
 
 def main():
@@ -63,7 +63,7 @@ def main():
     ap.add_argument("--record-max", type=int, default=0,
                     help="vbts record the boot with --max-records=N, then check the trace too")
     ap.add_argument("--perf-tool", action="store_true",
-                    help="the initramfs of perf-tool.sh: check its five perf checks")
+                    help="the initramfs of perf-tool.sh: check its six perf checks")
     a = ap.parse_args()
     if not os.path.exists(a.kernel):
         print("SKIP: no kernel at %s: run scripts/fetch-linux.sh %s (scripts/test.sh does)"
