@@ -146,6 +146,17 @@ class TcgCpuTest : public CompleterTest {
     EXPECT_EQ(st.gpr[kRax], vector);
     EXPECT_EQ(Read32(kKernelStack - 12), frame_eip);
   }
+  // An OUT to port 80H raises vector 41H (FakeDevices): with IF=1 it is
+  // taken right after the OUT, before the `mov eax, 2` at kCodeRip + 10.
+  void ExpectInterruptAfterOut() {
+    ExpectInterruptBefore(0x41, kCodeRip + 10, {
+        0xb8, 0x41, 0x00, 0x00, 0x00,  // mov eax, 41H
+        0x66, 0xba, 0x80, 0x00,        // mov dx, 80H
+        0xee,                          // out dx, al: raises vector 41H
+        0xb8, 0x02, 0x00, 0x00, 0x00,  // mov eax, 2
+        0xf4,
+    });
+  }
   // kCodeRip: mov ecx, 0; +5: mov byte [kCodeRip+13], 0x42 (the low byte of
   // the next instruction's immediate); +12: mov eax, 0x11111111; +17: hlt.
   void LoadStoreIntoItsOwnBlock() {
@@ -546,13 +557,7 @@ TEST_F(TcgCpuTest, AnInterruptAnOutRaisesComesAtTheNextBoundary) {
   // With IF=1 the interrupt a port write raises is taken right after the OUT
   // (SDM vol. 3A 6.6), not at the end of its block: frame EIP = the
   // `mov eax, 2` after it, EAX still the vector.
-  ExpectInterruptBefore(0x41, kCodeRip + 10, {
-      0xb8, 0x41, 0x00, 0x00, 0x00,  // mov eax, 41H
-      0x66, 0xba, 0x80, 0x00,        // mov dx, 80H
-      0xee,                          // out dx, al: raises vector 41H
-      0xb8, 0x02, 0x00, 0x00, 0x00,  // mov eax, 2
-      0xf4,
-  });
+  ExpectInterruptAfterOut();
   EXPECT_EQ(cpu_->stats().outs_left, 1u);
 }
 
@@ -677,13 +682,7 @@ TEST_F(TcgCpuTest, AnUnusedCodeHookLingersAndAnInterruptStillComesAtOnce) {
   // translation goes, as after any store of vbts's.)
   cpu_->SetInstructionHook(nullptr);
   cpu_->InvalidateCodeBytes(kCodeRip, 16);
-  ExpectInterruptBefore(0x41, kCodeRip + 10, {
-      0xb8, 0x41, 0x00, 0x00, 0x00,  // mov eax, 41H
-      0x66, 0xba, 0x80, 0x00,        // mov dx, 80H
-      0xee,                          // out dx, al: raises vector 41H
-      0xb8, 0x02, 0x00, 0x00, 0x00,  // mov eax, 2
-      0xf4,
-  });
+  ExpectInterruptAfterOut();
   EXPECT_EQ(hooked, 6);
   EXPECT_EQ(cpu_->stats().code_hook_removals, 0u);
   // Unused for longer than the linger: the next run removes it.

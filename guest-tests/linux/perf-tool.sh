@@ -31,7 +31,8 @@ if [ ! -e /sys/bus/event_source/devices/cpu ]; then
   echo "SKIP: no hardware PMU under this kernel (/sys/bus/event_source/devices/cpu)"
   exit 77
 fi
-echo "$(perf --version) on $(uname -r)"
+read -r release < /proc/sys/kernel/osrelease
+echo "$(perf --version) on Linux $release"
 # Linux lowers perf_event_max_sample_rate when a PMI handler takes long (the
 # drain of ~3000 BTS records below takes ~90 us of guest time) and then
 # throttles sampling events to a few samples per tick: the LBR check would
