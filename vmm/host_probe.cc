@@ -684,10 +684,10 @@ Probe HwBpRfProbe(const ProbeOptions& o) {
 Probe HwBpUserProbe(const ProbeOptions& o) {
   return [&o](ProbeVm& pv) -> absl::StatusOr<ProbeResult> {
     Code c;
-    const uint64_t bp = kCode + 1;
+    constexpr uint64_t bp = kCode + 1;
     c.Nop().Nop().Nop().StoreDone(true);
     VBTS_RETURN_IF_ERROR(pv.Prepare(true, 3, c, 2, KVM_GUESTDBG_ENABLE | KVM_GUESTDBG_USE_HW_BP, bp));
-    VBTS_ASSIGN_OR_RETURN(RunEnd e, pv.Run(o, [bp](uint64_t pc) -> absl::StatusOr<bool> { return pc == bp; }));
+    VBTS_ASSIGN_OR_RETURN(RunEnd e, pv.Run(o, [](uint64_t pc) -> absl::StatusOr<bool> { return pc == bp; }));
     if (e.kind == RunEnd::kStopped) return Result(ProbeOutcome::kWorks, "fired at the breakpoint");
     if (e.kind == RunEnd::kDone)
       return Result(ProbeOutcome::kNotIntercepted, "never fired: no KVM_EXIT_DEBUG, no guest #DB");
