@@ -261,6 +261,7 @@ class Tracer : public StepObserver {
   // Translations of the virtual PMU's stores (BTS and PEBS records, DS
   // fields), each checked against the page tables when used.
   pmu::TranslationCache store_translations_;
+  pmu::GuestRegs pebs_regs_;  // Emit's registers for a PEBS record
   DecodedInsn uncached_insn_;
   std::vector<std::string> warnings_;
   std::set<std::string> warned_;  // every warning once per run
