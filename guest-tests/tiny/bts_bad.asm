@@ -66,10 +66,8 @@ main:
         ret
 
 ; ebx = frame: count and step over the 2-byte WRMSR
-gp_handler:
-        inc dword [gp_count]
-        add dword [ebx + F32_EIP], 2
-        ret
+gp_handler:                             ; skips the faulting WRMSR
+        GP_SKIP_HANDLER
 
 section .data
 align 4

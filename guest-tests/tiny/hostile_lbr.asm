@@ -67,10 +67,8 @@ j2:     WRMSR32 MSR_DEBUGCTL, 0
         CHECK_EQ eax, 0xDEADBEEF, "FROM[5] garbage survives"
         ret
 
-gp_handler:
-        inc dword [gp_count]
-        add dword [ebx + F32_EIP], 2    ; skip the WRMSR
-        ret
+gp_handler:                             ; skips the faulting WRMSR
+        GP_SKIP_HANDLER
 
 section .data
 align 4

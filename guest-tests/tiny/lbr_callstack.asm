@@ -100,10 +100,8 @@ f3:
 f4:
 f4_ret: ret
 
-gp_handler:
-        inc dword [gp_count]
-        add dword [ebx + F32_EIP], 2    ; skip the WRMSR
-        ret
+gp_handler:                             ; skips the faulting WRMSR
+        GP_SKIP_HANDLER
 
 section .data
 align 4

@@ -199,10 +199,8 @@ isr_iret:
         iretd
 
 ; #GP on a CPU without the NetBurst layout: skip the 2-byte WRMSR.
-gp_handler:
-        inc dword [gp_count]
-        add dword [ebx + F32_EIP], 2
-        ret
+gp_handler:                             ; skips the faulting WRMSR
+        GP_SKIP_HANDLER
 
 section .data
 align 4
