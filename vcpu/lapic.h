@@ -238,6 +238,10 @@ class Lapic {
   // count ignores writes and the current count reads 0.
   uint64_t ReadTscDeadline(uint64_t now_ns);
   void WriteTscDeadline(uint64_t tsc, uint64_t deadline_ns, uint64_t now_ns);
+  // The armed deadline's TSC value (0: none), as of the last time the
+  // model advanced: what ReadTscDeadline reads, without advancing (for a
+  // debugger's look, which must not change the guest's state).
+  uint64_t armed_tsc_deadline() const { return tsc_deadline_mode() ? tsc_deadline_ : 0; }
   bool tsc_deadline_mode() const {
     return config_.tsc_deadline && (lvt_[kLvtTimer] & kApicLvtTimerModeMask) == kApicLvtTimerTscDeadline;
   }

@@ -641,6 +641,7 @@ TEST(LapicTest, TscDeadlineModeArmsFiresAndDisarms) {
   lapic.SetState(page, 20000);
   EXPECT_TRUE(lapic.tsc_deadline_mode());
   EXPECT_EQ(lapic.ReadTscDeadline(29999), 90000u);
+  EXPECT_EQ(lapic.armed_tsc_deadline(), 90000u);
   EXPECT_EQ(lapic.NextDeadline(), 30000u);
   lapic.Advance(30000);
   EXPECT_EQ(lapic.Pending(), 0xEF);
@@ -656,6 +657,7 @@ TEST(LapicTest, TscDeadlineModeArmsFiresAndDisarms) {
   lapic.SetState(page, 30000);
   EXPECT_TRUE(lapic.tsc_deadline_mode());
   EXPECT_EQ(lapic.ReadTscDeadline(30000), 0u);
+  EXPECT_EQ(lapic.armed_tsc_deadline(), 0u);
   EXPECT_EQ(lapic.NextDeadline(), std::nullopt);
 }
 

@@ -295,10 +295,10 @@ class TcgCpu {
   // QEMU's CPUID feature words from the machine's CPUID (TcgDevices::Cpuid).
   void SetFeatureWords();
   uint64_t mmio_base() const;
-  // One byte of guest code at a linear address (false if it cannot be read).
   // Reads guest memory at a linear address through the guest's paging (32
   // bits wide outside IA-32e mode), as a supervisor read.
   absl::StatusOr<pmu::AccessFault> ReadLinear(uint64_t linear, absl::Span<uint8_t> out);
+  // One byte of guest code at a linear address (false if it cannot be read).
   bool ReadCode(uint64_t linear, uint8_t& byte);
   // Up to 15 bytes at `linear` (as many as are readable) and their decoding.
   absl::StatusOr<DecodedInsn> DecodeCode(uint64_t linear, DecodeMode mode, uint8_t (&bytes)[15], size_t& n);

@@ -471,7 +471,7 @@ std::string Debugger::PmuReport() {
 std::string Debugger::LapicReport() {
   const vcpu::GuestClock::Now now = m_.ClockNow();
   const uint64_t ns = m_.clock_->Ns(now);
-  vcpu::Lapic& apic = *m_.lapic_;
+  const vcpu::Lapic& apic = *m_.lapic_;
   uint8_t regs[vcpu::kLapicStateSize];
   apic.GetState(regs, ns);
   auto reg = [&](uint32_t offset) {
@@ -510,7 +510,7 @@ std::string Debugger::LapicReport() {
     out += "\n";
   }
   const std::optional<uint64_t> next = apic.NextDeadline();
-  if (apic.tsc_deadline_mode()) absl::StrAppendFormat(&out, "  IA32_TSC_DEADLINE    %#x\n", apic.ReadTscDeadline(ns));
+  if (apic.tsc_deadline_mode()) absl::StrAppendFormat(&out, "  IA32_TSC_DEADLINE    %#x\n", apic.armed_tsc_deadline());
   if (next)
     absl::StrAppendFormat(&out, "  next timer interrupt at %u ns (in %d ns)\n", *next,
                           static_cast<int64_t>(*next - ns));
