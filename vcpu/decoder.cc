@@ -54,6 +54,28 @@ std::string Hex(absl::Span<const uint8_t> b) {
 }
 
 // Fills the tracing classification of `d` (see DecodedInsn::branch).
+// DecodedInsn::sse_aligned_m128 (decoder.h says which rule and where from).
+bool NeedsSseAlignment(const ZydisDecodedInstruction& zi, const ZydisDecodedOperand* ops) {
+  if (zi.encoding != ZYDIS_INSTRUCTION_ENCODING_LEGACY) return false;
+  switch (zi.meta.isa_ext) {
+    case ZYDIS_ISA_EXT_SSE: case ZYDIS_ISA_EXT_SSE2: case ZYDIS_ISA_EXT_SSE3: case ZYDIS_ISA_EXT_SSSE3:
+    case ZYDIS_ISA_EXT_SSE4: case ZYDIS_ISA_EXT_AES: case ZYDIS_ISA_EXT_PCLMULQDQ: case ZYDIS_ISA_EXT_SHA:
+      break;
+    default: return false;
+  }
+  switch (zi.mnemonic) {
+    case ZYDIS_MNEMONIC_MOVUPS: case ZYDIS_MNEMONIC_MOVUPD: case ZYDIS_MNEMONIC_MOVDQU: case ZYDIS_MNEMONIC_LDDQU:
+    case ZYDIS_MNEMONIC_MASKMOVDQU: case ZYDIS_MNEMONIC_PCMPESTRI: case ZYDIS_MNEMONIC_PCMPESTRM:
+    case ZYDIS_MNEMONIC_PCMPISTRI: case ZYDIS_MNEMONIC_PCMPISTRM:
+      return false;
+    default: break;
+  }
+  for (int i = 0; i < zi.operand_count_visible; ++i)
+    if (ops[i].type == ZYDIS_OPERAND_TYPE_MEMORY && ops[i].mem.type == ZYDIS_MEMOP_TYPE_MEM && ops[i].size == 128)
+      return true;
+  return false;
+}
+
 void Classify(const ZydisDecodedInstruction& zi, bool far, DecodedInsn& d) {
   using pmu::BranchKind;
   if (d.target_reg >= 0 && !(zi.mnemonic == ZYDIS_MNEMONIC_JMP || zi.mnemonic == ZYDIS_MNEMONIC_CALL))
@@ -194,6 +216,8 @@ absl::StatusOr<DecodedInsn> DecodeBytes(absl::Span<const uint8_t> bytes, DecodeM
   d.loads_ss = (zi.mnemonic == ZYDIS_MNEMONIC_MOV || zi.mnemonic == ZYDIS_MNEMONIC_POP) &&
                zi.operand_count_visible >= 1 && ops[0].type == ZYDIS_OPERAND_TYPE_REGISTER &&
                ops[0].reg.value == ZYDIS_REGISTER_SS;
+
+  d.sse_aligned_m128 = NeedsSseAlignment(zi, ops);
 
   const bool far = zi.meta.branch_type == ZYDIS_BRANCH_TYPE_FAR;
   switch (zi.mnemonic) {

@@ -91,6 +91,13 @@ struct DecodedInsn {
   // MOV SS or POP SS: the next instruction runs in their shadow, which holds
   // debug exceptions until after it (SDM vol. 3A 6.8.3).
   bool loads_ss = false;
+  // A legacy-encoded (not VEX) SSE instruction whose 128-bit memory operand
+  // must be 16-byte aligned: #GP(0) otherwise (SDM vol. 2A 2.5, exception
+  // types 1, 2 and 4: "Legacy SSE instruction: memory operand is not
+  // aligned on a 16-byte boundary, regardless of segment"; vol. 1 11.6.8).
+  // MOVUPS, MOVUPD, MOVDQU, LDDQU, MASKMOVDQU and PCMPESTRI/ESTRM/ISTRI/ISTRM
+  // take any alignment; scalar and 64-bit operands are never checked.
+  bool sse_aligned_m128 = false;
   uint8_t bytes[15] = {};
 
   // Branch classification for tracing (pmu/branch.h): the kind of transfer

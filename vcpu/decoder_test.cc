@@ -56,6 +56,35 @@ TEST(DecoderTest, SsLoads) {
   EXPECT_FALSE(Decode({0xf1}, kPm32).loads_ss);             // icebp
 }
 
+// Legacy SSE instructions with a 128-bit memory operand need it 16-byte
+// aligned (#GP(0) otherwise), except the explicitly unaligned ones (SDM vol.
+// 2A 2.5, exception types 1, 2, 4; the instructions' own pages).
+TEST(DecoderTest, SseAlignment) {
+  EXPECT_TRUE(Decode({0x0f, 0x29, 0x00}, kPm32).sse_aligned_m128);              // movaps [eax], xmm0
+  EXPECT_TRUE(Decode({0x0f, 0x28, 0x06}, kLm64).sse_aligned_m128);              // movaps xmm0, [rsi]
+  EXPECT_TRUE(Decode({0x66, 0x0f, 0x6f, 0x00}, kPm32).sse_aligned_m128);        // movdqa xmm0, [eax]
+  EXPECT_TRUE(Decode({0x66, 0x0f, 0xfe, 0x00}, kLm64).sse_aligned_m128);        // paddd xmm0, [rax]
+  EXPECT_TRUE(Decode({0x0f, 0x58, 0x00}, kReal).sse_aligned_m128);              // addps xmm0, [bx+si]
+  EXPECT_TRUE(Decode({0x66, 0x0f, 0x38, 0x00, 0x00}, kLm64).sse_aligned_m128);  // pshufb xmm0, [rax] (SSSE3)
+  EXPECT_TRUE(Decode({0x66, 0x0f, 0x38, 0x17, 0x00}, kLm64).sse_aligned_m128);  // ptest xmm0, [rax] (SSE4.1)
+  EXPECT_TRUE(Decode({0x66, 0x0f, 0x38, 0x2a, 0x00}, kLm64).sse_aligned_m128);  // movntdqa xmm0, [rax]
+  EXPECT_TRUE(Decode({0x66, 0x0f, 0x38, 0xdc, 0x00}, kLm64).sse_aligned_m128);  // aesenc xmm0, [rax]
+  EXPECT_TRUE(Decode({0x0f, 0x2b, 0x00}, kLm64).sse_aligned_m128);              // movntps [rax], xmm0
+  EXPECT_FALSE(Decode({0x0f, 0x11, 0x00}, kPm32).sse_aligned_m128);             // movups [eax], xmm0
+  EXPECT_FALSE(Decode({0x66, 0x0f, 0x10, 0x00}, kPm32).sse_aligned_m128);       // movupd xmm0, [eax]
+  EXPECT_FALSE(Decode({0xf3, 0x0f, 0x6f, 0x00}, kLm64).sse_aligned_m128);       // movdqu xmm0, [rax]
+  EXPECT_FALSE(Decode({0xf2, 0x0f, 0xf0, 0x00}, kLm64).sse_aligned_m128);       // lddqu xmm0, [rax]
+  EXPECT_FALSE(Decode({0x66, 0x0f, 0x3a, 0x63, 0x00, 0x00}, kLm64).sse_aligned_m128);  // pcmpistri xmm0, [rax], 0
+  EXPECT_FALSE(Decode({0x66, 0x0f, 0xf7, 0xc1}, kLm64).sse_aligned_m128);       // maskmovdqu xmm0, xmm1
+  EXPECT_FALSE(Decode({0x0f, 0x28, 0xc1}, kPm32).sse_aligned_m128);             // movaps xmm0, xmm1
+  EXPECT_FALSE(Decode({0xf3, 0x0f, 0x58, 0x00}, kPm32).sse_aligned_m128);       // addss xmm0, [eax] (m32)
+  EXPECT_FALSE(Decode({0x0f, 0x12, 0x00}, kPm32).sse_aligned_m128);             // movlps xmm0, [eax] (m64)
+  EXPECT_FALSE(Decode({0x0f, 0x6f, 0x00}, kPm32).sse_aligned_m128);             // movq mm0, [eax] (MMX)
+  EXPECT_FALSE(Decode({0xc5, 0xf8, 0x28, 0x00}, kLm64).sse_aligned_m128);       // vmovaps xmm0, [rax] (VEX-encoded: not legacy SSE)
+  EXPECT_FALSE(Decode({0x0f, 0xae, 0x00}, kLm64).sse_aligned_m128);             // fxsave [rax] (its own check)
+  EXPECT_FALSE(Decode({0x48, 0x0f, 0xc7, 0x08}, kLm64).sse_aligned_m128);       // cmpxchg16b [rax] (its own check)
+}
+
 TEST(DecoderTest, IretOperandSizes) {
   DecodedInsn d = Decode({0xcf}, kPm32);
   EXPECT_EQ(d.kind, InsnKind::kIret);

@@ -31,6 +31,12 @@ thread_local TcgCpu* t_running = nullptr;
 // two bytes read as UD2 (TcgCallbacks::TranslateInsn).
 constexpr uint64_t kNoSubstitute = ~0ull;
 thread_local uint64_t t_substitute_at = kNoSubstitute;
+// Set while QEMU translates a legacy SSE instruction whose m128 operand must
+// be 16-byte aligned: the first 64-bit guest load or store it generates
+// carries QEMU's MO_ALIGN_16 (tcg_gen_qemu_ld_i64/st_i64 below).
+thread_local bool t_align16 = false;
+// QEMU 5.0's MemOp alignment field (include/exec/memop.h): MO_AMASK, MO_ALIGN_16.
+constexpr int kMoAmask = 7 << 4, kMoAlign16 = 4 << 4;
 // QEMU's x86 translate_insn (i386_tr_translate_insn), which vbts's wraps.
 void (*t_translate_insn)(void*, void*) = nullptr;
 // Every flush of QEMU's TLB (by any TcgCpu) counts here.
@@ -604,9 +610,23 @@ struct TcgCallbacks {
     if (self != nullptr && self->SubstituteAt(pc)) {
       self->stats_.substituted++;
       t_substitute_at = pc;
+    } else if (self != nullptr && self->NeedsAlignmentCheck(pc)) {
+      self->stats_.alignment_checks++;
+      t_align16 = true;
     }
     t_translate_insn(db, cpu);
     t_substitute_at = kNoSubstitute;
+    t_align16 = false;
+  }
+  // QEMU's CPUClass.do_unaligned_access, which QEMU 5.0 leaves unset for x86
+  // (TcgCpu::Init sets it): an access translated with MO_ALIGN_16 at an
+  // address that is not 16-byte aligned. Legacy SSE raises #GP(0) (SDM vol.
+  // 2A 2.5, exception types 1, 2, 4), at the instruction: QEMU restores its
+  // state from `retaddr`.
+  static void Unaligned(void* cpu, uint64_t /*addr*/, int /*access_type*/, int /*mmu_idx*/, uintptr_t retaddr) {
+    void* env = At<void*>(cpu, uabi::kCpuEnvPtr);
+    if (TcgCpu* self = Running(env)) self->stats_.alignment_faults++;
+    raise_exception_err_ra_x86_64(env, 13, 0, retaddr);
   }
   // QEMU left the block being run at the instruction at CS:EIP, which has
   // started but not run, to run it again from a new translation: a guest
@@ -1259,6 +1279,30 @@ uint32_t cpu_ldub_code_x86_64(void* env, uint64_t addr) {
   return original(env, addr);
 }
 
+// The guest loads and stores the translator generates: MO_ALIGN_16 on the
+// first of an SSE instruction that needs its m128 operand aligned
+// (TcgCallbacks::TranslateInsn; QEMU 5.0 splits an m128 access into two
+// 64-bit ones, the first at the operand's address).
+void tcg_gen_qemu_ld_i64_x86_64(void* tcg, void* val, void* addr, uintptr_t idx, int memop) {
+  using Fn = void (*)(void*, void*, void*, uintptr_t, int);
+  static const auto original = vbts::vcpu::Original<Fn>("tcg_gen_qemu_ld_i64_x86_64");
+  if (vbts::vcpu::t_align16) {
+    memop = (memop & ~vbts::vcpu::kMoAmask) | vbts::vcpu::kMoAlign16;
+    vbts::vcpu::t_align16 = false;
+  }
+  original(tcg, val, addr, idx, memop);
+}
+
+void tcg_gen_qemu_st_i64_x86_64(void* tcg, void* val, void* addr, uintptr_t idx, int memop) {
+  using Fn = void (*)(void*, void*, void*, uintptr_t, int);
+  static const auto original = vbts::vcpu::Original<Fn>("tcg_gen_qemu_st_i64_x86_64");
+  if (vbts::vcpu::t_align16) {
+    memop = (memop & ~vbts::vcpu::kMoAmask) | vbts::vcpu::kMoAlign16;
+    vbts::vcpu::t_align16 = false;
+  }
+  original(tcg, val, addr, idx, memop);
+}
+
 // QEMU's restart of the current instruction in a new block (its precise
 // self-modifying-code path in tb_invalidate_phys_page_fast, and
 // cpu_io_recompile): EIP is the instruction's (TcgCallbacks::Restarted).
@@ -1385,6 +1429,7 @@ absl::Status TcgCpu::Init() {
   }
   At<void*>(uc_, uabi::kUcStopInterrupt) = nullptr;
   At<void*>(uc_, uabi::kUcMemRedirect) = reinterpret_cast<void*>(&RedirectToRam);
+  At<void*>(cpu_class_, uabi::kClassDoUnalignedAccess) = reinterpret_cast<void*>(&TcgCallbacks::Unaligned);
 
   // No exit addresses: with uc_emu_start's "until" Unicorn invalidates the
   // translation at until-1 after every run, a walk that would #PF under the
@@ -1472,6 +1517,24 @@ absl::Status TcgCpu::SelfCheck() {
     return fail("stop_interrupt");
   }
   if (At<void*>(uc_, uabi::kUcMemRedirect) != nullptr) return fail("mem_redirect");
+  // CPUState's uc and cc (the CPU's class) are adjacent fields before the
+  // architecture state: the class is the one whose do_interrupt is x86's
+  // and whose do_unaligned_access is unset (vbts sets it in Init).
+  {
+    const char* c = static_cast<const char*>(cpu_);
+    const char* end = reinterpret_cast<const char*>(env_);
+    for (size_t off = uabi::kCpuEnvPtr + 8; c + off + 16 <= end && cpu_class_ == nullptr; off += 8) {
+      if (At<void*>(cpu_, off) != uc_) continue;
+      void* cls = At<void*>(cpu_, off + 8);
+      Dl_info sym{};
+      if (cls != nullptr && dladdr(At<void*>(cls, uabi::kClassDoInterrupt), &sym) != 0 && sym.dli_sname != nullptr &&
+          std::strcmp(sym.dli_sname, "x86_cpu_do_interrupt_x86_64") == 0 &&
+          At<void*>(cls, uabi::kClassDoUnalignedAccess) == nullptr) {
+        cpu_class_ = cls;
+      }
+    }
+    if (cpu_class_ == nullptr) return fail("CPUState.cc");
+  }
   // The feature words follow cpuid_vendor1..3 and cpuid_version.
   {
     const char* vendor = reinterpret_cast<const char*>(env_) + uabi::kEnvFeatures - 16;
@@ -1519,7 +1582,9 @@ absl::Status TcgCpu::SelfCheck() {
                                    {"helper_ret_stb_mmu_x86_64", reinterpret_cast<void*>(&helper_ret_stb_mmu_x86_64)},
                                    {"helper_le_stw_mmu_x86_64", reinterpret_cast<void*>(&helper_le_stw_mmu_x86_64)},
                                    {"helper_le_stl_mmu_x86_64", reinterpret_cast<void*>(&helper_le_stl_mmu_x86_64)},
-                                   {"helper_le_stq_mmu_x86_64", reinterpret_cast<void*>(&helper_le_stq_mmu_x86_64)}}) {
+                                   {"helper_le_stq_mmu_x86_64", reinterpret_cast<void*>(&helper_le_stq_mmu_x86_64)},
+                                   {"tcg_gen_qemu_ld_i64_x86_64", reinterpret_cast<void*>(&tcg_gen_qemu_ld_i64_x86_64)},
+                                   {"tcg_gen_qemu_st_i64_x86_64", reinterpret_cast<void*>(&tcg_gen_qemu_st_i64_x86_64)}}) {
     if (dlsym(RTLD_DEFAULT, name) != ours) {
       return absl::FailedPreconditionError(absl::StrFormat(
           "TCG engine: %s is not exported by this executable (link with vcpu/unicorn_interpose.list)", name));
@@ -1728,6 +1793,40 @@ bool TcgCpu::SubstituteAt(uint64_t pc) {
   }
   n++;
   return SubstituteKind(b, n, (env_->hflags & kHfCs64) != 0) != Substitute::kNone;
+}
+
+bool TcgCpu::NeedsAlignmentCheck(uint64_t pc) {
+  // A cheap look first, as in SubstituteAt (within pc's page): prefixes,
+  // 0F, then an opcode byte of the SSE rows (0F 10-17, 28-2F, 38, 3A, 50-7F,
+  // C2, C4-C6, D0-FF); then a full decode through the guest's paging.
+  const uint32_t hf = env_->hflags;
+  const bool code64 = (hf & kHfCs64) != 0;
+  size_t n = 0;
+  uint8_t x = 0;
+  for (;; n++) {
+    if (n == 15 || ((pc + n) >> 12) != (pc >> 12)) return false;
+    x = static_cast<uint8_t>(cpu_ldub_code_x86_64(env_, pc + n));
+    if (!IsPrefix(x, code64)) break;
+  }
+  if (x != 0x0F) return false;
+  if (((pc + n + 1) >> 12) == (pc >> 12)) {
+    const uint8_t op = static_cast<uint8_t>(cpu_ldub_code_x86_64(env_, pc + n + 1));
+    const bool sse_row = (op >= 0x10 && op <= 0x17) || (op >= 0x28 && op <= 0x2F) || op == 0x38 || op == 0x3A ||
+                         (op >= 0x50 && op <= 0x7F) || op == 0xC2 || (op >= 0xC4 && op <= 0xC6) || op >= 0xD0;
+    if (!sse_row) return false;
+  }
+  // QEMU's hflags: CS32 (bit 4), SS32 (5), PE (7), LMA (14), CS64 (15), VM (17).
+  DecodeMode mode;
+  const bool cs32 = (hf & (1u << 4)) != 0;
+  if (code64) mode.mode = CpuMode::kLong64;
+  else if (hf & (1u << 14)) mode.mode = cs32 ? CpuMode::kCompat32 : CpuMode::kCompat16;
+  else if (!(hf & (1u << 7))) mode.mode = CpuMode::kReal;
+  else if (hf & (1u << 17)) mode.mode = CpuMode::kVirtual8086;
+  else mode.mode = cs32 ? CpuMode::kProtected32 : CpuMode::kProtected16;
+  mode.stack_width = code64 ? 64 : (hf & (1u << 5)) ? 32 : 16;
+  uint8_t b[15];
+  absl::StatusOr<DecodedInsn> insn = DecodeCode(pc, mode, b, n);
+  return insn.ok() && insn->sse_aligned_m128;
 }
 
 absl::StatusOr<DecodedInsn> TcgCpu::DecodeCode(uint64_t linear, DecodeMode mode, uint8_t (&b)[15], size_t& n) {

@@ -114,6 +114,9 @@ struct TcgStats {
   // Instructions translated as UD2 for vbts to perform (SMSW r32 outside
   // 64-bit mode, LGDT/LIDT in 64-bit mode), and those performed.
   uint64_t substituted = 0, performed = 0;
+  // Legacy SSE instructions translated with the 16-byte alignment check of
+  // their m128 operand, and the #GP(0)s it raised (docs/tcg-engine.md).
+  uint64_t alignment_checks = 0, alignment_faults = 0;
   // #GP(0)s QEMU raised for non-canonical SS-based addresses, delivered as #SS(0).
   uint64_t stack_faults = 0;
   // #GP(0)s at a non-canonical fetch moved to the JMP/CALL/RET that went there.
@@ -306,6 +309,9 @@ class TcgCpu {
   // whether the one at linear `pc` is one (read through QEMU's fetch, within
   // pc's page), and, at the #UD its substitute raised, vbts performing it.
   bool SubstituteAt(uint64_t pc);
+  // True if the instruction at linear `pc` is a legacy SSE instruction whose
+  // m128 operand must be 16-byte aligned (DecodedInsn::sse_aligned_m128).
+  bool NeedsAlignmentCheck(uint64_t pc);
   bool CompleteSubstituted();
   // At a #GP(0) QEMU raised in 64-bit mode: the instruction's non-canonical
   // data addresses are all SS-based (then it is #SS(0)).
@@ -370,6 +376,7 @@ class TcgCpu {
   size_t code_hook_ = 0;
   // Since when the installed code hook has been unused (lingering), if it is.
   std::optional<std::chrono::steady_clock::time_point> code_hook_idle_since_;
+  void* cpu_class_ = nullptr;       // QEMU's CPUClass of cpu_ (found by SelfCheck)
   size_t error_code_offset_ = 0;  // of env->error_code (found by SelfCheck)
   bool stop_requested_ = false;
   bool halted_ = false;

@@ -775,6 +775,65 @@ TEST_F(TcgCpuTest, LgdtAndLidtOfANonCanonicalBaseAreAGpFaultInLongMode) {
   EXPECT_EQ(st.gdtr, Lm64(0).gdtr);
 }
 
+TEST_F(TcgCpuTest, AnUnalignedM128OfALegacySseInstructionIsAGpFault) {
+  // SDM vol. 2A 2.5 (exception types 1, 2, 4): a legacy SSE instruction's
+  // 128-bit memory operand not aligned on 16 bytes is #GP(0), at the
+  // instruction, before any page fault; MOVUPS/MOVDQU take any alignment.
+  // QEMU 5.0 translates the accesses inline without a check (kvm-unit-tests
+  // emulator: "unaligned movaps exception"). CR4.OSFXSR on (SSE enabled).
+  // In 32-bit protected mode, EAX = 0x5008 (8 mod 16), handler 0x600:
+  //   movaps [eax], xmm0   0F 29 00   -> #GP(0), frame EIP = the MOVAPS
+  //   movdqa xmm1, [eax]   66 0F 6F 08 -> #GP(0) (a load)
+  //   paddd xmm1, [eax]    66 0F FE 08 -> #GP(0) (an arithmetic operand)
+  //   movups [eax], xmm0   0F 11 00   -> stores, then HLT
+  Gate32(13, MakeGate(kIntGate32, kCode32K, 0x600, 0));
+  Code(0x600, {0xf4});
+  const std::vector<std::vector<uint8_t>> faulting = {{0x0f, 0x29, 0x00}, {0x66, 0x0f, 0x6f, 0x08},
+                                                      {0x66, 0x0f, 0xfe, 0x08}};
+  for (const std::vector<uint8_t>& insn : faulting) {
+    std::vector<uint8_t> code = insn;
+    code.push_back(0xf4);
+    Code(kCodeRip, code);
+    cpu_->InvalidateCodeBytes(kCodeRip, 16);  // the previous case's translation
+    CpuState st = Pm32(0);
+    st.cr4 |= 1u << 9;  // OSFXSR
+    st.gpr[kRax] = 0x5008;
+    st = RunFrom(st);
+    EXPECT_EQ(st.rip, 0x601u) << int(insn[1]);
+    EXPECT_EQ(Read32(kKernelStack - 16), 0u) << int(insn[1]);        // error code
+    EXPECT_EQ(Read32(kKernelStack - 12), kCodeRip) << int(insn[1]);  // EIP of the instruction
+  }
+  // The same MOVAPS at an aligned address, and MOVUPS at the unaligned one,
+  // store XMM0 (all zero after reset, so first fill the bytes with 0xAA).
+  for (const auto& [insn, addr] : {std::pair<uint8_t, uint32_t>{0x29, 0x5010}, {0x11, 0x5008}}) {
+    for (uint32_t i = 0; i < 16; i += 4) Write32(addr + i, 0xAAAAAAAAu);
+    Code(kCodeRip, {0x0f, insn, 0x00, 0xf4});
+    cpu_->InvalidateCodeBytes(kCodeRip, 16);
+    CpuState st = Pm32(0);
+    st.cr4 |= 1u << 9;
+    st.gpr[kRax] = addr;
+    st = RunFrom(st);
+    EXPECT_EQ(st.rip, kCodeRip + 4) << int(insn);
+    for (uint32_t i = 0; i < 16; i += 4) EXPECT_EQ(Read32(addr + i), 0u) << int(insn) << " +" << i;
+  }
+  // Alignment is checked before paging: in 64-bit mode (0..4 MiB mapped),
+  // movaps xmm0, [rax] with RAX = 0x800008, unmapped and unaligned, is
+  // #GP(0) (handler 0x700), not #PF; CR2 keeps its value.
+  Gate64(13, MakeGate(kIntGate32, kCode64K, 0x700, 0));
+  Code(0x700, {0xf4});
+  Code(kCodeRip, {0x0f, 0x28, 0x00, 0xf4});
+  cpu_->InvalidateCodeBytes(kCodeRip, 16);
+  CpuState st = Lm64(0);
+  st.cr4 |= 1u << 9;
+  st.gpr[kRax] = 0x800008;
+  st = RunFrom(st);
+  EXPECT_EQ(st.rip, 0x701u);
+  EXPECT_EQ(st.cr2, Lm64(0).cr2);
+  EXPECT_EQ(Read64(kKernelStack - 48), 0u);       // error code
+  EXPECT_EQ(Read64(kKernelStack - 40), kCodeRip);  // RIP of the MOVAPS
+  EXPECT_EQ(cpu_->stats().alignment_faults, 4u);
+}
+
 TEST_F(TcgCpuTest, ANonCanonicalAddressThroughSsIsAStackFault) {
   // SDM vol. 3A 6.15 (interrupt 12): in 64-bit mode a non-canonical address
   // referenced through SS is #SS(0), through another segment #GP(0)

@@ -39,6 +39,11 @@ inline constexpr size_t kUcCpu = 0x180;
 // at 0x1c), env_ptr.
 inline constexpr size_t kCpuInterruptRequest = 0x1c;
 inline constexpr size_t kCpuEnvPtr = 0x128;
+// struct CPUClass (include/hw/core/cpu.h): reset, has_work, do_interrupt,
+// do_unaligned_access, ... (x86 leaves the last unset; vbts sets it). The
+// class is CPUState.cc, found next to CPUState.uc by TcgCpu::SelfCheck.
+inline constexpr size_t kClassDoInterrupt = 2 * sizeof(void*);
+inline constexpr size_t kClassDoUnalignedAccess = 3 * sizeof(void*);
 // CPU_INTERRUPT_* bits of interrupt_request (include/hw/core/cpu.h, target/i386/cpu.h).
 inline constexpr uint32_t kInterruptHard = 0x2;
 inline constexpr uint32_t kInterruptNmi = 0x200;
