@@ -1283,25 +1283,19 @@ uint32_t cpu_ldub_code_x86_64(void* env, uint64_t addr) {
 // first of an SSE instruction that needs its m128 operand aligned
 // (TcgCallbacks::TranslateInsn; QEMU 5.0 splits an m128 access into two
 // 64-bit ones, the first at the operand's address).
-void tcg_gen_qemu_ld_i64_x86_64(void* tcg, void* val, void* addr, uintptr_t idx, int memop) {
-  using Fn = void (*)(void*, void*, void*, uintptr_t, int);
-  static const auto original = vbts::vcpu::Original<Fn>("tcg_gen_qemu_ld_i64_x86_64");
-  if (vbts::vcpu::t_align16) {
-    memop = (memop & ~vbts::vcpu::kMoAmask) | vbts::vcpu::kMoAlign16;
-    vbts::vcpu::t_align16 = false;
+#define VBTS_ALIGNING_GENERATOR(name)                                                    \
+  void name##_x86_64(void* tcg, void* val, void* addr, uintptr_t idx, int memop) {       \
+    using Fn = void (*)(void*, void*, void*, uintptr_t, int);                            \
+    static const auto original = vbts::vcpu::Original<Fn>(#name "_x86_64");             \
+    if (vbts::vcpu::t_align16) {                                                         \
+      memop = (memop & ~vbts::vcpu::kMoAmask) | vbts::vcpu::kMoAlign16;                  \
+      vbts::vcpu::t_align16 = false;                                                     \
+    }                                                                                    \
+    original(tcg, val, addr, idx, memop);                                                \
   }
-  original(tcg, val, addr, idx, memop);
-}
-
-void tcg_gen_qemu_st_i64_x86_64(void* tcg, void* val, void* addr, uintptr_t idx, int memop) {
-  using Fn = void (*)(void*, void*, void*, uintptr_t, int);
-  static const auto original = vbts::vcpu::Original<Fn>("tcg_gen_qemu_st_i64_x86_64");
-  if (vbts::vcpu::t_align16) {
-    memop = (memop & ~vbts::vcpu::kMoAmask) | vbts::vcpu::kMoAlign16;
-    vbts::vcpu::t_align16 = false;
-  }
-  original(tcg, val, addr, idx, memop);
-}
+VBTS_ALIGNING_GENERATOR(tcg_gen_qemu_ld_i64)
+VBTS_ALIGNING_GENERATOR(tcg_gen_qemu_st_i64)
+#undef VBTS_ALIGNING_GENERATOR
 
 // QEMU's restart of the current instruction in a new block (its precise
 // self-modifying-code path in tb_invalidate_phys_page_fast, and
