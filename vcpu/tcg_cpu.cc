@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <cstring>
 #include <mutex>
 #include <vector>
@@ -41,6 +42,9 @@ constexpr int kMoAmask = 7 << 4, kMoAlign16 = 4 << 4;
 void (*t_translate_insn)(void*, void*) = nullptr;
 // Every flush of QEMU's TLB (by any TcgCpu) counts here.
 std::atomic<uint64_t> g_paging_generation{0};
+// Host nanoseconds spent translating guest code (translator_loop), which
+// the guest clock leaves out of host time (TcgCpu::TranslationNs).
+std::atomic<uint64_t> g_translation_ns{0};
 // Changes whenever bytes QEMU translated may have changed or new code was
 // translated (TcgCpu::CodeBytesGeneration).
 std::atomic<uint64_t> g_code_bytes_generation{0};
@@ -1267,7 +1271,12 @@ void translator_loop_x86_64(const void* ops, void* db, void* cpu, void* tb, int 
     wrapped.translate_insn = &TcgCallbacks::TranslateInsn;
     wrapped_from = ops;
   }
+  timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
   original(&wrapped, db, cpu, tb, max_insns);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  const int64_t ns = (t1.tv_sec - t0.tv_sec) * 1'000'000'000 + (t1.tv_nsec - t0.tv_nsec);
+  if (ns > 0) vbts::vcpu::g_translation_ns.fetch_add(static_cast<uint64_t>(ns), std::memory_order_relaxed);
 }
 
 // Every opcode byte the translator fetches.
@@ -1726,6 +1735,7 @@ void TcgCpu::GetCodeState(CpuState& st) {
 
 uint64_t TcgCpu::cr4() const { return env_->cr[4]; }
 
+uint64_t TcgCpu::TranslationNs() { return g_translation_ns.load(std::memory_order_relaxed); }
 uint64_t TcgCpu::PagingGeneration() { return g_paging_generation.load(std::memory_order_relaxed); }
 uint64_t TcgCpu::CodeBytesGeneration() { return g_code_bytes_generation.load(std::memory_order_relaxed); }
 

@@ -282,6 +282,8 @@ class TcgCpu {
   // while it stays the same, a linear address of code maps to the same
   // physical address as QEMU's own translations do.
   static uint64_t PagingGeneration();
+  // Host nanoseconds spent translating guest code so far (every engine).
+  static uint64_t TranslationNs();
   // Changes whenever a store may have changed bytes QEMU translated (every
   // such store reaches QEMU's invalidation: the guest's through the TLB
   // entries of pages with code, vbts's through InvalidateCodeBytes), and

@@ -224,6 +224,23 @@ TEST_F(TcgCpuTest, IntNFromCpl3SwitchesToTheTssStack) {
   EXPECT_EQ(st.rflags & kRflagsIf, 0u);  // an interrupt gate clears IF
 }
 
+TEST_F(TcgCpuTest, TranslationTimeIsCountedOnlyWhenCodeIsTranslated) {
+  // The guest clock leaves out the host time QEMU spends translating
+  // (Machine::ClockNow, docs/tcg-engine.md "Guest time"): TranslationNs
+  // grows when new code is translated and not when translated code runs
+  // again. mov ecx, 1000; loop $; hlt: first run translates, second reuses.
+  Code(kCodeRip, {0xb9, 0xe8, 0x03, 0x00, 0x00, 0xe2, 0xfe, 0xf4});
+  cpu_->InvalidateCodeBytes(kCodeRip, 16);
+  const uint64_t before = TcgCpu::TranslationNs();
+  CpuState st = RunFrom(Pm32(0));
+  EXPECT_EQ(st.rip, kCodeRip + 8);
+  const uint64_t translated = TcgCpu::TranslationNs();
+  EXPECT_GT(translated, before);
+  st = RunFrom(Pm32(0));
+  EXPECT_EQ(st.rip, kCodeRip + 8);
+  EXPECT_EQ(TcgCpu::TranslationNs(), translated);
+}
+
 TEST_F(TcgCpuTest, Ud2IsDeliveredToTheGuest) {
   // #UD is a fault: the pushed EIP is the UD2 itself (SDM vol. 3A 6.15).
   Gate32(6, MakeGate(kIntGate32, kCode32K, 0x600, 0));

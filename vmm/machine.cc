@@ -1281,7 +1281,9 @@ absl::Status Machine::TscDeadlineToKvm() {
 vcpu::GuestClock::Now Machine::ClockNow() const {
   uint64_t retired = tracer_ ? tracer_->stats().instructions : 0;
   if (in_tcg_ && tcg_bulk_) retired += tcg_->skipped();
-  return {NowNs(), retired};
+  // Host time leaves out the time QEMU spends translating guest code, which
+  // a CPU does not spend (docs/tcg-engine.md, "Guest time").
+  return {NowNs() - vcpu::TcgCpu::TranslationNs(), retired};
 }
 
 std::optional<uint64_t> Machine::TimerDeadlineTicks() const {
