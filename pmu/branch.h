@@ -77,6 +77,13 @@ struct Branch {
   // The instruction is a branch instruction, taken or not (a not-taken Jcc
   // has kind kNone and this set): architectural event C4H counts these.
   bool branch_insn = false;
+  // The instruction's data accesses, as the retired-load and retired-store
+  // events count them (PmuModel::mem_loads_event/mem_stores_event): bit 0 it
+  // reads memory, bit 1 it writes memory (explicit and implicit operands:
+  // stack slots, string operands), and the linear address of its first read
+  // and first write. Filled only while a counter counts those events.
+  uint8_t mem = 0;
+  uint64_t load_la = 0, store_la = 0;
 
   bool taken() const { return kind != BranchKind::kNone; }
 };

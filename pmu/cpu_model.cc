@@ -94,6 +94,11 @@ std::vector<CpuModel> MakeModels() {
     // Xeon X5650: 256 KB 8-way L2 per core, 12 MB 16-way shared L3 (Intel's
     // product specification and that CPU's CPUID.4 cache parameters).
     p.cache = {{512, 8}, {12288, 16}, PairPrefetch::kInnerAndLlc};
+    // SDM vol. 3B ch. 19, the events of the Westmere microarchitecture: 0BH
+    // umask 01H/02H, "instructions with an architecturally-visible load/store
+    // retired", PEBS.
+    p.mem_loads_event = 0x010B;
+    p.mem_stores_event = 0x020B;
     models.push_back(std::move(m));
   }
   {
@@ -213,6 +218,10 @@ std::vector<CpuModel> MakeModels() {
     // Core i7-6700: 256 KB 4-way L2 per core, 8 MB 16-way shared L3 (CPUID.4
     // of Skylake client parts).
     p.cache = {{1024, 4}, {8192, 16}, PairPrefetch::kInnerAndLlc};
+    // SDM vol. 3B ch. 19, the Skylake events: D0H umask 81H/82H, "all retired load
+    // / store instructions", PEBS with the data linear address (DataLA).
+    p.mem_loads_event = 0x81D0;
+    p.mem_stores_event = 0x82D0;
     models.push_back(std::move(m));
   }
   {
@@ -266,6 +275,10 @@ std::vector<CpuModel> MakeModels() {
     // Xeon Platinum 8380: 1.25 MB 20-way L2 per core, 60 MB 12-way shared
     // L3 (40 slices of 1.5 MB; CPUID.4 of Ice Lake server parts).
     p.cache = {{1024, 20}, {81920, 12}, PairPrefetch::kInnerAndLlc};
+    // Ice Lake: the same events (SDM vol. 3B, Ice Lake event table; Linux's
+    // icl event list, MEM_INST_RETIRED.ALL_LOADS/ALL_STORES).
+    p.mem_loads_event = 0x81D0;
+    p.mem_stores_event = 0x82D0;
     models.push_back(std::move(m));
   }
   return models;

@@ -84,6 +84,12 @@ struct PmuModel {
   LbrModel lbr;
   // The data caches behind the LLC Reference/Misses events (pmu/cache_model.h).
   CacheGeometry cache;
+  // The model-specific events that count retired instructions which load
+  // and which store (event | umask << 8; 0: the model has none vbts counts):
+  // MEM_INST_RETIRED.LOADS/STORES (0BH, umask 01H/02H, Westmere) and
+  // MEM_INST_RETIRED.ALL_LOADS/ALL_STORES (D0H, 81H/82H, Skylake and Ice
+  // Lake), PEBS events on both (docs/pmu-model.md, "Retired loads and stores").
+  uint16_t mem_loads_event = 0, mem_stores_event = 0;
 };
 inline constexpr uint64_t kPerfCapFullWidthWrite = 1ull << 13;
 inline constexpr uint64_t kPerfCapPebsBaseline = 1ull << 14;  // adaptive PEBS (SDM 18.9.2)

@@ -211,12 +211,14 @@ struct VirtualPmu::State {
     Branch plain, branch;
     branch.branch_insn = true;
     for (int level = 0; level < 2; level++) {
-      plain_gp_[level] = plain_fixed_[level] = branch_gp_[level] = 0;
+      plain_gp_[level] = plain_fixed_[level] = branch_gp_[level] = load_gp_[level] = store_gp_[level] = 0;
       for (int i = 0; i < pmu.gp_counters; i++) {
         const uint64_t sel = gp[i].evtsel;
         if (!CounterEnabled(i, false) || !(sel & (level == 0 ? kEvtOs : kEvtUsr))) continue;
         if (GpIncrement(sel, plain)) plain_gp_[level] |= 1u << i;
         if (GpIncrement(sel, branch)) branch_gp_[level] |= 1u << i;
+        if (IsMemEvent(sel, pmu.mem_loads_event)) load_gp_[level] |= 1u << i;
+        if (IsMemEvent(sel, pmu.mem_stores_event)) store_gp_[level] |= 1u << i;
       }
       for (int i = 0; i < pmu.fixed_counters; i++) {
         if (CounterEnabled(i, true) && (((fixed_ctrl >> (4 * i)) & 0xF) & (level == 0 ? 1 : 2)))
@@ -227,6 +229,21 @@ struct VirtualPmu::State {
   }
   mutable bool plain_valid_ = false;
   mutable uint32_t plain_gp_[2] = {0, 0}, plain_fixed_[2] = {0, 0}, branch_gp_[2] = {0, 0};
+  // The counters that count retired loads / stores (docs/pmu-model.md,
+  // "Retired loads and stores"), per level as above.
+  mutable uint32_t load_gp_[2] = {0, 0}, store_gp_[2] = {0, 0};
+  // An event select of the model's retired-load or -store event (`event`:
+  // event | umask << 8, 0 for none), without CMASK (vbts's cycle is one
+  // instruction: a CMASK of 1 would count the same, and INV with it the
+  // opposite; the other values never; like other events vbts does not
+  // count, such a select counts nothing).
+  static bool IsMemEvent(uint64_t sel, uint16_t event) {
+    return event != 0 && (sel & 0xFFFF) == event && ((sel >> 24) & 0xFF) == 0;
+  }
+  bool CountsMemory() const {
+    PlainMasks();
+    return (load_gp_[0] | load_gp_[1] | store_gp_[0] | store_gp_[1]) != 0;
+  }
 
   bool AnyCounterEnabled() const {
     for (int i = 0; i < pmu.gp_counters; i++)
@@ -396,7 +413,10 @@ struct VirtualPmu::State {
     const int level = ring0 ? 0 : 1;
     // The enabled GP counters whose event this instruction is, at its CPL
     // (each counts it once: GpIncrement is 0 or 1).
-    for (uint32_t m = b.branch_insn ? branch_gp_[level] : plain_gp_[level]; m; m &= m - 1) {
+    uint32_t counting = b.branch_insn ? branch_gp_[level] : plain_gp_[level];
+    if (b.mem & 1) counting |= load_gp_[level];
+    if (b.mem & 2) counting |= store_gp_[level];
+    for (uint32_t m = counting; m; m &= m - 1) {
       const int i = std::countr_zero(m);
       const uint64_t sel = gp[i].evtsel;
       if (pebs_armed & (1ull << i)) assist |= 1ull << i;
@@ -493,7 +513,13 @@ struct VirtualPmu::State {
       r[k++] = b.from & m32;
       r[k++] = counters;
       r[k++] = after->tsc;
-      if (cfg & kCfgMemInfo) k += 4;  // data address, data source, latency, TSX info: 0 (no memory events)
+      if (cfg & kCfgMemInfo) {
+        // Memory access address (of a retired-load or -store event's
+        // instruction, SDM 18.9.2.3), then data source, latency and TSX
+        // information: 0 (not modelled, docs/pmu-model.md).
+        r[k] = DataLinearAddress(counters, b) & m32;
+        k += 4;
+      }
       if (cfg & kCfgGprs) {
         // RFLAGS, RIP (the next instruction, trap-like), then RAX..R15 in
         // encoding order.
@@ -522,7 +548,11 @@ struct VirtualPmu::State {
       for (int k = 0; k < 8; k++) r[2 + k] = after->gpr[kOrder[k]] & m32;
       for (int k = 0; k < 8; k++) r[10 + k] = full ? after->gpr[8 + k] : 0;
       if (rec >= 0xB0) r[18] = format >= 3 ? counters : global_status;  // 90H: applicable counters / GLOBAL_STATUS
-      // 98H data linear address, A0H data source, A8H latency: load latency is not modelled (0).
+      // 98H data linear address (format 3, DataLA: the retired-load and
+      // -store events' instruction), A0H data source, A8H latency: no load
+      // latency or data source model (0). Format 1 fills 98H for load
+      // latency only (SDM 18.8.1.2), which vbts does not count.
+      if (format >= 3) r[19] = DataLinearAddress(counters, b) & m32;
       if (rec >= 0xC0) r[22] = b.from & m32;  // B0H EventingIP: the instruction that caused the assist
       // B8H TX abort information: 0 (no TSX); C0H TSC at the assist.
       if (rec >= 0xC8) r[24] = after->tsc;
@@ -551,6 +581,17 @@ struct VirtualPmu::State {
       RequestPmi(fx);
     }
     return absl::OkStatus();
+  }
+
+  // The data linear address a PEBS record holds for the counters that
+  // caused it: the store's when one of them counts retired stores, else the
+  // load's when one counts retired loads, else 0.
+  uint64_t DataLinearAddress(uint64_t counters, const Branch& b) const {
+    const uint32_t gp_mask = static_cast<uint32_t>(counters & 0xFFFFFFFFu);
+    const int level = b.cpl_from == 0 ? 0 : 1;
+    if ((gp_mask & store_gp_[level]) && (b.mem & 2)) return b.store_la;
+    if ((gp_mask & load_gp_[level]) && (b.mem & 1)) return b.load_la;
+    return 0;
   }
 
   bool LbrFiltered(const Branch& b) const {
@@ -1002,13 +1043,14 @@ PmuEffects VirtualPmu::ObserveDataAccess(uint64_t pa, uint32_t size, uint8_t cpl
 }
 
 bool VirtualPmu::WantsRegs() const { return s_->pebs_armed != 0; }
+bool VirtualPmu::CountsMemoryInstructions() const { return s_->CountsMemory(); }
 bool VirtualPmu::WantsXmm() const {
   return s_->pebs_armed != 0 && s_->adaptive() && (s_->pebs_data_cfg & kCfgXmms);
 }
 
 uint64_t VirtualPmu::SequentialLimit(uint8_t cpl) const {
   const State& s = *s_;
-  if (s.pebs_armed) return 0;
+  if (s.pebs_armed || s.CountsMemory()) return 0;
   if (s.pmu.perfmon_version >= 4 && (s.global_status & kStatusCtrFrz)) return UINT64_MAX;
   Branch plain;  // a non-branch instruction (GpIncrement's view)
   uint64_t limit = UINT64_MAX;
@@ -1046,7 +1088,7 @@ uint64_t VirtualPmu::SequentialLimit(uint8_t cpl) const {
 
 bool VirtualPmu::BranchAgnostic() const {
   const State& s = *s_;
-  if ((s.debugctl & (kDbgLbr | kDbgBtf)) || s.BtsOn() || s.options.lbr_in_kernel) return false;
+  if ((s.debugctl & (kDbgLbr | kDbgBtf)) || s.BtsOn() || s.options.lbr_in_kernel || s.CountsMemory()) return false;
   Branch taken;
   taken.kind = BranchKind::kJmp;
   taken.branch_insn = true;

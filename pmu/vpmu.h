@@ -152,6 +152,10 @@ class VirtualPmu {
   // LBR, BTS or BTF, no counter of branch instructions.  Then any
   // instructions at one CPL, branches included, may be counted in bulk.
   bool BranchAgnostic() const;
+  // True while a counter counts the model's retired-load or retired-store
+  // event (PmuModel::mem_loads_event/mem_stores_event): the observer then
+  // reports every instruction with Branch::mem and its addresses filled.
+  bool CountsMemoryInstructions() const;
 
   // Diagnostics about bad guest programming (each distinct one once per run),
   // for the VMM to print on stderr; clears the list.

@@ -849,6 +849,35 @@ TEST_F(PebsIcelakeTest, AdaptiveRecordWithEveryGroup) {
   EXPECT_EQ(Rd(0xC1 + 5), 0xFFFFFFFFFF00ull);                      // reloaded from 68H
 }
 
+// Adaptive PEBS's memory info group: its first quadword is the access's
+// address for the retired-load and -store events (SDM 18.9.2.3), 0 for the
+// others; data source, latency and TSX information stay 0.
+TEST_F(PebsIcelakeTest, MemoryInfoGroupHoldsTheLoadAddress) {
+  PebsDs(0x1000, 0x40);  // threshold: one record of 20H + 20H bytes
+  Wr(0x3F2, 1);          // MemInfo
+  Wr(0x3F1, 1);
+  Wr(0xC1, 0xFFFFFFFFFFFFull);  // one load to the overflow
+  Wr(0x186, 0x81D0 | kEn | kAdaptive);
+  Wr(0x38F, 1);
+  Branch load = Jmp(0x100, 0x104, 3, BranchKind::kNone);
+  load.mem = 1;
+  load.load_la = 0xFFFF800000001234ull;
+  load.ia32e = true;
+  Obs(load);  // -> 0: armed
+  Branch next = load;
+  next.from = 0x104;
+  next.to = 0x108;
+  next.load_la = 0x00007FFF00000040ull;
+  GuestRegs r;
+  EXPECT_TRUE(ObsRegs(next, r).pmi);
+  EXPECT_EQ(Mem64(kPebs + 0x00), (0x40ull << 48) | 1);
+  EXPECT_EQ(Mem64(kPebs + 0x08), 0x104u);
+  EXPECT_EQ(Mem64(kPebs + 0x20), 0x00007FFF00000040ull);  // memory access address
+  EXPECT_EQ(Mem64(kPebs + 0x28), 0u);
+  EXPECT_EQ(Mem64(kPebs + 0x30), 0u);
+  EXPECT_EQ(Mem64(kPebs + 0x38), 0u);
+}
+
 // A counter without its Adaptive_Record bit writes the basic group alone
 // (20H bytes, record format 0) whatever DATA_CFG says; fixed counter 0 with
 // PEBS (PEBS_ENABLE bit 32) reloads from DS 80H.
@@ -927,6 +956,92 @@ TEST_F(PebsSkylakeTest, FormatThreeAddsEventingIpAndApplicableCounters) {
   EXPECT_EQ(Mem64(kPebs + 0xB8), 0u);
   EXPECT_EQ(Mem64(kPebs + 0xC0), 0x123456789aull);
   EXPECT_EQ(Rd(0xC1), 0u);  // reset value 0
+}
+
+// Retired loads and stores (docs/pmu-model.md, "Retired loads and stores"):
+// the model's events count the instructions whose Branch::mem says they read
+// (bit 0) or write (bit 1) memory, once each; on Skylake D0H umask 81H/82H.
+TEST_F(PebsSkylakeTest, RetiredLoadAndStoreEventsCountInstructionsWithThoseAccesses) {
+  constexpr uint64_t kEn = (1u << 16) | (1u << 17) | (1u << 22);
+  Wr(0x186, 0x81D0 | kEn);  // PMC0: ALL_LOADS
+  Wr(0x187, 0x82D0 | kEn);  // PMC1: ALL_STORES
+  Wr(0x188, 0x010B | kEn);  // PMC2: Westmere's LOADS, not an event of this model
+  Wr(0x189, 0x81D0 | kEn | (1ull << 24));  // PMC3: CMASK 1: vbts counts nothing
+  Wr(0x38F, 0xF);
+  EXPECT_TRUE(pmu_.CountsMemoryInstructions());
+  EXPECT_EQ(pmu_.SequentialLimit(0), 0u);  // every instruction is looked at
+  EXPECT_FALSE(pmu_.BranchAgnostic());
+  Branch plain = Jmp(0x100, 0x103, 0, BranchKind::kNone);
+  Branch load = plain, store = plain, both = plain;
+  load.mem = 1;
+  store.mem = 2;
+  both.mem = 3;  // ADD [m], r or MOVS: one load and one store instruction
+  Obs(plain);
+  Obs(load);
+  Obs(store);
+  Obs(both);
+  Obs(load);
+  EXPECT_EQ(Rd(0xC1), 3u);
+  EXPECT_EQ(Rd(0xC2), 2u);
+  EXPECT_EQ(Rd(0xC3), 0u);
+  EXPECT_EQ(Rd(0xC4), 0u);
+  Wr(0x38F, 0);
+  EXPECT_FALSE(pmu_.CountsMemoryInstructions());
+}
+
+TEST(VpmuModels, RetiredLoadAndStoreEventsPerModel) {
+  // Westmere: 0BH umask 01H/02H (MEM_INST_RETIRED.LOADS/STORES).
+  VirtualPmu w(*FindCpuModel("westmere"));
+  testing::FakePhysMemory mem(1 << 20);
+  LinearMemory lin(mem, PagingRegs{});
+  ASSERT_FALSE(w.WriteMsr(0x186, 0x020B | (1u << 16) | (1u << 22)).gp);  // STORES, ring 3 only
+  ASSERT_FALSE(w.WriteMsr(0x38F, 1).gp);
+  Branch store;
+  store.from = 0x100;
+  store.to = 0x102;
+  store.mem = 2;
+  store.cpl_from = store.cpl_to = 0;
+  ASSERT_TRUE(w.Observe(store, lin, false).ok());  // ring 0: not counted
+  store.cpl_from = store.cpl_to = 3;
+  ASSERT_TRUE(w.Observe(store, lin, false).ok());
+  EXPECT_EQ(w.ReadMsr(0xC1).value, 1u);
+  // Core Duo has no such event vbts counts.
+  VirtualPmu c(*FindCpuModel("core-duo"));
+  ASSERT_FALSE(c.WriteMsr(0x186, 0x020B | (1u << 16) | (1u << 22)).gp);
+  EXPECT_FALSE(c.CountsMemoryInstructions());
+}
+
+// A PEBS record of ALL_STORES holds the store's linear address at 98H
+// (format 3, DataLA), of ALL_LOADS the load's.
+TEST_F(PebsSkylakeTest, RetiredStoreRecordHoldsTheDataLinearAddress) {
+  SetUpPebs(0xC8 * 4, 0xC8 * 3, 0xFFFFFFFFFFFEull);  // PMC0 counts INST_RETIRED; replaced below
+  Wr(0x38F, 0);
+  Wr(0x186, 0x82D0 | (1u << 16) | (1u << 17) | (1u << 22));  // ALL_STORES
+  Wr(0xC1, 0xFFFFFFFFFFFEull);
+  Wr(0x38F, 1);
+  GuestRegs r;
+  Branch store = Jmp(0x100, 0x104, 0, BranchKind::kNone);
+  store.mem = 2;
+  store.store_la = 0x5008;
+  Branch load = Jmp(0x104, 0x107, 0, BranchKind::kNone);
+  load.mem = 1;
+  load.load_la = 0x6000;
+  Obs(store);  // -> 2^48 - 1
+  Obs(load);   // not a store: no count
+  Obs(store);  // -> 0: overflow, armed
+  EXPECT_TRUE(pmu_.WantsRegs());
+  Obs(load);   // a load is not this counter's event: no assist
+  EXPECT_EQ(Mem64(kDsArea + 0x28), kPebs);
+  Branch rmw = store;
+  rmw.from = 0x200;
+  rmw.to = 0x203;
+  rmw.mem = 3;
+  rmw.load_la = rmw.store_la = 0x7010;
+  ObsRegs(rmw, r);  // the next store: the assist
+  EXPECT_EQ(Mem64(kDsArea + 0x28), kPebs + 0xC8);
+  EXPECT_EQ(Mem64(kPebs + 0x98), 0x7010u);  // data linear address
+  EXPECT_EQ(Mem64(kPebs + 0xA0), 0u);       // data source: not modelled
+  EXPECT_EQ(Mem64(kPebs + 0xB0), 0x200u);   // EventingIP
 }
 
 TEST_F(PebsSkylakeTest, WrmsrIsAPebsEventOnlyWhenItLeavesTheCounterCounting) {

@@ -156,6 +156,21 @@ Tracer::Boundary Tracer::Capture(const CpuState& st) {
     b.paging = st.paging_regs();
     b.count_accesses = true;
   }
+  if (pmu_.CountsMemoryInstructions()) {
+    // The retired-load and -store events (docs/pmu-model.md, "Retired loads
+    // and stores"): the instruction's memory operands as decoded.
+    if (b.accesses.empty()) b.accesses = DataAccessesOf(b.insn, st);
+    for (const DataAccess& a : b.accesses) {
+      if (a.read && !(b.mem & 1)) {
+        b.mem |= 1;
+        b.load_la = a.linear;
+      }
+      if (a.write && !(b.mem & 2)) {
+        b.mem |= 2;
+        b.store_la = a.linear;
+      }
+    }
+  }
   const uint64_t mask = IpMask(b.mode, b.insn.operand_size);
   b.fallthrough = FallthroughOf(b.mode, st.rip, b.insn);
   using pmu::BranchKind;
@@ -460,6 +475,7 @@ absl::StatusOr<bool> Tracer::ResolveEvent(const Boundary& p, const CpuState& st,
       b.mode_from = b.mode_to = p.mode;
       b.ia32e = p.ia32e;
       b.branch_insn = p.insn.branch != pmu::BranchKind::kNone;
+      CopyMemory(p, b);
       NoteRetired(p);
       VBTS_RETURN_IF_ERROR(Emit(b, st, p.tf_after));
       from_lin = b.to;
@@ -591,6 +607,7 @@ absl::Status Tracer::Resolve(const Boundary& p, const CpuState& st) {
     b.mode_to = ExecModeOf(st);
     b.ia32e = st.long_mode_active();
     b.branch_insn = k != BranchKind::kNone;
+    CopyMemory(p, b);
     if (*retired == BranchKind::kSoftInt) b.vector = static_cast<uint8_t>(p.insn.imm);
     return Emit(b, st, p.tf_after);
   }
@@ -627,7 +644,10 @@ absl::Status Tracer::AtBoundary(CpuState& st, bool& /*dirty*/) {
       // A REP string instruction stops at its own RIP until it retires; and
       // a stop where nothing moved (same CS:RIP and RSP, and the instruction
       // is not a branch to itself) retired nothing: the host stopped twice.
-      if (st.rip == p.rip && st.cs.selector == p.cs && p.decoded && !pmi_in_flight_ && !db_in_flight_) {
+      // (A PMI raised and not yet taken, say while IF=0 or in an NMI
+      // handler, does not stop a REP string instruction's iterations.)
+      if (st.rip == p.rip && st.cs.selector == p.cs && p.decoded && !db_in_flight_ &&
+          (p.insn.rep_string || !pmi_in_flight_)) {
         const bool self_loop = p.predicted_target && *p.predicted_target == p.rip;
         if (p.insn.rep_string || (!self_loop && st.gpr[kRsp] == p.rsp)) {
           stats_.boundaries--;
@@ -661,7 +681,8 @@ absl::Status Tracer::BoundaryEvents(const CpuState& st) {
 
 bool Tracer::BulkAllowed() const {
   return !sink_every_insn_ && !guest_tf_ && !step_trap_due_ && !data_hits_ && !db_in_flight_ && !pmi_due_ &&
-         !(emulate_data_bps_ && (!guest_bp_ || guest_bp_->AnyData())) && !pmu_.WantsRegs() && !pmu_.lbr_in_kernel();
+         !(emulate_data_bps_ && (!guest_bp_ || guest_bp_->AnyData())) && !pmu_.WantsRegs() && !pmu_.lbr_in_kernel() &&
+         !pmu_.CountsMemoryInstructions();
 }
 
 bool Tracer::BulkAcrossBlocks() const { return !sink_active_ && pmu_.BranchAgnostic(); }
@@ -678,6 +699,8 @@ void Tracer::Light(const CpuState& st, Boundary& b) const {
   b.predicted_target.reset();
   b.tf_after.reset();
   b.accesses.clear();
+  b.mem = 0;
+  b.load_la = b.store_la = 0;
   b.rip = st.rip;
   b.lin = st.pc_linear();
   b.rsp = st.gpr[kRsp];
@@ -899,6 +922,7 @@ absl::Status Tracer::Retired(const CpuState& before, const ControlTransfer& t, C
   b.branch_insn = b.kind != pmu::BranchKind::kNone;
   std::optional<bool> tf_after;
   if (t.kind == TransferKind::kIret) tf_after = (after.rflags & kRflagsTf) != 0;
+  if (prev_ && prev_->lin == b.from) CopyMemory(*prev_, b);
   if (prev_ && prev_->lin == b.from && t.kind != TransferKind::kInt) NoteRetired(*prev_);
   if (t.kind == TransferKind::kInt) {
     // vbts pushed the frame from KVM's view of EFLAGS, which hides the

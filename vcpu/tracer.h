@@ -180,7 +180,18 @@ class Tracer : public StepObserver {
     std::vector<DataAccess> accesses;
     bool count_accesses = false;  // feed `accesses` to the virtual PMU when the instruction retires
     pmu::PagingRegs paging;       // ... translated with the paging in force
+    // What the retired-load and -store events see of the instruction
+    // (pmu::Branch::mem, load_la, store_la), while a counter counts them.
+    uint8_t mem = 0;
+    uint64_t load_la = 0, store_la = 0;
   };
+  // Copies p's memory operands (Boundary::mem...) into `b`, the report of p's
+  // retirement.
+  static void CopyMemory(const Boundary& p, pmu::Branch& b) {
+    b.mem = p.mem;
+    b.load_la = p.load_la;
+    b.store_la = p.store_la;
+  }
   Boundary Capture(const CpuState& st);
   // `n` instructions at `cpl` that ran one after another, counted in bulk.
   void CountSkipped(uint64_t n, uint8_t cpl);

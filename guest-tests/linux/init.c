@@ -306,6 +306,15 @@ __asm__(".text\n"
         "chain_outer:\n\tsub $8, %rsp\n\tcall chain_inner\n\tadd $8, %rsp\n\tret\n"
         "chain_inner:\n\tsub $8, %rsp\n\tcall tool_loop\n\tadd $8, %rsp\n\tret\n");
 
+// The retired-load and -store workload (`/init mem N`): N iterations of one
+// store (to the red zone), one load from it, dec, jnz: N instructions that
+// store and N that load (docs/pmu-model.md, "Retired loads and stores").
+extern void mem_loop(uint64_t n);
+__asm__(".text\n"
+        ".globl mem_loop\n"
+        "mem_loop:\n\tmov %rdi, %rcx\n"
+        "1:\n\tmov %rcx, -8(%rsp)\n\tadd -8(%rsp), %rax\n\tdec %rcx\n\tjnz 1b\n\tret\n");
+
 // `-- run CMD ARGS` on the kernel command line: CMD's exit status is the
 // verdict (0 all passed, 77 skipped, anything else, or a signal, failed).
 static void run_command(char** argv) {
@@ -329,6 +338,10 @@ static void run_command(char** argv) {
 int main(int argc, char** argv) {
   if (argc > 2 && strcmp(argv[1], "loop") == 0 && getpid() != 1) {
     tool_loop(strtoull(argv[2], NULL, 0));
+    return 0;
+  }
+  if (argc > 2 && strcmp(argv[1], "mem") == 0 && getpid() != 1) {
+    mem_loop(strtoull(argv[2], NULL, 0));
     return 0;
   }
   if (argc > 2 && strcmp(argv[1], "chain") == 0 && getpid() != 1) {

@@ -51,6 +51,16 @@ d=$((c2 - c1))
 check "perf stat" "$([ "$d" = 2000 ] && echo 1)" \
   "instructions:u $c1 at 1000 iterations, $c2 at 2000: difference $d (expected 2000)"
 
+# perf stat -e L1-dcache-loads:u,L1-dcache-stores:u (the retired-load and
+# -store events, docs/pmu-model.md) of `/init mem N` at 1000 and 2000: each
+# iteration of mem_loop has one instruction that stores and one that loads,
+# so both counts differ by exactly 1000.
+m1=$(perf stat -x, -e L1-dcache-loads:u,L1-dcache-stores:u -- /init mem 1000 2>&1 >/dev/null | cut -d, -f1 | tr '\n' ' ')
+m2=$(perf stat -x, -e L1-dcache-loads:u,L1-dcache-stores:u -- /init mem 2000 2>&1 >/dev/null | cut -d, -f1 | tr '\n' ' ')
+set -- $m1 $m2
+check "perf stat L1-dcache" "$([ $(($3 - $1)) = 1000 ] && [ $(($4 - $2)) = 1000 ] && echo 1)" \
+  "loads:u $1 / $3, stores:u $2 / $4 at 1000 / 2000 iterations (expected differences 1000 and 1000)"
+
 # perf record -e intel_bts//u: the BTS records of the process in perf's AUX
 # area (`--per-thread`: intel_bts traces tasks, not CPUs). The loop's jnz is
 # taken N - 1 = 999 times; one call enters the loop, one return leaves it.

@@ -19,8 +19,6 @@
 %include "rt.inc"
 %include "debug32.inc"
 
-%define PMI_VEC         0x50
-%define LVT_PERFMON     (LAPIC_BASE + 0x340)
 
 %macro EIGHT_JUMPS 1                    ; labels %1_1 .. %1_8, then %1_end
 %1_1:   jmp %1_2

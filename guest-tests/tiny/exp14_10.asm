@@ -27,9 +27,7 @@
 %include "rt.inc"
 %include "debug32.inc"
 
-%define PMI_VEC         0x50
 %define NREC            8
-%define LVT_PERFMON     (LAPIC_BASE + 0x340)
 %define EVT_INSN        (0xC0 | (1 << 16) | (1 << 17) | (1 << 20) | (1 << 22))
 
 main:

@@ -16,8 +16,6 @@
 %include "debug64.inc"
 
 %define NREC            8
-%define PMI_VEC         0x50
-%define LVT_PERFMON     (LAPIC_BASE + 0x340)
 %define MSG             "BTS interrupt mode: this line is traced!", 10
 %strlen MSG_LEN_S       "BTS interrupt mode: this line is traced!"
 %define MSG_LEN         (MSG_LEN_S + 1)

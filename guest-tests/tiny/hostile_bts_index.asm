@@ -18,8 +18,6 @@
 %include "rt.inc"
 %include "debug32.inc"
 
-%define PMI_VEC         0x50
-%define LVT_PERFMON     (LAPIC_BASE + 0x340)
 %define PATTERN         0x5a5a5a5a
 
 ; SET_DS64 field, low, high

@@ -20,8 +20,6 @@
 %include "rt.inc"
 %include "debug32.inc"
 
-%define PMI_VEC         0x50
-%define LVT_PERFMON     (LAPIC_BASE + 0x340)
 
 %macro RDMSR_TO 2                       ; RDMSR_TO msr, [dest]: low 32 bits
         mov ecx, %1

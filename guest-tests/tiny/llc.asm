@@ -20,8 +20,6 @@
 %include "rt.inc"
 %include "debug32.inc"
 
-%define PMI_VEC         0x50
-%define LVT_PERFMON     (LAPIC_BASE + 0x340)
 %define EN_OS           ((1 << 17) | (1 << 22))
 
 ; Loads from esi, esi+stride, ... (count loads) with PMC0/PMC1 enabled around them.

@@ -26,8 +26,6 @@
 %include "rt.inc"
 %include "debug32.inc"
 
-%define PMI_VEC         0x50
-%define LVT_PERFMON     (LAPIC_BASE + 0x340)
 %define NREC            8
 %define THRESHOLD       6
 %define DEBUGCTLA_BTS   ((1 << 2) | (1 << 3) | (1 << 4))   ; TR | BTS | BTINT (NetBurst layout)

@@ -44,8 +44,6 @@
 %include "rt.inc"
 %include "debug32.inc"
 
-%define PMI_VEC         0x50
-%define LVT_PERFMON     (LAPIC_BASE + 0x340)
 %define IQ_COUNTER0     0x30C
 %define IQ_COUNTER1     0x30D
 %define IQ_COUNTER2     0x30E

@@ -48,8 +48,6 @@
 %include "rt.inc"
 %include "debug64.inc"
 
-%define PMI_VEC         0x50
-%define LVT_PERFMON     (LAPIC_BASE + 0x340)
 %define ALIAS(x)        ((x) - RT_LOAD_ADDR)        ; offset; the code adds RT_ALIAS at run time
 %define DATA_CFG        0x0300000E
 %define REC             0x210                       ; 20H + 90H + 100H + 4 * 18H

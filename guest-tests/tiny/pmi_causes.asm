@@ -24,7 +24,6 @@
 %include "rt.inc"
 %include "debug32.inc"
 
-%define PMI_VEC         0x50
 
 main:
         BTS_REQUIRE

@@ -21,7 +21,6 @@
 
 %define VEC                 0x40
 %define PMI_VEC             0x41
-%define LVT_PERFMON         (LAPIC_BASE + 0x340)
 %define EVT_INSN            (0xC0 | (1 << 16) | (1 << 17) | (1 << 20) | (1 << 22))  ; USR OS INT EN
 %define MSR_TSC_DEADLINE    0x6E0
 %define LVT_DEADLINE        (2 << 17)

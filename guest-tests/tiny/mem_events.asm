@@ -1,0 +1,224 @@
+; mem_events: the model-specific events that count retired instructions which load and which
+; store (docs/pmu-model.md, "Retired loads and stores"): MEM_INST_RETIRED.LOADS/STORES (0BH,
+; umask 01H/02H) on Westmere (CPUID family 6, models 25H/2CH/2FH), MEM_INST_RETIRED.ALL_LOADS/
+; ALL_STORES (D0H, umask 81H/82H) on Skylake (4EH/5EH) and Ice Lake (6AH/6CH/7DH/7EH); other
+; models SKIP, as does a CPU without arch perfmon v2 (QEMU TCG). An instruction counts once for
+; each kind of access among its memory operands, explicit or implicit (stack slots, string
+; operands); LEA and a WRMSR do not access memory.
+; PMC0 counts loads, PMC1 stores (OS, EN); GLOBAL_CTRL = 3 enables both around each window:
+;   w1: mov eax,[x] (L); mov [y],eax (S); add [x],eax (L+S); push eax (S); pop eax (L);
+;       call sub1 (S) / ret (L); movsd (L+S); lea eax,[x]; nop -> loads 5, stores 5
+;   w2: 100 iterations of mov eax,[esi] (L); mov [edi],eax (S); dec ecx; jnz -> loads 100,
+;       stores 100 (the counters go on from w1: 105 and 105)
+;   w3: PMC1 = 2^48 - 1 (a 32-bit WRMSR of 0xFFFFFFFF, sign-extended) with INT, LVT perfmon
+;       vector 0x50: mov eax,[x] (L) does not count there; mov [y],eax (S) wraps PMC1: the PMI
+;       comes before the next instruction (frame EIP = w3_next), GLOBAL_STATUS = 2;
+;       FREEZE_PERFMON_ON_PMI clears GLOBAL_CTRL at the PMI, so the handler's accesses are not
+;       counted: PMC0 = 106, PMC1 = 0.
+;   w4: PMC1 = 2^48 - 1 again, INT, no freeze (on perfmon v4 the guest first clears w3's
+;       GLOBAL_STATUS.CTR_FRZ), IF = 0: mov [y],eax (S) wraps it and the PMI waits; rep movsd
+;       (ECX = 2: two iterations) retires as one instruction that loads and stores; counting
+;       off, then PMC0 = 107, PMC1 = 1 (the REP MOVSD); sti, then nop in its shadow: the PMI
+;       comes before the instruction after that nop (frame EIP = w4_pmi). (An instruction with
+;       a REP prefix counts once, as INST_RETIRED counts it; the SDM does not say how
+;       MEM_INST_RETIRED counts string iterations.)
+; Expected: status 1 under vbts (westmere, skylake, icelake-server); QEMU TCG: SKIP (155).
+%include "rt.inc"
+%include "debug32.inc"
+
+%define EN_OS           ((1 << 17) | (1 << 22))
+
+%macro ENABLE 0
+        mov ecx, 0x38F
+        mov eax, 3
+        xor edx, edx
+        wrmsr
+%endmacro
+%macro DISABLE 0
+        mov ecx, 0x38F
+        xor eax, eax
+        xor edx, edx
+        wrmsr
+%endmacro
+
+main:
+        PERFMON_REQUIRE 2, 2, .skip
+        mov eax, 1
+        call dbg_cpuid32
+        mov edx, eax
+        shr edx, 8
+        and edx, 0xF
+        cmp edx, 6
+        jne .skip
+        mov edx, eax                    ; display model: extended model << 4 | model
+        shr edx, 12
+        and edx, 0xF0
+        shr eax, 4
+        and eax, 0xF
+        or eax, edx
+        mov dword [ev_load], 0x010B
+        mov dword [ev_store], 0x020B
+        cmp eax, 0x25
+        je .go
+        cmp eax, 0x2C
+        je .go
+        cmp eax, 0x2F
+        je .go
+        mov dword [ev_load], 0x81D0
+        mov dword [ev_store], 0x82D0
+        cmp eax, 0x4E
+        je .go
+        cmp eax, 0x5E
+        je .go
+        cmp eax, 0x6A
+        je .go
+        cmp eax, 0x6C
+        je .go
+        cmp eax, 0x7D
+        je .go
+        cmp eax, 0x7E
+        je .go
+.skip:
+        SKIP "retired load/store events: arch perfmon v2 on a Westmere, Skylake or Ice Lake model"
+        ret
+.go:
+        SET_HANDLER PMI_VEC, pmi_handler
+        APIC_ENABLE
+        mov dword [LVT_PERFMON], PMI_VEC
+        WRMSR32 0x38F, 0
+        WRMSR32 0xC1, 0
+        WRMSR32 0xC2, 0
+        mov eax, [ev_load]
+        or eax, EN_OS
+        mov ecx, 0x186
+        xor edx, edx
+        wrmsr
+        mov eax, [ev_store]
+        or eax, EN_OS
+        mov ecx, 0x187
+        wrmsr
+        ; w1
+        mov esi, src
+        mov edi, dst
+        ENABLE
+        mov eax, [x]
+        mov [y], eax
+        add [x], eax
+        push eax
+        pop eax
+        call sub1
+        movsd
+        lea eax, [x]
+        nop
+        DISABLE
+        call read_counters
+        CHECK_EQ dword [loads], 5, "w1: 5 instructions that load"
+        CHECK_EQ dword [stores], 5, "w1: 5 instructions that store"
+        ; w2
+        mov esi, src
+        mov edi, dst
+        mov ebx, 100
+        ENABLE
+.w2:    mov eax, [esi]
+        mov [edi], eax
+        dec ebx
+        jnz .w2
+        DISABLE
+        call read_counters
+        CHECK_EQ dword [loads], 105, "w2: 100 more loads"
+        CHECK_EQ dword [stores], 105, "w2: 100 more stores"
+        ; w3: the overflow PMI on the store counter.
+        WRMSR32 0xC2, 0xFFFFFFFF
+        mov eax, [ev_store]
+        or eax, EN_OS | (1 << 20)       ; INT
+        mov ecx, 0x187
+        xor edx, edx
+        wrmsr
+        WRMSR32 MSR_DEBUGCTL, 1 << 12   ; FREEZE_PERFMON_ON_PMI
+        sti
+        ENABLE
+        mov eax, [x]
+        mov [y], eax
+w3_next:
+        nop
+        DISABLE
+        cli
+        WRMSR32 MSR_DEBUGCTL, 0
+        CHECK_EQ dword [pmi_count], 1, "w3: one PMI"
+        CHECK_EQ dword [pmi_eip], w3_next, "w3: PMI after the store that wrapped PMC1 (frame EIP = w3_next)"
+        CHECK_EQ dword [pmi_status], 2, "w3: GLOBAL_STATUS = PMC1 overflow (bit 1)"
+        call read_counters
+        CHECK_EQ dword [loads], 106, "w3: PMC0 = 106"
+        CHECK_EQ dword [stores], 0, "w3: PMC1 wrapped to 0"
+        ; w4: a PMI that waits (IF=0) while a REP string instruction runs its iterations.
+        ; Perfmon v4 (Skylake on) keeps the freeze in GLOBAL_STATUS.CTR_FRZ (bit 59) until
+        ; the guest clears it; v3 has no such bit (it cleared GLOBAL_CTRL instead).
+        mov ecx, 0x38E
+        rdmsr
+        test edx, 1 << 27
+        jz .w4
+        mov ecx, 0x390
+        xor eax, eax
+        mov edx, 1 << 27
+        wrmsr
+.w4:    WRMSR32 0xC2, 0xFFFFFFFF
+        mov esi, src
+        mov edi, dst
+        cli
+        ENABLE
+        mov [y], eax                    ; S: PMC1 wraps, the PMI waits for IF
+        mov ecx, 2
+        rep movsd                       ; L+S, two iterations, one instruction
+        DISABLE
+        call read_counters
+        CHECK_EQ dword [loads], 107, "w4: REP MOVSD is one instruction that loads: PMC0 = 107"
+        CHECK_EQ dword [stores], 1, "w4: and one that stores: PMC1 = 1"
+        sti
+        nop                             ; the STI's shadow
+w4_pmi:
+        nop
+        cli
+        CHECK_EQ dword [pmi_count], 2, "w4: one more PMI"
+        CHECK_EQ dword [pmi_eip], w4_pmi, "w4: taken after STI and its shadow (frame EIP = w4_pmi)"
+        ret
+
+sub1:
+        ret
+
+read_counters:
+        mov ecx, 0xC1
+        rdmsr
+        mov [loads], eax
+        mov ecx, 0xC2
+        rdmsr
+        mov [stores], eax
+        ret
+
+; ebx = frame
+pmi_handler:
+        inc dword [pmi_count]
+        mov eax, [ebx + F32_EIP]
+        mov [pmi_eip], eax
+        mov ecx, 0x38E
+        rdmsr
+        mov [pmi_status], eax
+        WRMSR32 0x390, 2
+        and dword [LVT_PERFMON], ~(1 << 16)
+        APIC_EOI
+        ret
+
+section .data
+align 4
+ev_load:        dd 0
+ev_store:       dd 0
+pmi_count:      dd 0
+pmi_eip:        dd 0
+pmi_status:     dd 0
+loads:          dd 0
+stores:         dd 0
+x:              dd 1
+y:              dd 0
+src:            dd 7, 8
+dst:            dd 0, 0
+
+%include "end.inc"
