@@ -108,24 +108,10 @@ read_counters:
         mov [misses], eax
         ret
 
-; ebx = frame
-pmi_handler:
-        inc dword [pmi_count]
-        mov eax, [ebx + F32_EIP]
-        mov [pmi_eip], eax
-        mov ecx, 0x38E
-        rdmsr
-        mov [pmi_status], eax
-        WRMSR32 0x390, 2
-        and dword [LVT_PERFMON], ~(1 << 16)
-        APIC_EOI
-        ret
+        PMI_RECORD_HANDLER 2
 
 section .data
 align 4
-pmi_count:      dd 0
-pmi_eip:        dd 0
-pmi_status:     dd 0
 refs:           dd 0
 misses:         dd 0
 

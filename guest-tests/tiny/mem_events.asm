@@ -194,26 +194,12 @@ read_counters:
         mov [stores], eax
         ret
 
-; ebx = frame
-pmi_handler:
-        inc dword [pmi_count]
-        mov eax, [ebx + F32_EIP]
-        mov [pmi_eip], eax
-        mov ecx, 0x38E
-        rdmsr
-        mov [pmi_status], eax
-        WRMSR32 0x390, 2
-        and dword [LVT_PERFMON], ~(1 << 16)
-        APIC_EOI
-        ret
+        PMI_RECORD_HANDLER 2
 
 section .data
 align 4
 ev_load:        dd 0
 ev_store:       dd 0
-pmi_count:      dd 0
-pmi_eip:        dd 0
-pmi_status:     dd 0
 loads:          dd 0
 stores:         dd 0
 x:              dd 1

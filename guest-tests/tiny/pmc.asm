@@ -92,23 +92,9 @@ q3:     wrmsr                                                   ; disables PMC0:
         CHECK_EQ eax, 104, "PMC0 = 104: enabling WRMSR counted, written value + its WRMSR, disabling WRMSR not"
         ret
 
-; ebx = frame
-pmi_handler:
-        inc dword [pmi_count]
-        mov eax, [ebx + F32_EIP]
-        mov [pmi_eip], eax
-        mov ecx, 0x38E
-        rdmsr
-        mov [pmi_status], eax
-        WRMSR32 0x390, 2
-        and dword [LVT_PERFMON], ~(1 << 16)
-        APIC_EOI
-        ret
+        PMI_RECORD_HANDLER 2
 
 section .data
 align 4
-pmi_count:      dd 0
-pmi_eip:        dd 0
-pmi_status:     dd 0
 
 %include "end.inc"
