@@ -5,8 +5,9 @@
 // with random values, RDPMC, writes of random bytes into the 64 KiB guest
 // RAM (a FakePhysMemory: DS save areas, BTS/PEBS buffers, page tables), a
 // change of the paging registers (none, 32-bit, PAE, 4-level, CR3 anywhere),
-// retired instructions and event deliveries (pmu::Branch of every kind,
-// with random addresses, CPLs, modes, vectors and registers, so that BTS,
+// event selects of the events vbts counts (with random flags), retired
+// instructions and event deliveries (pmu::Branch of every kind, with random
+// addresses, CPLs, modes, vectors, registers and memory operands, so that BTS,
 // PEBS and LBR records are written through the guest's paging), bulk counts
 // and the passthrough DEBUGCTL read-back.  Checks: no crash or UB, Observe
 // never fails (bad guest programming is the guest's problem: a dropped
@@ -80,7 +81,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   PagingRegs paging;
 
   for (int ops = 0; !in.empty() && ops < 4096; ops++) {
-    switch (in.U8() % 11) {
+    switch (in.U8() % 12) {
       case 0: {  // WRMSR
         const uint32_t msr = PickMsr(in, msrs);
         const uint64_t v = in.Value();
@@ -119,6 +120,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         const uint8_t g = in.U8();
         b.ia32e = g & 1;
         b.branch_insn = (g & 2) || b.kind != BranchKind::kNone;
+        b.mem = (g >> 5) & 3;  // the retired-load and -store events, PEBS data addresses
+        if (b.mem & 1) b.load_la = in.Value();
+        if (b.mem & 2) b.store_la = in.Value();
         const bool tf = g & 4;
         GuestRegs regs;
         regs.rflags = in.U32();
@@ -153,10 +157,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         pmu.ObserveDataAccess(pa, n, cpl);
         break;
       }
+      case 10: {  // an event select of an event some model counts, with random flags
+        static constexpr uint16_t kEvents[] = {0x00C0, 0x01C0, 0x00C4, 0x003C, 0x013C, 0x01A4,
+                                               0x4F2E, 0x412E, 0x010B, 0x020B, 0x81D0, 0x82D0};
+        const uint16_t ev = kEvents[in.U8() % (sizeof kEvents / sizeof kEvents[0])];
+        const uint32_t msr = 0x186 + in.U8() % 8;
+        if (pmu.Owns(msr)) pmu.WriteMsr(msr, (in.Value() & ~uint64_t{0xFFFF}) | ev);
+        break;
+      }
       default:  // what the engine and `vbts run -v` query
         pmu.NeedsObservation();
         pmu.BranchAgnostic();
         pmu.WantsRegs();
+        pmu.CountsMemoryInstructions();
         pmu.TakeWarnings();
         break;
     }
