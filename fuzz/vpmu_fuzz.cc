@@ -159,7 +159,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
       case 10: {  // an event select of an event some model counts, with random flags
         static constexpr uint16_t kEvents[] = {0x00C0, 0x01C0, 0x00C4, 0x003C, 0x013C, 0x01A4,
-                                               0x4F2E, 0x412E, 0x010B, 0x020B, 0x81D0, 0x82D0};
+                                               0x4F2E, 0x412E, 0x010B, 0x020B, 0x81D0, 0x82D0, 0x0151};
         const uint16_t ev = kEvents[in.U8() % (sizeof kEvents / sizeof kEvents[0])];
         const uint32_t msr = 0x186 + in.U8() % 8;
         if (pmu.Owns(msr)) pmu.WriteMsr(msr, (in.Value() & ~uint64_t{0xFFFF}) | ev);

@@ -99,6 +99,7 @@ std::vector<CpuModel> MakeModels() {
     // retired", PEBS.
     p.mem_loads_event = 0x010B;
     p.mem_stores_event = 0x020B;
+    p.l1d = {64, 8};  // 32 KB 8-way L1D (CPUID.4 of Westmere parts)
     models.push_back(std::move(m));
   }
   {
@@ -222,6 +223,7 @@ std::vector<CpuModel> MakeModels() {
     // / store instructions", PEBS with the data linear address (DataLA).
     p.mem_loads_event = 0x81D0;
     p.mem_stores_event = 0x82D0;
+    p.l1d = {64, 8};  // 32 KB 8-way L1D (CPUID.4 of Skylake client parts)
     models.push_back(std::move(m));
   }
   {
@@ -279,6 +281,7 @@ std::vector<CpuModel> MakeModels() {
     // icl event list, MEM_INST_RETIRED.ALL_LOADS/ALL_STORES).
     p.mem_loads_event = 0x81D0;
     p.mem_stores_event = 0x82D0;
+    p.l1d = {64, 12};  // 48 KB 12-way L1D (CPUID.4 of Ice Lake server parts)
     models.push_back(std::move(m));
   }
   return models;

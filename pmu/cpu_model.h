@@ -90,6 +90,10 @@ struct PmuModel {
   // MEM_INST_RETIRED.ALL_LOADS/ALL_STORES (D0H, 81H/82H, Skylake and Ice
   // Lake), PEBS events on both (docs/pmu-model.md, "Retired loads and stores").
   uint16_t mem_loads_event = 0, mem_stores_event = 0;
+  // The L1 data cache behind L1D.REPLACEMENT (event 51H, umask 01H: lines
+  // brought into the L1D; Linux's `L1-dcache-load-misses` on these CPUs);
+  // sets 0: the event counts nothing (docs/pmu-model.md, "L1D replacements").
+  CacheLevelGeometry l1d;
 };
 inline constexpr uint64_t kPerfCapFullWidthWrite = 1ull << 13;
 inline constexpr uint64_t kPerfCapPebsBaseline = 1ull << 14;  // adaptive PEBS (SDM 18.9.2)

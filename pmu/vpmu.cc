@@ -103,7 +103,7 @@ struct NbCounter {
 }  // namespace
 
 struct VirtualPmu::State {
-  State(const CpuModel& m, VirtualPmuOptions o) : model(m), pmu(m.pmu), options(o), cache(m.pmu.cache) {}
+  State(const CpuModel& m, VirtualPmuOptions o) : model(m), pmu(m.pmu), options(o), cache(m.pmu.cache), l1d(CacheGeometry{m.pmu.l1d, {}, PairPrefetch::kNone}) {}
   const CpuModel& model;
   const PmuModel& pmu;
   VirtualPmuOptions options;
@@ -129,6 +129,7 @@ struct VirtualPmu::State {
   std::array<uint64_t, netburst::kMsrEscrLast - netburst::kMsrEscrFirst + 1> escr{};
 
   CacheModel cache;  // LLC Reference/Misses (docs/pmu-model.md)
+  CacheModel l1d;    // L1D.REPLACEMENT: the L1D alone (its "inner" level)
 
   std::vector<std::string> warnings;
   std::set<std::string> warned;
@@ -370,6 +371,16 @@ struct VirtualPmu::State {
   bool CountsLlc() const {
     for (int i = 0; i < pmu.gp_counters; i++)
       if (CounterEnabled(i, false) && (IsLlcReference(gp[i].evtsel) || IsLlcMiss(gp[i].evtsel))) return true;
+    return false;
+  }
+  // L1D.REPLACEMENT (51H/01H) on the models with an L1D geometry, without
+  // CMASK: counted per line an access brings into the L1D.
+  bool IsL1dReplacement(uint64_t evtsel) const {
+    return pmu.l1d.sets != 0 && (evtsel & 0xFFFF) == 0x0151 && !((evtsel >> 24) & 0xFF);
+  }
+  bool CountsL1d() const {
+    for (int i = 0; i < pmu.gp_counters; i++)
+      if (CounterEnabled(i, false) && IsL1dReplacement(gp[i].evtsel)) return true;
     return false;
   }
 
@@ -1017,17 +1028,26 @@ bool VirtualPmu::NeedsObservation() const {
   return (s.debugctl & observed) || s.BtsOn() || s.AnyCounterEnabled();
 }
 
-bool VirtualPmu::WantsDataAccesses() const { return s_->CountsLlc(); }
+bool VirtualPmu::WantsDataAccesses() const { return s_->CountsLlc() || s_->CountsL1d(); }
 
 PmuEffects VirtualPmu::ObserveDataAccess(uint64_t pa, uint32_t size, uint8_t cpl) {
   State& s = *s_;
   PmuEffects fx;
-  if (size == 0 || !s.CountsLlc()) return fx;
+  const bool llc = s.CountsLlc(), l1d = s.CountsL1d();
+  if (size == 0 || !(llc || l1d)) return fx;
   if (s.pmu.perfmon_version >= 4 && (s.global_status & kStatusCtrFrz)) return fx;
   // Every line the access touches (an unaligned one may touch two).
   const uint64_t first = pa / kCacheLineBytes, last = (pa + size - 1) / kCacheLineBytes;
   bool overflow_pmi = false;
   for (uint64_t line = first; line <= last && line >= first; line++) {
+    if (l1d && s.l1d.Access(line * kCacheLineBytes).llc_reference) {  // missed the L1D: a line replaced
+      for (int i = 0; i < s.pmu.gp_counters; i++) {
+        const uint64_t sel = s.gp[i].evtsel;
+        if (!s.CounterEnabled(i, false) || !(sel & (cpl == 0 ? kEvtOs : kEvtUsr)) || !s.IsL1dReplacement(sel)) continue;
+        if (s.AddToGp(i, 1) && (sel & kEvtInt)) overflow_pmi = true;
+      }
+    }
+    if (!llc) continue;
     const CacheModel::Outcome o = s.cache.Access(line * kCacheLineBytes);
     if (!o.llc_reference) continue;
     for (int i = 0; i < s.pmu.gp_counters; i++) {

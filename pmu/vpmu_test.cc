@@ -450,6 +450,51 @@ TEST_F(VpmuTest, LlcEventsCountDataAccessesThroughTheModelsCaches) {
   EXPECT_FALSE(pmu_.WantsDataAccesses());
 }
 
+// L1D.REPLACEMENT (51H/01H): one per line an access brings into the model's
+// L1D (Westmere: 32 KB 8-way, 64 sets of 64-byte lines, 4 KB a way; no
+// prefetcher), docs/pmu-model.md "L1D replacements".
+TEST_F(VpmuTest, L1dReplacementCountsLinesBroughtIntoTheL1d) {
+  constexpr uint64_t kEn = (1u << 16) | (1u << 17) | (1u << 22);
+  Wr(0x186, 0x0151 | kEn);
+  Wr(0x38F, 1);
+  EXPECT_TRUE(pmu_.WantsDataAccesses());
+  pmu_.ObserveDataAccess(0x10000, 8, 0);  // a new line
+  pmu_.ObserveDataAccess(0x10008, 8, 3);  // the same line: a hit
+  EXPECT_EQ(Rd(0xC1), 1u);
+  pmu_.ObserveDataAccess(0x1003C, 8, 0);  // crosses into the next line: its fill (no adjacent-line prefetch)
+  EXPECT_EQ(Rd(0xC1), 2u);
+  // Eight more lines 4 KB apart share line 0x400's set: the ninth evicts it
+  // (LRU), so line 0x400 is replaced again; the latest one still hits.
+  for (uint64_t k = 1; k <= 8; k++) pmu_.ObserveDataAccess(0x10000 + k * 0x1000, 4, 0);
+  EXPECT_EQ(Rd(0xC1), 10u);
+  pmu_.ObserveDataAccess(0x10000, 4, 0);
+  EXPECT_EQ(Rd(0xC1), 11u);
+  pmu_.ObserveDataAccess(0x18000, 4, 0);
+  EXPECT_EQ(Rd(0xC1), 11u);
+  // The LLC events' caches are not fed while only L1D.REPLACEMENT counts:
+  // LLC references start from a cold model.
+  Wr(0x187, 0x4F2E | kEn);
+  Wr(0x38F, 3);
+  pmu_.ObserveDataAccess(0x10000, 4, 0);  // in the L1D; a miss in the (cold) L2
+  EXPECT_EQ(Rd(0xC1), 11u);
+  EXPECT_EQ(Rd(0xC2), 1u);
+  // CMASK: vbts counts nothing for the event.
+  Wr(0x186, 0x0151 | kEn | (1ull << 24));
+  pmu_.ObserveDataAccess(0x200000, 4, 0);
+  EXPECT_EQ(Rd(0xC1), 11u);
+}
+
+TEST(VpmuModels, L1dReplacementOnlyWhereTheModelHasAnL1d) {
+  testing::FakePhysMemory mem(1 << 20);
+  for (const char* name : {"core-duo", "skylake", "icelake-server"}) {
+    VirtualPmu p(*FindCpuModel(name));
+    ASSERT_FALSE(p.WriteMsr(0x186, 0x0151 | (1u << 17) | (1u << 22)).gp) << name;
+    (void)p.WriteMsr(0x38F, 1);  // core-duo (perfmon v1) has no GLOBAL_CTRL: EN alone enables
+    p.ObserveDataAccess(0x1000, 4, 0);
+    EXPECT_EQ(p.ReadMsr(0xC1).value, std::string(name) == "core-duo" ? 0u : 1u) << name;
+  }
+}
+
 TEST_F(VpmuTest, SequentialCountingStopsBeforeTheOverflowingInstruction) {
   // Nothing counts: no limit.
   EXPECT_EQ(pmu_.SequentialLimit(0), UINT64_MAX);

@@ -22,6 +22,10 @@
 ;       comes before the instruction after that nop (frame EIP = w4_pmi). (An instruction with
 ;       a REP prefix counts once, as INST_RETIRED counts it; the SDM does not say how
 ;       MEM_INST_RETIRED counts string iterations.)
+;   w5: L1D.REPLACEMENT (51H/01H, lines brought into the L1D; the model's L1D has no prefetcher
+;       and sees only the accesses made while the event counts, so `l1buf` is cold): 64 loads 64
+;       bytes apart over its 4 KB -> 64; the same loads again hit (64 lines fit in the 32 KB
+;       8-way / 48 KB 12-way L1D) -> still 64.
 ; Expected: status 1 under vbts (westmere, skylake, icelake-server); QEMU TCG: SKIP (155).
 %include "rt.inc"
 %include "debug32.inc"
@@ -180,9 +184,36 @@ w4_pmi:
         cli
         CHECK_EQ dword [pmi_count], 2, "w4: one more PMI"
         CHECK_EQ dword [pmi_eip], w4_pmi, "w4: taken after STI and its shadow (frame EIP = w4_pmi)"
+        ; w5: L1D.REPLACEMENT (51H/01H) on PMC2, alone (GLOBAL_CTRL = 4).
+        WRMSR32 0xC3, 0
+        WRMSR32 0x188, 0x0151 | EN_OS
+        mov esi, l1buf
+        call w5_window
+        CHECK_EQ dword [repl], 64, "w5: 64 loads 64 bytes apart over a cold 4 KB: 64 lines replaced"
+        mov esi, l1buf
+        call w5_window
+        CHECK_EQ dword [repl], 64, "w5: the same lines again stay in the 32/48 KB L1D: still 64"
         ret
 
 sub1:
+        ret
+
+; 64 loads from ESI at a 64-byte stride with PMC2 counting; PMC2 into [repl].
+w5_window:
+        mov ebx, 64
+        mov ecx, 0x38F
+        mov eax, 4
+        xor edx, edx
+        wrmsr
+.l:     mov eax, [esi]
+        add esi, 64
+        dec ebx
+        jnz .l
+        xor eax, eax
+        wrmsr
+        mov ecx, 0xC3
+        rdmsr
+        mov [repl], eax
         ret
 
 read_counters:
@@ -202,9 +233,14 @@ ev_load:        dd 0
 ev_store:       dd 0
 loads:          dd 0
 stores:         dd 0
+repl:           dd 0
 x:              dd 1
 y:              dd 0
 src:            dd 7, 8
 dst:            dd 0, 0
+
+section .bss
+alignb 4096
+l1buf:          resb 4096
 
 %include "end.inc"
