@@ -65,13 +65,7 @@ main:
         CHECK_EQ dword [gp_count], 1, "DEBUGCTL reserved bit: #GP"
         ret
 
-; ebx = frame: count and step over the 2-byte WRMSR
-gp_handler:                             ; skips the faulting WRMSR
-        GP_SKIP_HANDLER
-
-section .data
-align 4
-gp_count:       dd 0
+        GP_SKIP_HANDLER                 ; gp_handler: counts and steps over the 2-byte WRMSR
 
 section .bss
 alignb 64

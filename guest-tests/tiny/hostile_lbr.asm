@@ -67,11 +67,6 @@ j2:     WRMSR32 MSR_DEBUGCTL, 0
         CHECK_EQ eax, 0xDEADBEEF, "FROM[5] garbage survives"
         ret
 
-gp_handler:                             ; skips the faulting WRMSR
-        GP_SKIP_HANDLER
-
-section .data
-align 4
-gp_count:       dd 0
+        GP_SKIP_HANDLER                 ; gp_handler: skips the faulting WRMSR
 
 %include "end.inc"

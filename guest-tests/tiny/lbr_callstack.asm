@@ -100,11 +100,6 @@ f3:
 f4:
 f4_ret: ret
 
-gp_handler:                             ; skips the faulting WRMSR
-        GP_SKIP_HANDLER
-
-section .data
-align 4
-gp_count:       dd 0
+        GP_SKIP_HANDLER                 ; gp_handler: skips the faulting WRMSR
 
 %include "end.inc"

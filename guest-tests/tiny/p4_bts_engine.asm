@@ -197,8 +197,7 @@ isr_iret:
         iretd
 
 ; #GP on a CPU without the NetBurst layout: skip the 2-byte WRMSR.
-gp_handler:                             ; skips the faulting WRMSR
-        GP_SKIP_HANDLER
+        GP_SKIP_HANDLER                 ; gp_handler: skips the faulting WRMSR
 
 section .data
 align 4
@@ -206,7 +205,6 @@ isr_count:      dd 0
 isr_eip:        times 8 dd 0
 save_ptr:       dd 0
 cur_debugctl:   dd 0
-gp_count:       dd 0
 bad_records:    dd 0
 expected:
         dd j0, j1, j1, j2, j2, j3, j3, j4, j4, j5, j5, j6, j6, raw_isr
