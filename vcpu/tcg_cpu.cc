@@ -611,12 +611,17 @@ struct TcgCallbacks {
   static void TranslateInsn(void* db, void* cpu) {
     TcgCpu* self = t_running;
     const uint64_t pc = static_cast<uabi::DisasContextBasePrefix*>(db)->pc_next;
-    if (self != nullptr && self->SubstituteAt(pc)) {
-      self->stats_.substituted++;
-      t_substitute_at = pc;
-    } else if (self != nullptr && self->NeedsAlignmentCheck(pc)) {
-      self->stats_.alignment_checks++;
-      t_align16 = true;
+    switch (self != nullptr ? self->LookBeforeTranslation(pc) : TcgCpu::TranslateAs::kAsIs) {
+      case TcgCpu::TranslateAs::kSubstitute:
+        self->stats_.substituted++;
+        t_substitute_at = pc;
+        break;
+      case TcgCpu::TranslateAs::kAlign16:
+        self->stats_.alignment_checks++;
+        t_align16 = true;
+        break;
+      case TcgCpu::TranslateAs::kAsIs:
+        break;
     }
     t_translate_insn(db, cpu);
     t_substitute_at = kNoSubstitute;
@@ -1778,46 +1783,38 @@ Substitute SubstituteKind(const uint8_t* b, size_t n, bool code64, size_t* modrm
 }
 }  // namespace
 
-bool TcgCpu::SubstituteAt(uint64_t pc) {
+TcgCpu::TranslateAs TcgCpu::LookBeforeTranslation(uint64_t pc) {
   // The translator fetches pc's byte next, so pc's page is mapped; bytes on
   // the next page are not looked at (an instruction there may not reach
-  // it, and QEMU's fetch would fault).
-  // Prefixes, then 0F 01 and the ModRM; anything else ends the look at once.
-  uint8_t b[17];
-  size_t n = 0;
-  for (;; n++) {
-    if (n == sizeof b || ((pc + n) >> 12) != (pc >> 12)) return false;
-    b[n] = static_cast<uint8_t>(cpu_ldub_code_x86_64(env_, pc + n));
-    if (n >= 2 && b[n - 2] == 0x0F && b[n - 1] == 0x01) break;  // b[n]: the ModRM
-    if (n >= 1 && b[n - 1] == 0x0F) {
-      if (b[n] != 0x01) return false;
-    } else if (b[n] != 0x0F && !IsPrefix(b[n], true)) {
-      return false;
-    }
-  }
-  n++;
-  return SubstituteKind(b, n, (env_->hflags & kHfCs64) != 0) != Substitute::kNone;
-}
-
-bool TcgCpu::NeedsAlignmentCheck(uint64_t pc) {
-  // A cheap look first, as in SubstituteAt (within pc's page): prefixes,
-  // 0F, then an opcode byte of the SSE rows (0F 10-17, 28-2F, 38, 3A, 50-7F,
-  // C2, C4-C6, D0-FF); then a full decode through the guest's paging.
+  // it, and QEMU's fetch would fault). Prefixes, then 0F: anything else (most
+  // instructions, at their first byte) is translated as it is. After 0F:
+  // 01 and a ModRM may be an instruction vbts performs (SubstituteKind); an
+  // opcode byte of the SSE rows (10-17, 28-2F, 38, 3A, 50-7F, C2, C4-C6,
+  // D0-FF; or one on the next page) is decoded in full for the alignment
+  // rule (DecodedInsn::sse_aligned_m128).
   const uint32_t hf = env_->hflags;
   const bool code64 = (hf & kHfCs64) != 0;
+  uint8_t b[17];
   size_t n = 0;
-  uint8_t x = 0;
-  for (;; n++) {
-    if (n == 15 || ((pc + n) >> 12) != (pc >> 12)) return false;
-    x = static_cast<uint8_t>(cpu_ldub_code_x86_64(env_, pc + n));
-    if (!IsPrefix(x, code64)) break;
-  }
-  if (x != 0x0F) return false;
-  if (((pc + n + 1) >> 12) == (pc >> 12)) {
-    const uint8_t op = static_cast<uint8_t>(cpu_ldub_code_x86_64(env_, pc + n + 1));
+  auto fetch = [&] {
+    if (n == sizeof b || ((pc + n) >> 12) != (pc >> 12)) return false;
+    b[n] = static_cast<uint8_t>(cpu_ldub_code_x86_64(env_, pc + n));
+    n++;
+    return true;
+  };
+  do {
+    if (!fetch()) return TranslateAs::kAsIs;
+  } while (IsPrefix(b[n - 1], code64));
+  if (b[n - 1] != 0x0F) return TranslateAs::kAsIs;
+  if (fetch()) {
+    const uint8_t op = b[n - 1];
+    if (op == 0x01) {
+      return fetch() && SubstituteKind(b, n, code64) != Substitute::kNone ? TranslateAs::kSubstitute
+                                                                          : TranslateAs::kAsIs;
+    }
     const bool sse_row = (op >= 0x10 && op <= 0x17) || (op >= 0x28 && op <= 0x2F) || op == 0x38 || op == 0x3A ||
                          (op >= 0x50 && op <= 0x7F) || op == 0xC2 || (op >= 0xC4 && op <= 0xC6) || op >= 0xD0;
-    if (!sse_row) return false;
+    if (!sse_row) return TranslateAs::kAsIs;
   }
   // QEMU's hflags: CS32 (bit 4), SS32 (5), PE (7), LMA (14), CS64 (15), VM (17).
   DecodeMode mode;
@@ -1828,9 +1825,9 @@ bool TcgCpu::NeedsAlignmentCheck(uint64_t pc) {
   else if (hf & (1u << 17)) mode.mode = CpuMode::kVirtual8086;
   else mode.mode = cs32 ? CpuMode::kProtected32 : CpuMode::kProtected16;
   mode.stack_width = code64 ? 64 : (hf & (1u << 5)) ? 32 : 16;
-  uint8_t b[15];
-  absl::StatusOr<DecodedInsn> insn = DecodeCode(pc, mode, b, n);
-  return insn.ok() && insn->sse_aligned_m128;
+  uint8_t full[15];
+  absl::StatusOr<DecodedInsn> insn = DecodeCode(pc, mode, full, n);
+  return insn.ok() && insn->sse_aligned_m128 ? TranslateAs::kAlign16 : TranslateAs::kAsIs;
 }
 
 absl::StatusOr<DecodedInsn> TcgCpu::DecodeCode(uint64_t linear, DecodeMode mode, uint8_t (&b)[15], size_t& n) {

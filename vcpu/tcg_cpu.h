@@ -307,13 +307,13 @@ class TcgCpu {
   bool ReadCode(uint64_t linear, uint8_t& byte);
   // Up to 15 bytes at `linear` (as many as are readable) and their decoding.
   absl::StatusOr<DecodedInsn> DecodeCode(uint64_t linear, DecodeMode mode, uint8_t (&bytes)[15], size_t& n);
-  // Instructions QEMU 5.0 gets wrong inline (docs/tcg-engine.md):
-  // whether the one at linear `pc` is one (read through QEMU's fetch, within
-  // pc's page), and, at the #UD its substitute raised, vbts performing it.
-  bool SubstituteAt(uint64_t pc);
-  // True if the instruction at linear `pc` is a legacy SSE instruction whose
-  // m128 operand must be 16-byte aligned (DecodedInsn::sse_aligned_m128).
-  bool NeedsAlignmentCheck(uint64_t pc);
+  // Instructions QEMU 5.0 gets wrong inline (docs/tcg-engine.md): how the
+  // instruction at linear `pc` is to be translated (its bytes read once,
+  // through QEMU's fetch, within pc's page): as it is, as UD2 for vbts to
+  // perform at the #UD (CompleteSubstituted), or with the 16-byte alignment
+  // check of its m128 operand (DecodedInsn::sse_aligned_m128).
+  enum class TranslateAs { kAsIs, kSubstitute, kAlign16 };
+  TranslateAs LookBeforeTranslation(uint64_t pc);
   bool CompleteSubstituted();
   // At a #GP(0) QEMU raised in 64-bit mode: the instruction's non-canonical
   // data addresses are all SS-based (then it is #SS(0)).
