@@ -100,6 +100,8 @@ std::vector<CpuModel> MakeModels() {
     p.mem_loads_event = 0x010B;
     p.mem_stores_event = 0x020B;
     p.l1d = {64, 8};  // 32 KB 8-way L1D (CPUID.4 of Westmere parts)
+    p.load_latency_event = 0x100B;  // MEM_INST_RETIRED.LATENCY_ABOVE_THRESHOLD
+    p.dram_source = 0x0C;
     models.push_back(std::move(m));
   }
   {
@@ -224,6 +226,8 @@ std::vector<CpuModel> MakeModels() {
     p.mem_loads_event = 0x81D0;
     p.mem_stores_event = 0x82D0;
     p.l1d = {64, 8};  // 32 KB 8-way L1D (CPUID.4 of Skylake client parts)
+    p.load_latency_event = 0x01CD;  // MEM_TRANS_RETIRED.LOAD_LATENCY
+    p.dram_source = 0x0A;
     models.push_back(std::move(m));
   }
   {
@@ -282,6 +286,8 @@ std::vector<CpuModel> MakeModels() {
     p.mem_loads_event = 0x81D0;
     p.mem_stores_event = 0x82D0;
     p.l1d = {64, 12};  // 48 KB 12-way L1D (CPUID.4 of Ice Lake server parts)
+    p.load_latency_event = 0x01CD;  // MEM_TRANS_RETIRED.LOAD_LATENCY
+    p.dram_source = 0x0A;
     models.push_back(std::move(m));
   }
   return models;

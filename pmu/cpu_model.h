@@ -94,6 +94,17 @@ struct PmuModel {
   // brought into the L1D; Linux's `L1-dcache-load-misses` on these CPUs);
   // sets 0: the event counts nothing (docs/pmu-model.md, "L1D replacements").
   CacheLevelGeometry l1d;
+  // The load-latency event (event | umask << 8; 0: none, and no MSR 3F6H):
+  // MEM_INST_RETIRED.LATENCY_ABOVE_THRESHOLD (0BH/10H, Westmere) and
+  // MEM_TRANS_RETIRED.LOAD_LATENCY (CDH/01H, Skylake, Ice Lake), with its
+  // threshold in MSR_PEBS_LD_LAT_THRESHOLD (3F6H); Linux's `mem-loads`
+  // (docs/pmu-model.md, "Load latency and data source").
+  uint16_t load_latency_event = 0;
+  // The PEBS data-source encoding of a load served by local DRAM: 0CH
+  // ("L3 miss, local DRAM, exclusive") on Westmere, 0AH on Skylake and
+  // later, where 0CH means a remote forward (Linux's pebs_data_source[] and
+  // its Skylake patch-up).
+  uint8_t dram_source = 0;
 };
 inline constexpr uint64_t kPerfCapFullWidthWrite = 1ull << 13;
 inline constexpr uint64_t kPerfCapPebsBaseline = 1ull << 14;  // adaptive PEBS (SDM 18.9.2)

@@ -33,6 +33,16 @@ constexpr uint32_t kMsrGlobalCtrl = 0x38F;
 constexpr uint32_t kMsrGlobalOvfCtrl = 0x390;
 constexpr uint32_t kMsrPebsEnable = 0x3F1;
 constexpr uint32_t kMsrPebsDataCfg = 0x3F2;  // adaptive PEBS (SDM 18.9.2.3)
+constexpr uint32_t kMsrPebsLdLat = 0x3F6;    // MSR_PEBS_LD_LAT_THRESHOLD: bits 15:0 (SDM vol. 4)
+
+// The model's load latencies in core cycles, by the level that serves the
+// load (docs/pmu-model.md, "Load latency and data source"): vbts has no
+// timing model, so each level has one latency, the measured load-to-use
+// latencies of a Skylake client core (L1D 4, L2 12, L3 44 cycles) and a
+// round 200 cycles for DRAM.  Linux's default `perf mem` threshold (30)
+// lets L3 hits and DRAM through.
+enum DataLevel : uint8_t { kLevelNone = 0, kLevelL1 = 1, kLevelL2 = 2, kLevelLlc = 3, kLevelDram = 4 };
+constexpr uint16_t kLoadLatency[5] = {0, 4, 12, 44, 200};
 constexpr uint32_t kMsrAPmc0 = 0x4C1;
 constexpr uint32_t kMsrDsArea = 0x600;
 // The intercepted ranges reserve room for the largest geometry of any model.
@@ -115,6 +125,13 @@ struct VirtualPmu::State {
   uint64_t pebs_enable = 0;
   uint64_t pebs_armed = 0;  // PEBS-enabled counters that overflowed (GP i: bit i, fixed i: bit 32+i)
   uint64_t pebs_data_cfg = 0;  // MSR_PEBS_DATA_CFG (adaptive PEBS)
+  uint64_t ld_lat_threshold = 0;  // MSR_PEBS_LD_LAT_THRESHOLD
+  // Where the current instruction's data came from (ObserveDataAccess, while
+  // WantsDataSource()): the slowest level of its loads, and whether it
+  // stored and every store hit the L1D.  Taken by the instruction's
+  // Observe, cleared at every observed boundary.
+  uint8_t insn_load_level = kLevelNone;
+  bool insn_stored = false, insn_store_l1_miss = false;
   uint64_t ler_from = 0, ler_to = 0;
   std::array<LbrEntry, kMaxLbr> lbr{};
   uint32_t tos = 0;
@@ -213,6 +230,7 @@ struct VirtualPmu::State {
     branch.branch_insn = true;
     for (int level = 0; level < 2; level++) {
       plain_gp_[level] = plain_fixed_[level] = branch_gp_[level] = load_gp_[level] = store_gp_[level] = 0;
+      ldlat_gp_[level] = 0;
       for (int i = 0; i < pmu.gp_counters; i++) {
         const uint64_t sel = gp[i].evtsel;
         if (!CounterEnabled(i, false) || !(sel & (level == 0 ? kEvtOs : kEvtUsr))) continue;
@@ -220,6 +238,7 @@ struct VirtualPmu::State {
         if (GpIncrement(sel, branch)) branch_gp_[level] |= 1u << i;
         if (IsMemEvent(sel, pmu.mem_loads_event)) load_gp_[level] |= 1u << i;
         if (IsMemEvent(sel, pmu.mem_stores_event)) store_gp_[level] |= 1u << i;
+        if (IsMemEvent(sel, pmu.load_latency_event)) ldlat_gp_[level] |= 1u << i;
       }
       for (int i = 0; i < pmu.fixed_counters; i++) {
         if (CounterEnabled(i, true) && (((fixed_ctrl >> (4 * i)) & 0xF) & (level == 0 ? 1 : 2)))
@@ -233,6 +252,8 @@ struct VirtualPmu::State {
   // The counters that count retired loads / stores (docs/pmu-model.md,
   // "Retired loads and stores"), per level as above.
   mutable uint32_t load_gp_[2] = {0, 0}, store_gp_[2] = {0, 0};
+  // ... and those that count loads above the latency threshold.
+  mutable uint32_t ldlat_gp_[2] = {0, 0};
   // An event select of the model's retired-load or -store event (`event`:
   // event | umask << 8, 0 for none), without CMASK (vbts's cycle is one
   // instruction: a CMASK of 1 would count the same, and INV with it the
@@ -243,7 +264,26 @@ struct VirtualPmu::State {
   }
   bool CountsMemory() const {
     PlainMasks();
-    return (load_gp_[0] | load_gp_[1] | store_gp_[0] | store_gp_[1]) != 0;
+    return (load_gp_[0] | load_gp_[1] | store_gp_[0] | store_gp_[1] | ldlat_gp_[0] | ldlat_gp_[1]) != 0;
+  }
+  // Where data comes from matters to a load-latency counter (what it counts,
+  // and its PEBS record's data source and latency) and to a PEBS-enabled
+  // retired-stores counter (the record's L1D-hit bit): the caches then see
+  // every data access.
+  bool WantsDataSource() const {
+    PlainMasks();
+    return ((ldlat_gp_[0] | ldlat_gp_[1]) != 0) || (((store_gp_[0] | store_gp_[1]) & pebs_enable) != 0);
+  }
+  // The PEBS data-source field of a load served from `level` (SDM vol. 3B,
+  // the load-latency data-source encodings; Linux's pebs_data_source[]).
+  uint64_t LoadSource(uint8_t level) const {
+    switch (level) {
+      case kLevelL1: return 0x01;   // L1D hit
+      case kLevelL2: return 0x03;   // L2 hit
+      case kLevelLlc: return 0x04;  // L3 hit, no snoop needed
+      case kLevelDram: return pmu.dram_source;
+      default: return 0;
+    }
   }
 
   bool AnyCounterEnabled() const {
@@ -427,6 +467,12 @@ struct VirtualPmu::State {
     uint32_t counting = b.branch_insn ? branch_gp_[level] : plain_gp_[level];
     if (b.mem & 1) counting |= load_gp_[level];
     if (b.mem & 2) counting |= store_gp_[level];
+    // The load-latency event: an instruction whose slowest load took longer
+    // than the threshold (SDM 18.3.4.4.2: "loads with latencies greater than
+    // this value are eligible for counting").
+    if ((b.mem & 1) && insn_load_level != kLevelNone &&
+        kLoadLatency[insn_load_level] > (ld_lat_threshold & 0xFFFF))
+      counting |= ldlat_gp_[level];
     for (uint32_t m = counting; m; m &= m - 1) {
       const int i = std::countr_zero(m);
       const uint64_t sel = gp[i].evtsel;
@@ -525,10 +571,12 @@ struct VirtualPmu::State {
       r[k++] = counters;
       r[k++] = after->tsc;
       if (cfg & kCfgMemInfo) {
-        // Memory access address (of a retired-load or -store event's
-        // instruction, SDM 18.9.2.3), then data source, latency and TSX
-        // information: 0 (not modelled, docs/pmu-model.md).
-        r[k] = DataLinearAddress(counters, b) & m32;
+        // Memory access address, data source ("memory auxiliary info"),
+        // latency, then TSX information: 0 (SDM 18.9.2.3; no TSX).
+        const MemInfo mi = MemoryInfo(counters, b);
+        r[k] = mi.address & m32;
+        r[k + 1] = mi.source;
+        r[k + 2] = mi.latency;
         k += 4;
       }
       if (cfg & kCfgGprs) {
@@ -559,11 +607,16 @@ struct VirtualPmu::State {
       for (int k = 0; k < 8; k++) r[2 + k] = after->gpr[kOrder[k]] & m32;
       for (int k = 0; k < 8; k++) r[10 + k] = full ? after->gpr[8 + k] : 0;
       if (rec >= 0xB0) r[18] = format >= 3 ? counters : global_status;  // 90H: applicable counters / GLOBAL_STATUS
-      // 98H data linear address (format 3, DataLA: the retired-load and
-      // -store events' instruction), A0H data source, A8H latency: no load
-      // latency or data source model (0). Format 1 fills 98H for load
-      // latency only (SDM 18.8.1.2), which vbts does not count.
-      if (format >= 3) r[19] = DataLinearAddress(counters, b) & m32;
+      // 98H data linear address, A0H data source, A8H latency (SDM 18.8.1.2
+      // and table 18-55): format 1 fills them for load-latency records only,
+      // format 3 also the address of the retired-load and -store events'
+      // instruction (DataLA) and a store's L1D-hit bit.
+      const MemInfo mi = MemoryInfo(counters, b);
+      if (format >= 3 || mi.load_latency) {
+        r[19] = mi.address & m32;
+        r[20] = mi.source;
+        r[21] = mi.latency;
+      }
       if (rec >= 0xC0) r[22] = b.from & m32;  // B0H EventingIP: the instruction that caused the assist
       // B8H TX abort information: 0 (no TSX); C0H TSC at the assist.
       if (rec >= 0xC8) r[24] = after->tsc;
@@ -594,15 +647,32 @@ struct VirtualPmu::State {
     return absl::OkStatus();
   }
 
-  // The data linear address a PEBS record holds for the counters that
-  // caused it: the store's when one of them counts retired stores, else the
-  // load's when one counts retired loads, else 0.
-  uint64_t DataLinearAddress(uint64_t counters, const Branch& b) const {
+  // What a PEBS record says about the memory access of the instruction that
+  // caused it, for the counters that caused it (docs/pmu-model.md, "Load
+  // latency and data source"): a load-latency counter's load with its data
+  // source and latency; else a retired-stores counter's store, with bit 0 of
+  // the data source set when the store hit the L1D (Linux's
+  // precise_datala_hsw()); else a retired-loads counter's load address.
+  struct MemInfo {
+    uint64_t address = 0, source = 0, latency = 0;
+    bool load_latency = false;
+  };
+  MemInfo MemoryInfo(uint64_t counters, const Branch& b) const {
     const uint32_t gp_mask = static_cast<uint32_t>(counters & 0xFFFFFFFFu);
     const int level = b.cpl_from == 0 ? 0 : 1;
-    if ((gp_mask & store_gp_[level]) && (b.mem & 2)) return b.store_la;
-    if ((gp_mask & load_gp_[level]) && (b.mem & 1)) return b.load_la;
-    return 0;
+    MemInfo mi;
+    if ((gp_mask & ldlat_gp_[level]) && (b.mem & 1)) {
+      mi.address = b.load_la;
+      mi.source = LoadSource(insn_load_level);
+      mi.latency = kLoadLatency[insn_load_level];
+      mi.load_latency = true;
+    } else if ((gp_mask & store_gp_[level]) && (b.mem & 2)) {
+      mi.address = b.store_la;
+      mi.source = (insn_stored && !insn_store_l1_miss) ? 1 : 0;
+    } else if ((gp_mask & load_gp_[level]) && (b.mem & 1)) {
+      mi.address = b.load_la;
+    }
+    return mi;
   }
 
   bool LbrFiltered(const Branch& b) const {
@@ -787,6 +857,7 @@ std::vector<MsrRange> VirtualPmu::InterceptedMsrs() const {
   r.push_back({kMsrPerfCapabilities, kMsrPerfCapabilities});
   r.push_back({kMsrFixedCtrCtrl, kMsrGlobalOvfCtrl});
   r.push_back({kMsrPebsEnable, kMsrPebsDataCfg});
+  r.push_back({kMsrPebsLdLat, kMsrPebsLdLat});
   r.push_back({kMsrAPmc0, kMsrAPmc0 + kMaxGp - 1});
   r.push_back({kMsrDsArea, kMsrDsArea});
   if (lbr) {
@@ -857,6 +928,7 @@ MsrResult VirtualPmu::ReadMsr(uint32_t msr) const {
   if (msr == kMsrPerfCapabilities) return p.pdcm ? ok(p.perf_capabilities) : gp;
   if (msr == kMsrPebsEnable) return (p.ds && p.pdcm) ? ok(s.pebs_enable) : gp;
   if (msr == kMsrPebsDataCfg) return s.adaptive() ? ok(s.pebs_data_cfg) : gp;
+  if (msr == kMsrPebsLdLat) return p.load_latency_event ? ok(s.ld_lat_threshold) : gp;
   if (msr == p.lbr.tos && p.lbr.entries) return ok(s.tos);
   if (msr == kMsrLbrSelect) return p.lbr.select ? ok(s.lbr_select) : gp;
   if (msr == p.lbr.ler_from && p.lbr.entries) return ok(s.ler_from);
@@ -935,8 +1007,17 @@ MsrResult VirtualPmu::WriteMsr(uint32_t msr, uint64_t v) {
   if (msr == kMsrPerfCapabilities) return gp;  // read-only
   if (msr == kMsrPebsEnable) {
     if (!(p.ds && p.pdcm) || (v & ~s.PebsEnableMask())) return gp;
-    s.pebs_enable = v;  // bits 32-35 (load latency) are accepted; no latency is measured
+    // Bits 32-35 (LL_EN, up to format 3) are kept: the load-latency event
+    // counts, and its records carry the load's fields, with or without them
+    // (docs/pmu-model.md, "Load latency and data source").
+    s.pebs_enable = v;
     s.pebs_armed &= v;
+    return ok;
+  }
+  if (msr == kMsrPebsLdLat) {
+    // SDM vol. 4: bits 15:0 the threshold (R/W), the rest reserved.
+    if (!p.load_latency_event || (v >> 16)) return gp;
+    s.ld_lat_threshold = v;
     return ok;
   }
   if (msr == kMsrPebsDataCfg) {
@@ -1028,28 +1109,47 @@ bool VirtualPmu::NeedsObservation() const {
   return (s.debugctl & observed) || s.BtsOn() || s.AnyCounterEnabled();
 }
 
-bool VirtualPmu::WantsDataAccesses() const { return s_->CountsLlc() || s_->CountsL1d(); }
+bool VirtualPmu::WantsDataAccesses() const {
+  return s_->CountsLlc() || s_->CountsL1d() || s_->WantsDataSource();
+}
 
-PmuEffects VirtualPmu::ObserveDataAccess(uint64_t pa, uint32_t size, uint8_t cpl) {
+PmuEffects VirtualPmu::ObserveDataAccess(uint64_t pa, uint32_t size, uint8_t cpl, DataAccessKind kind) {
   State& s = *s_;
   PmuEffects fx;
-  const bool llc = s.CountsLlc(), l1d = s.CountsL1d();
-  if (size == 0 || !(llc || l1d)) return fx;
+  const bool llc = s.CountsLlc(), l1d = s.CountsL1d(), source = s.WantsDataSource();
+  if (size == 0 || !(llc || l1d || source)) return fx;
   if (s.pmu.perfmon_version >= 4 && (s.global_status & kStatusCtrFrz)) return fx;
-  // Every line the access touches (an unaligned one may touch two).
+  // Every line the access touches (an unaligned one may touch two).  The
+  // L1D model sees the accesses while L1D.REPLACEMENT or the data source
+  // matters, the L2/LLC model while an LLC event or the data source does;
+  // each sees every access then (docs/pmu-model.md).
   const uint64_t first = pa / kCacheLineBytes, last = (pa + size - 1) / kCacheLineBytes;
   bool overflow_pmi = false;
   for (uint64_t line = first; line <= last && line >= first; line++) {
-    if (l1d && s.l1d.Access(line * kCacheLineBytes).llc_reference) {  // missed the L1D: a line replaced
-      for (int i = 0; i < s.pmu.gp_counters; i++) {
-        const uint64_t sel = s.gp[i].evtsel;
-        if (!s.CounterEnabled(i, false) || !(sel & (cpl == 0 ? kEvtOs : kEvtUsr)) || !s.IsL1dReplacement(sel)) continue;
-        if (s.AddToGp(i, 1) && (sel & kEvtInt)) overflow_pmi = true;
+    bool l1_hit = true;
+    if (l1d || source) {
+      l1_hit = !s.l1d.Access(line * kCacheLineBytes).llc_reference;
+      if (!l1_hit && l1d) {  // missed the L1D: a line replaced
+        for (int i = 0; i < s.pmu.gp_counters; i++) {
+          const uint64_t sel = s.gp[i].evtsel;
+          if (!s.CounterEnabled(i, false) || !(sel & (cpl == 0 ? kEvtOs : kEvtUsr)) || !s.IsL1dReplacement(sel))
+            continue;
+          if (s.AddToGp(i, 1) && (sel & kEvtInt)) overflow_pmi = true;
+        }
       }
     }
-    if (!llc) continue;
-    const CacheModel::Outcome o = s.cache.Access(line * kCacheLineBytes);
-    if (!o.llc_reference) continue;
+    CacheModel::Outcome o;
+    if (llc || source) o = s.cache.Access(line * kCacheLineBytes);
+    if (source) {
+      if (kind == DataAccessKind::kLoad) {
+        const uint8_t level = l1_hit ? kLevelL1 : !o.llc_reference ? kLevelL2 : !o.llc_miss ? kLevelLlc : kLevelDram;
+        s.insn_load_level = std::max(s.insn_load_level, level);
+      } else {
+        s.insn_stored = true;
+        if (!l1_hit) s.insn_store_l1_miss = true;
+      }
+    }
+    if (!llc || !o.llc_reference) continue;
     for (int i = 0; i < s.pmu.gp_counters; i++) {
       if (!s.CounterEnabled(i, false)) continue;
       const uint64_t sel = s.gp[i].evtsel;
@@ -1178,6 +1278,8 @@ absl::StatusOr<PmuEffects> VirtualPmu::Observe(const Branch& b, LinearMemory& me
   // BTF: single-step on branches (SDM 17.4.3): with TF set, the trap follows
   // a taken branch only; without BTF, every instruction.
   if (!event && guest_tf) fx.single_step_trap = !(s.debugctl & kDbgBtf) || b.taken();
+  s.insn_load_level = kLevelNone;  // the next instruction's accesses follow
+  s.insn_stored = s.insn_store_l1_miss = false;
   return fx;
 }
 

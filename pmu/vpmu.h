@@ -127,8 +127,13 @@ class VirtualPmu {
   // physical address.  ObserveDataAccess runs the access through the
   // model's caches and counts it; a counter that overflows requests a PMI,
   // which the engine delivers at the next instruction boundary it observes.
+  // The load-latency event and the data source of PEBS records (docs/pmu-
+  // model.md, "Load latency and data source") need to know which accesses
+  // load and which store: an instruction's accesses are reported before the
+  // instruction's Observe, a read-modify-write one as a load, then a store.
+  enum class DataAccessKind : uint8_t { kLoad, kStore };
   bool WantsDataAccesses() const;
-  PmuEffects ObserveDataAccess(uint64_t pa, uint32_t size, uint8_t cpl);
+  PmuEffects ObserveDataAccess(uint64_t pa, uint32_t size, uint8_t cpl, DataAccessKind kind = DataAccessKind::kLoad);
   // A PEBS-enabled counter has overflowed: the next instruction it counts
   // writes a PEBS record, which needs that instruction's resulting registers.
   bool WantsRegs() const;

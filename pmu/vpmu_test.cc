@@ -771,6 +771,121 @@ class PebsSkylakeTest : public PebsTest {
   PebsSkylakeTest() : PebsTest("skylake") {}
 };
 
+// --- Load latency and data source (docs/pmu-model.md, "Load latency and
+// data source"). The engines report each data access before the
+// instruction's Observe; Load() does both for a one-load instruction at CPL 0.
+using Kind = VirtualPmu::DataAccessKind;
+PmuEffects LoadAt(VirtualPmu& pmu, LinearMemory& lin, uint64_t pa, uint64_t pc, const GuestRegs* r = nullptr) {
+  pmu.ObserveDataAccess(pa, 4, 0, Kind::kLoad);
+  Branch b;
+  b.kind = BranchKind::kNone;
+  b.from = pc;
+  b.to = pc + 3;
+  b.mem = 1;
+  b.load_la = 0xC0000000u + pa;  // a linear address != the physical one
+  absl::StatusOr<PmuEffects> fx = pmu.Observe(b, lin, false, r);
+  EXPECT_TRUE(fx.ok()) << fx.status();
+  return fx.ok() ? *fx : PmuEffects{};
+}
+
+TEST_F(PebsTest, LoadLatencyThresholdMsr) {
+  // MSR_PEBS_LD_LAT_THRESHOLD (3F6H): bits 15:0 R/W, the rest reserved (SDM vol. 4).
+  EXPECT_EQ(Rd(0x3F6), 0u);
+  Wr(0x3F6, 0xFFFF);
+  EXPECT_EQ(Rd(0x3F6), 0xFFFFu);
+  EXPECT_TRUE(pmu_.WriteMsr(0x3F6, 0x10000).gp);
+  EXPECT_EQ(Rd(0x3F6), 0xFFFFu);
+}
+
+TEST_F(PebsTest, LoadLatencyCountsLoadsSlowerThanTheThreshold) {
+  // PMC0 counts MEM_INST_RETIRED.LATENCY_ABOVE_THRESHOLD (0BH/10H) with threshold 11: of the
+  // model's latencies (L1D 4, L2 12, L3 44, DRAM 200 cycles) all but L1D hits count.
+  Wr(0x186, 0x100B | (1u << 16) | (1u << 17) | (1u << 22));
+  Wr(0xC1, 0);
+  Wr(0x3F6, 11);
+  Wr(0x38F, 1);
+  EXPECT_TRUE(pmu_.WantsDataAccesses());
+  EXPECT_TRUE(pmu_.CountsMemoryInstructions());
+  LoadAt(pmu_, lin_, 0x100000, 0x100);  // cold: DRAM (its pair 0x100040 comes into L2 and L3)
+  EXPECT_EQ(Rd(0xC1), 1u);
+  LoadAt(pmu_, lin_, 0x100000, 0x100);  // L1D hit: 4 <= 11
+  EXPECT_EQ(Rd(0xC1), 1u);
+  LoadAt(pmu_, lin_, 0x100040, 0x100);  // the pair: L1D miss, L2 hit (12)
+  EXPECT_EQ(Rd(0xC1), 2u);
+  // Eight more lines 32 KB apart share 0x100000's L1D set (64 sets) and L2 set (512 sets,
+  // 8 ways): it leaves both, but stays in the 16-way L3 -> an L3 hit (44).
+  for (uint64_t k = 1; k <= 8; k++) LoadAt(pmu_, lin_, 0x100000 + k * 0x8000, 0x100);  // 8 x DRAM
+  EXPECT_EQ(Rd(0xC1), 10u);
+  LoadAt(pmu_, lin_, 0x100000, 0x100);
+  EXPECT_EQ(Rd(0xC1), 11u);
+  // A store, and an instruction without memory operands, are not this event's.
+  pmu_.ObserveDataAccess(0x900000, 4, 0, Kind::kStore);
+  Branch store = Jmp(0x200, 0x203, 0, BranchKind::kNone);
+  store.mem = 2;
+  store.store_la = 0x900000;
+  Obs(store);
+  Obs(Jmp(0x203, 0x205, 0, BranchKind::kNone));
+  EXPECT_EQ(Rd(0xC1), 11u);
+  // The threshold compares with the slowest of an instruction's loads: a 200-cycle load is
+  // not counted at threshold 200, and counted at 199.
+  Wr(0x3F6, 200);
+  LoadAt(pmu_, lin_, 0xA00000, 0x100);
+  EXPECT_EQ(Rd(0xC1), 11u);
+  Wr(0x3F6, 199);
+  LoadAt(pmu_, lin_, 0xB00000, 0x100);
+  EXPECT_EQ(Rd(0xC1), 12u);
+}
+
+TEST_F(PebsTest, LoadLatencyRecordHoldsAddressSourceAndLatency) {
+  // Format 1 (Westmere) fills 98H, A0H, A8H for load-latency records (SDM 18.8.1.2). PMC0
+  // counts the event from 2^48 - 1 at threshold 30 (Linux's `perf mem` default), PEBS on it.
+  SetUpPebs(0xB0 * 4, 0xB0 * 4, 0xFFFFFFFFFFFFull);
+  Wr(0x38F, 0);
+  Wr(0x186, 0x100B | (1u << 16) | (1u << 17) | (1u << 22));
+  Wr(0xC1, 0xFFFFFFFF);  // sign-extended: 2^48 - 1
+  Wr(0x3F1, 1 | (1ull << 32));  // PEBS and LL_EN on PMC0
+  Wr(0x3F6, 30);
+  Wr(0x38F, 1);
+  GuestRegs r;
+  LoadAt(pmu_, lin_, 0x200000, 0x100);  // DRAM: counted, wraps PMC0: armed
+  EXPECT_TRUE(pmu_.WantsRegs());
+  LoadAt(pmu_, lin_, 0x200000, 0x103, &r);  // L1D hit (4): not an event, no assist
+  EXPECT_EQ(Mem64(kDsArea + 0x28), kPebs);
+  LoadAt(pmu_, lin_, 0x300000, 0x106, &r);  // DRAM: the assist
+  EXPECT_EQ(Mem64(kDsArea + 0x28), kPebs + 0xB0);
+  EXPECT_EQ(Mem64(kPebs + 0x08), 0x109u);          // RIP: after the load
+  EXPECT_EQ(Mem64(kPebs + 0x98), 0xC0300000u);     // data linear address
+  EXPECT_EQ(Mem64(kPebs + 0xA0), 0x0Cu);           // L3 miss, local DRAM, exclusive (Westmere's encoding)
+  EXPECT_EQ(Mem64(kPebs + 0xA8), 200u);            // latency
+  // A record for INST_RETIRED on format 1 leaves the three fields 0.
+  Wr(0x38F, 0);
+  Wr(0x186, 0xC0 | (1u << 16) | (1u << 17) | (1u << 22));
+  Wr(0xC1, 0xFFFFFFFF);
+  Wr(0x38F, 1);
+  LoadAt(pmu_, lin_, 0x400000, 0x200);  // wraps
+  LoadAt(pmu_, lin_, 0x500000, 0x203, &r);
+  EXPECT_EQ(Mem64(kDsArea + 0x28), kPebs + 2 * 0xB0);
+  EXPECT_EQ(Mem64(kPebs + 0xB0 + 0x98), 0u);
+  EXPECT_EQ(Mem64(kPebs + 0xB0 + 0xA0), 0u);
+  EXPECT_EQ(Mem64(kPebs + 0xB0 + 0xA8), 0u);
+}
+
+TEST_F(VpmuTest, DataSourceNeedsNoCacheModelWhenNothingAsksForIt) {
+  // PEBS on INST_RETIRED alone: no counter cares where data comes from.
+  Wr(0x186, 0xC0 | (1u << 16) | (1u << 22));
+  Wr(0x3F1, 1);
+  Wr(0x38F, 1);
+  EXPECT_FALSE(pmu_.WantsDataAccesses());
+  // Retired stores counted without PEBS: neither.
+  Wr(0x187, 0x020B | (1u << 16) | (1u << 22));
+  Wr(0x38F, 3);
+  EXPECT_FALSE(pmu_.WantsDataAccesses());
+  // With PEBS on that counter, a record's L1D-hit bit needs the L1D model.
+  Wr(0x3F1, 3);
+  EXPECT_TRUE(pmu_.WantsDataAccesses());
+}
+
+
 // --- Adaptive PEBS, record format 4 (icelake-server). SDM vol. 3B 18.9.2
 // "Adaptive PEBS": MSR_PEBS_DATA_CFG (3F2H) selects record groups after the
 // basic group; the record is adaptive for counters whose Adaptive_Record bit
@@ -918,9 +1033,34 @@ TEST_F(PebsIcelakeTest, MemoryInfoGroupHoldsTheLoadAddress) {
   EXPECT_EQ(Mem64(kPebs + 0x00), (0x40ull << 48) | 1);
   EXPECT_EQ(Mem64(kPebs + 0x08), 0x104u);
   EXPECT_EQ(Mem64(kPebs + 0x20), 0x00007FFF00000040ull);  // memory access address
-  EXPECT_EQ(Mem64(kPebs + 0x28), 0u);
-  EXPECT_EQ(Mem64(kPebs + 0x30), 0u);
-  EXPECT_EQ(Mem64(kPebs + 0x38), 0u);
+  EXPECT_EQ(Mem64(kPebs + 0x28), 0u);  // data source: ALL_LOADS records carry none
+  EXPECT_EQ(Mem64(kPebs + 0x30), 0u);  // latency: load-latency records only
+  EXPECT_EQ(Mem64(kPebs + 0x38), 0u);  // TSX: none
+}
+
+TEST_F(PebsIcelakeTest, MemoryInfoGroupOfALoadLatencyRecord) {
+  // Perfmon v5: the load-latency event needs no LL_EN bit (Linux sets none on v5). An L3 hit:
+  // a line evicted from L1D (64 sets, 12 ways) and L2 (1024 sets, 20 ways) by 20 lines 64 KB
+  // apart, kept in the 12-way L3 of 81920 sets, where those lines fall in other sets.
+  PebsDs(0x1000, 0x1000);
+  Wr(0x3F2, 1);  // MemInfo
+  Wr(0x3F1, 1);
+  Wr(0x3F6, 30);
+  Wr(0xC1, 0);
+  Wr(0x186, 0x01CD | kEn | kAdaptive);
+  Wr(0x38F, 1);
+  for (uint64_t k = 0; k <= 20; k++) LoadAt(pmu_, lin_, 0x1000000 + k * 0x10000, 0x100);  // 21 x DRAM
+  EXPECT_EQ(Rd(0xC1), 21u);
+  Wr(0xC1, 0xFFFFFFFFFFFFull);
+  LoadAt(pmu_, lin_, 0x3000000, 0x100);  // DRAM: wraps, armed
+  GuestRegs r;
+  LoadAt(pmu_, lin_, 0x1000000, 0x200, &r);
+  ASSERT_EQ(Mem64(kDsArea + 0x28), kPebs + 0x40);
+  const uint64_t rec = kPebs;
+  EXPECT_EQ(Mem64(rec + 0x08), 0x200u);
+  EXPECT_EQ(Mem64(rec + 0x20), 0xC1000000u);  // address
+  EXPECT_EQ(Mem64(rec + 0x28), 0x04u);        // data source: L3 hit
+  EXPECT_EQ(Mem64(rec + 0x30), 44u);          // latency
 }
 
 // A counter without its Adaptive_Record bit writes the basic group alone
@@ -1082,11 +1222,49 @@ TEST_F(PebsSkylakeTest, RetiredStoreRecordHoldsTheDataLinearAddress) {
   rmw.to = 0x203;
   rmw.mem = 3;
   rmw.load_la = rmw.store_la = 0x7010;
-  ObsRegs(rmw, r);  // the next store: the assist
+  // The next store: the assist. Its operand is read, then written (as the engines report a
+  // read-modify-write access): the load brings the line into the L1D, so the store hits it.
+  pmu_.ObserveDataAccess(0x7010, 4, 0, VirtualPmu::DataAccessKind::kLoad);
+  pmu_.ObserveDataAccess(0x7010, 4, 0, VirtualPmu::DataAccessKind::kStore);
+  ObsRegs(rmw, r);
   EXPECT_EQ(Mem64(kDsArea + 0x28), kPebs + 0xC8);
   EXPECT_EQ(Mem64(kPebs + 0x98), 0x7010u);  // data linear address
-  EXPECT_EQ(Mem64(kPebs + 0xA0), 0u);       // data source: not modelled
+  EXPECT_EQ(Mem64(kPebs + 0xA0), 1u);       // data source bit 0: the store hit the L1D
+  EXPECT_EQ(Mem64(kPebs + 0xA8), 0u);       // latency: load-latency records only
   EXPECT_EQ(Mem64(kPebs + 0xB0), 0x200u);   // EventingIP
+  // Wrapped again (reset 2^48 - 2: two stores), then a store to a cold line: bit 0 clear.
+  for (uint64_t k = 0; k < 2; k++) {
+    pmu_.ObserveDataAccess(0x7010, 4, 0, VirtualPmu::DataAccessKind::kStore);
+    Obs(store);
+  }
+  pmu_.ObserveDataAccess(0x9000, 4, 0, VirtualPmu::DataAccessKind::kStore);
+  store.store_la = 0x9000;
+  ObsRegs(store, r);
+  EXPECT_EQ(Mem64(kDsArea + 0x28), kPebs + 2 * 0xC8);
+  EXPECT_EQ(Mem64(kPebs + 0xC8 + 0x98), 0x9000u);
+  EXPECT_EQ(Mem64(kPebs + 0xC8 + 0xA0), 0u);  // an L1D miss
+}
+
+TEST_F(PebsSkylakeTest, LoadLatencyRecordHoldsSkylakesDramEncoding) {
+  // MEM_TRANS_RETIRED.LOAD_LATENCY (CDH/01H), format 3: DRAM is 0AH (Skylake's encoding).
+  SetUpPebs(0xC8 * 4, 0xC8 * 4, 0xFFFFFFFFFFFFull);
+  Wr(0x38F, 0);
+  Wr(0x186, 0x01CD | (1u << 16) | (1u << 17) | (1u << 22));
+  Wr(0xC1, 0xFFFFFFFFFFFFull);
+  Wr(0x3F1, 1 | (1ull << 32));
+  Wr(0x3F6, 3);  // the minimum: every load counts (L1D 4 > 3)
+  Wr(0x38F, 1);
+  GuestRegs r;
+  LoadAt(pmu_, lin_, 0x200000, 0x100);  // wraps
+  LoadAt(pmu_, lin_, 0x200000, 0x103, &r);  // L1D hit: an event at threshold 3: the assist
+  EXPECT_EQ(Mem64(kPebs + 0x98), 0xC0200000u);
+  EXPECT_EQ(Mem64(kPebs + 0xA0), 0x01u);  // L1D hit
+  EXPECT_EQ(Mem64(kPebs + 0xA8), 4u);
+  LoadAt(pmu_, lin_, 0x300000, 0x106, &r);  // reset 2^48 - 1: wraps again
+  LoadAt(pmu_, lin_, 0x400000, 0x109, &r);
+  EXPECT_EQ(Mem64(kPebs + 0xC8 + 0xA0), 0x0Au);
+  EXPECT_EQ(Mem64(kPebs + 0xC8 + 0xA8), 200u);
+  EXPECT_EQ(Mem64(kPebs + 0xC8 + 0xB0), 0x109u);  // EventingIP
 }
 
 TEST_F(PebsSkylakeTest, WrmsrIsAPebsEventOnlyWhenItLeavesTheCounterCounting) {
@@ -1142,6 +1320,11 @@ class CoreDuoTest : public VpmuTest {
  protected:
   CoreDuoTest() : VpmuTest("core-duo") {}
 };
+
+TEST_F(CoreDuoTest, NoLoadLatencyFacility) {
+  EXPECT_TRUE(pmu_.ReadMsr(0x3F6).gp);
+  EXPECT_TRUE(pmu_.WriteMsr(0x3F6, 3).gp);
+}
 
 TEST_F(CoreDuoTest, ThirtyTwoBitDsFormatAndPackedLbrs) {
   // No DTES64: 4-byte fields, 12-byte records (SDM 17.4.9.2, figure 17-5).

@@ -330,7 +330,7 @@ struct TcgCallbacks {
     }
   }
   // Any data access while a data-access hook is set (SetDataAccessHook).
-  static void DataAccess(uc_engine*, uc_mem_type, uint64_t address, int size, int64_t, void* user) {
+  static void DataAccess(uc_engine*, uc_mem_type type, uint64_t address, int size, int64_t, void* user) {
     auto* self = static_cast<TcgCpu*>(user);
     // Not the frames and table reads of an event delivery: the KVM engine's
     // tracer, which lists each instruction's own operands, does not see them.
@@ -344,7 +344,8 @@ struct TcgCallbacks {
       pa = t->gpa.value;
     }
     if (pa >= self->config_.ram_bytes) return;  // MMIO, nothing: not cached
-    self->data_access_hook_(pa, static_cast<uint32_t>(size), static_cast<uint8_t>(env->hflags & uabi::kHfCplMask));
+    self->data_access_hook_(pa, static_cast<uint32_t>(size), static_cast<uint8_t>(env->hflags & uabi::kHfCplMask),
+                            type == UC_MEM_WRITE);
   }
   // A debugger's breakpoint (a code hook bounded to its address): before
   // the instruction, unless the catch-all code hook checks it (DebugCheck)

@@ -256,7 +256,7 @@ class TcgCpu {
   // event delivery), with its guest-physical address,
   // size and the CPL, while set (the virtual PMU's LLC events).  Every
   // memory access then leaves QEMU's fast path.  Set between runs only.
-  using DataAccessHook = std::function<void(uint64_t pa, uint32_t size, uint8_t cpl)>;
+  using DataAccessHook = std::function<void(uint64_t pa, uint32_t size, uint8_t cpl, bool write)>;
   void SetDataAccessHook(DataAccessHook hook);
   bool has_data_access_hook() const { return static_cast<bool>(data_access_hook_); }
   // Why the last Run() ended for the debugger (kNone: another reason).

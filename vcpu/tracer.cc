@@ -298,7 +298,11 @@ void Tracer::NoteRetired(const Boundary& p) {
       absl::StatusOr<pmu::Translation> t =
           pmu::Translate(p.paging, mem_, Gva(a.linear), pmu::Access{}, /*set_accessed_dirty=*/false);
       if (!t.ok() || !t->fault.ok()) continue;  // the instruction faulted there; it did not retire
-      if (t->gpa.value < mem_.size()) ObserveDataAccess(t->gpa.value, a.size, p.cpl);  // MMIO is not cached
+      if (t->gpa.value >= mem_.size()) continue;  // MMIO is not cached
+      // A read-modify-write operand is a load, then a store (as QEMU's TCG
+      // reports it).
+      if (a.read) ObserveDataAccess(t->gpa.value, a.size, p.cpl, /*write=*/false);
+      if (a.write) ObserveDataAccess(t->gpa.value, a.size, p.cpl, /*write=*/true);
     }
   }
   if (!emulate_data_bps_) return;

@@ -141,10 +141,11 @@ class Tracer : public StepObserver {
   // operands while the virtual PMU wants them (LLC events).
   void SetEngineReportsDataAccesses(bool on) { data_access_hook_ = on; }
   // One data access of the guest at physical `pa`, by code at `cpl`, for
-  // the virtual PMU's LLC events; a PMI it causes is raised at the next
-  // boundary (true: one is due now).
-  bool ObserveDataAccess(uint64_t pa, uint32_t size, uint8_t cpl) {
-    if (pmu_.ObserveDataAccess(pa, size, cpl).pmi) pmi_due_ = true;
+  // the virtual PMU's cache events and data sources; a PMI it causes is
+  // raised at the next boundary (true: one is due now).
+  bool ObserveDataAccess(uint64_t pa, uint32_t size, uint8_t cpl, bool write) {
+    using Kind = pmu::VirtualPmu::DataAccessKind;
+    if (pmu_.ObserveDataAccess(pa, size, cpl, write ? Kind::kStore : Kind::kLoad).pmi) pmi_due_ = true;
     return pmi_due_;
   }
   void RefreshGuestBreakpoints() {

@@ -852,9 +852,9 @@ void Machine::UpdateTcgObservation() {
     if (!want_data) {
       tcg_->SetDataAccessHook(nullptr);
     } else {
-      tcg_->SetDataAccessHook([this](uint64_t pa, uint32_t size, uint8_t cpl) {
+      tcg_->SetDataAccessHook([this](uint64_t pa, uint32_t size, uint8_t cpl, bool write) {
         // A PMI is due: the next instruction boundary is reported.
-        if (tracer_->ObserveDataAccess(pa, size, cpl)) tcg_->RequestStop();
+        if (tracer_->ObserveDataAccess(pa, size, cpl, write)) tcg_->RequestStop();
       });
     }
   }
