@@ -47,41 +47,15 @@
 
 main:
         PERFMON_REQUIRE 2, 2, .skip
-        mov eax, 1
-        call dbg_cpuid32
-        mov edx, eax
-        shr edx, 8
-        and edx, 0xF
-        cmp edx, 6
-        jne .skip
-        mov edx, eax                    ; display model: extended model << 4 | model
-        shr edx, 12
-        and edx, 0xF0
-        shr eax, 4
-        and eax, 0xF
-        or eax, edx
+        call dbg_core_gen32
         mov dword [ev_load], 0x010B
         mov dword [ev_store], 0x020B
-        cmp eax, 0x25
-        je .go
-        cmp eax, 0x2C
-        je .go
-        cmp eax, 0x2F
+        cmp eax, 1
         je .go
         mov dword [ev_load], 0x81D0
         mov dword [ev_store], 0x82D0
-        cmp eax, 0x4E
-        je .go
-        cmp eax, 0x5E
-        je .go
-        cmp eax, 0x6A
-        je .go
-        cmp eax, 0x6C
-        je .go
-        cmp eax, 0x7D
-        je .go
-        cmp eax, 0x7E
-        je .go
+        test eax, eax
+        jnz .go
 .skip:
         SKIP "retired load/store events: arch perfmon v2 on a Westmere, Skylake or Ice Lake model"
         ret
