@@ -645,6 +645,7 @@ struct TcgCallbacks {
   // neither counted nor reported twice. A skipped one is taken back (the new
   // block then starts at it after the instruction before, as at a page
   // boundary); a reported one is re-entered without a second report.
+  static void TcgContext(TcgCpu* self, void* s) { self->tcg_ctx_ = s; }
   static void Restarted(TcgCpu* self) {
     const uint64_t at = self->env_->segs[uabi::kCs].base + self->env_->eip;
     if (self->last_start_ != at) return;
@@ -1285,6 +1286,15 @@ void translator_loop_x86_64(const void* ops, void* db, void* cpu, void* tb, int 
   if (ns > 0) vbts::vcpu::g_translation_ns.fetch_add(static_cast<uint64_t>(ns), std::memory_order_relaxed);
 }
 
+// Each translation block QEMU allocates in its code buffer: the engine
+// learns its TCGContext (TcgCpu::ReclaimCode).
+void* tcg_tb_alloc_x86_64(void* s) {
+  using Fn = void* (*)(void*);
+  static const auto original = vbts::vcpu::Original<Fn>("tcg_tb_alloc_x86_64");
+  if (vbts::vcpu::TcgCpu* self = vbts::vcpu::t_running) TcgCallbacks::TcgContext(self, s);
+  return original(s);
+}
+
 // Every opcode byte the translator fetches.
 uint32_t cpu_ldub_code_x86_64(void* env, uint64_t addr) {
   using Fn = uint32_t (*)(void*, uint64_t);
@@ -1557,6 +1567,7 @@ absl::Status TcgCpu::SelfCheck() {
                                    {"cpu_loop_exit_noexc_x86_64", reinterpret_cast<void*>(&cpu_loop_exit_noexc_x86_64)},
                                    {"translator_loop_x86_64", reinterpret_cast<void*>(&translator_loop_x86_64)},
                                    {"cpu_ldub_code_x86_64", reinterpret_cast<void*>(&cpu_ldub_code_x86_64)},
+                                   {"tcg_tb_alloc_x86_64", reinterpret_cast<void*>(&tcg_tb_alloc_x86_64)},
                                    {"tlb_set_page_with_attrs_x86_64", reinterpret_cast<void*>(&tlb_set_page_with_attrs_x86_64)},
                                    {"tlb_flush_by_mmuidx_x86_64", reinterpret_cast<void*>(&tlb_flush_by_mmuidx_x86_64)},
                                    {"helper_iret_protected_x86_64", reinterpret_cast<void*>(&helper_iret_protected_x86_64)},
@@ -1989,6 +2000,17 @@ void TcgCpu::FlushCode() {
   rep_probe_.linear = ~0ull;
 }
 
+void TcgCpu::ReclaimCode() {
+  if (tcg_ctx_ == nullptr) return;
+  using Fn = size_t (*)(void*);
+  static const auto code_size = Original<Fn>("tcg_code_size_x86_64");
+  if (code_size(tcg_ctx_) < config_.code_reclaim_bytes) return;
+  // QEMU's tb_flush (Unicorn zeroes the whole buffer: ~0.2 s, rare).
+  uc_ctl(uc_, UC_CTL_WRITE(UC_CTL_TB_FLUSH, 0));
+  rep_probe_.linear = ~0ull;
+  stats_.code_reclaims++;
+}
+
 void TcgCpu::InterruptPending() {
   At<uint32_t>(cpu_, uabi::kCpuInterruptRequest) |= uabi::kInterruptHard;
   Kick();
@@ -2215,6 +2237,7 @@ void TcgCpu::Watch() {
 absl::StatusOr<TcgStop> TcgCpu::Run(uint64_t timeout_us) {
   stats_.runs++;
   SyncCodeHook();
+  SyncDataHook();
   allow_delivery_ = false;
   stop_requested_ = halted_ = triple_fault_ = false;
   kick_ = false;
@@ -2239,6 +2262,7 @@ absl::StatusOr<TcgStop> TcgCpu::Run(uint64_t timeout_us) {
                       timeout_us * 1000;
     watch_cv_.notify_all();
   }
+  ReclaimCode();
   const uc_err e = uc_emu_start(uc_, env_->eip, ~0ull, 0, 0);
   if (timeout_us != 0) {
     std::lock_guard<std::mutex> lock(watch_mu_);
@@ -2310,20 +2334,37 @@ void TcgCpu::SetDebugWatchpoints(std::vector<DebugWatch> watches) {
 }
 
 void TcgCpu::SetDataAccessHook(DataAccessHook hook) {
-  const bool had = static_cast<bool>(data_access_hook_);
   data_access_hook_ = std::move(hook);
-  if (had == static_cast<bool>(data_access_hook_)) return;
-  if (had) {
-    DeleteHook(data_mem_hook_);
-    data_mem_hook_ = 0;
-  } else {
+  SyncDataHook();
+}
+
+void TcgCpu::SyncDataHook() {
+  if (data_access_hook_) {
+    data_hook_idle_since_.reset();
+    if (data_mem_hook_ != 0) return;  // still installed (lingering): the translations have it
     uc_hook h = 0;
     // begin > end: every address.
     if (uc_hook_add(uc_, &h, UC_HOOK_MEM_READ | UC_HOOK_MEM_WRITE, reinterpret_cast<void*>(&TcgCallbacks::DataAccess),
-                    this, 1, 0) == UC_ERR_OK)
+                    this, 1, 0) == UC_ERR_OK) {
       data_mem_hook_ = h;
+      stats_.data_hook_adds++;
+    }
+    FlushCode();  // memory hooks are compiled into the translations
+    return;
   }
-  FlushCode();  // memory hooks are compiled into the translations
+  if (data_mem_hook_ == 0) return;
+  // Unused, the hook lingers (Config::code_hook_linger) as the code hook
+  // does, calling nothing: a guest that turns its cache events off and on
+  // around each PMI (Linux's perf) would otherwise have all its code
+  // retranslated twice per PMI.
+  const auto now = std::chrono::steady_clock::now();
+  if (!data_hook_idle_since_) data_hook_idle_since_ = now;
+  if (now - *data_hook_idle_since_ < config_.code_hook_linger) return;
+  DeleteHook(data_mem_hook_);
+  data_mem_hook_ = 0;
+  data_hook_idle_since_.reset();
+  stats_.data_hook_removals++;
+  FlushCode();
 }
 
 bool TcgCpu::UpdateDebugCode() {

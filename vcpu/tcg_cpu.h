@@ -124,6 +124,10 @@ struct TcgStats {
   // The catch-all code hook compiled into the translations (each costs a
   // retranslation of all code), and removed after lingering unused.
   uint64_t code_hook_adds = 0, code_hook_removals = 0;
+  // Likewise the data-access hook (SetDataAccessHook), which lingers too.
+  uint64_t data_hook_adds = 0, data_hook_removals = 0;
+  // The code buffer emptied before a run (Config::code_reclaim_bytes).
+  uint64_t code_reclaims = 0;
 };
 
 class TcgCpu {
@@ -138,6 +142,14 @@ class TcgCpu {
     // How long the catch-all code hook stays installed, unused, after the
     // last user let it go (SyncCodeHook).
     std::chrono::milliseconds code_hook_linger{100};
+    // When QEMU's translated code reaches this size, Run empties the code
+    // buffer before it starts (ReclaimCode).  Translations vbts invalidates
+    // (FlushCode: every switch of what is observed) stay in the buffer, and
+    // a buffer that fills while the guest runs is flushed from inside QEMU's
+    // translator, which Unicorn 2.0.1 survives only sometimes (a crash in
+    // tb_set_jmp_target; docs/tcg-engine.md, "The code buffer").  Unicorn's
+    // buffer holds 1 GiB.
+    uint64_t code_reclaim_bytes = 512ull << 20;
   };
   // Fails with a clear message when the library is not the one
   // unicorn_abi.h pins, or a self-check of what vbts relies on fails.
@@ -269,6 +281,12 @@ class TcgCpu {
   // Guest memory changed behind the engine's back (the loader, the KVM
   // engine): drops every translation.
   void FlushCode();
+  // The code buffer emptied when it holds Config::code_reclaim_bytes, at
+  // the start of Run: outside QEMU's execution loop.
+  void ReclaimCode();
+  // Installs the data-access hook QEMU calls, or removes it once unused for
+  // Config::code_hook_linger.
+  void SyncDataHook();
 
   // QEMU's CPU model (UC_CPU_X86_*) closest to a vbts CPU model (pmu/cpu_model.h).
   static int UnicornModelFor(const std::string& vbts_model);
@@ -449,7 +467,11 @@ class TcgCpu {
   std::vector<DebugWatch> debug_watches_;
   std::vector<size_t> debug_mem_hooks_;
   DataAccessHook data_access_hook_;
+  // QEMU's TCGContext, which tcg_tb_alloc (interposed) gives at the first
+  // translation; nullptr before (ReclaimCode).
+  void* tcg_ctx_ = nullptr;
   size_t data_mem_hook_ = 0;
+  std::optional<std::chrono::steady_clock::time_point> data_hook_idle_since_;
   bool debug_code_ = false;      // the code hook must check before each instruction
   bool ss_shadow_ = false;       // the last of (SS load, STI) was an SS load
   bool mmio_written_ = false;    // a store reached a device since the store helper began

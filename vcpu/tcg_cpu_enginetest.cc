@@ -241,6 +241,32 @@ TEST_F(TcgCpuTest, TranslationTimeIsCountedOnlyWhenCodeIsTranslated) {
   EXPECT_EQ(TcgCpu::TranslationNs(), translated);
 }
 
+TEST_F(TcgCpuTest, AFullCodeBufferIsEmptiedBetweenRuns) {
+  // Each FlushCode leaves the invalidated translations in QEMU's code buffer;
+  // at Config::code_reclaim_bytes (here 64 KiB) Run empties it before it
+  // starts, and the guest runs on. Each round below translates three blocks
+  // again (to the loop, the loop, the HLT), each a TranslationBlock (~180
+  // bytes) and its host code: ~1.1 KB a round measured, so 150 rounds pass
+  // 64 KiB at least once (twice as measured).
+  cpu_.reset();
+  TcgCpu::Config config{mem_.bytes().data(), mem_.bytes().size(), UC_CPU_X86_WESTMERE, &devices_,
+                        std::chrono::milliseconds(0)};
+  config.code_reclaim_bytes = 64 << 10;
+  auto cpu = TcgCpu::Create(config);
+  VBTS_ASSERT_OK(cpu.status());
+  cpu_ = std::move(*cpu);
+  devices_.cpu = cpu_.get();
+  // mov ecx, 1000; L: dec ecx; jnz L; hlt
+  Code(kCodeRip, {0xb9, 0xe8, 0x03, 0x00, 0x00, 0x49, 0x75, 0xfd, 0xf4});
+  for (int round = 0; round < 150; round++) {
+    cpu_->FlushCode();
+    CpuState st = RunFrom(Pm32(0));
+    ASSERT_EQ(st.gpr[kRcx], 0u);
+    ASSERT_EQ(st.rip, kCodeRip + 9);
+  }
+  EXPECT_GE(cpu_->stats().code_reclaims, 1u);
+}
+
 TEST_F(TcgCpuTest, Ud2IsDeliveredToTheGuest) {
   // #UD is a fault: the pushed EIP is the UD2 itself (SDM vol. 3A 6.15).
   Gate32(6, MakeGate(kIntGate32, kCode32K, 0x600, 0));
@@ -669,6 +695,41 @@ TEST_F(TcgCpuTest, RemovingTheInstructionHookLeavesCr2AndTheNextPageFaultAlone) 
   EXPECT_EQ(st.cr2, 0x80000000u);
   EXPECT_EQ(Read32(kKernelStack - 16), 0u);        // error code
   EXPECT_EQ(Read32(kKernelStack - 12), 0x101000u);  // EIP of the MOV
+}
+
+TEST_F(TcgCpuTest, AnUnusedDataAccessHookLingersUncalled) {
+  // The data-access hook is compiled into the translations as well: let go,
+  // it stays for Config::code_hook_linger (here 200 ms), calling nothing,
+  // so that counters turned off and on around each PMI cost no
+  // retranslation. mov eax, [0x5000]; mov [0x5004], eax; hlt
+  Recreate(std::chrono::milliseconds(200));
+  Code(kCodeRip, {0xa1, 0x00, 0x50, 0x00, 0x00, 0xa3, 0x04, 0x50, 0x00, 0x00, 0xf4});
+  int loads = 0, stores = 0;
+  auto count = [&](uint64_t pa, uint32_t size, uint8_t, bool write) {
+    EXPECT_EQ(size, 4u);
+    EXPECT_EQ(pa, write ? 0x5004u : 0x5000u);
+    (write ? stores : loads)++;
+  };
+  cpu_->SetDataAccessHook(count);
+  RunFrom(Pm32(0));
+  EXPECT_EQ(loads, 1);
+  EXPECT_EQ(stores, 1);
+  cpu_->SetDataAccessHook(nullptr);
+  RunFrom(Pm32(0));
+  EXPECT_EQ(loads + stores, 2);
+  cpu_->SetDataAccessHook(count);
+  RunFrom(Pm32(0));
+  EXPECT_EQ(loads, 2);
+  EXPECT_EQ(stores, 2);
+  EXPECT_EQ(cpu_->stats().data_hook_adds, 1u);
+  EXPECT_EQ(cpu_->stats().data_hook_removals, 0u);
+  // Unused for longer than the linger, it goes at the next run.
+  cpu_->SetDataAccessHook(nullptr);
+  std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  RunFrom(Pm32(0));
+  RunFrom(Pm32(0));
+  EXPECT_EQ(cpu_->stats().data_hook_removals, 1u);
+  EXPECT_EQ(loads + stores, 4);
 }
 
 TEST_F(TcgCpuTest, AnUnusedCodeHookLingersAndAnInterruptStillComesAtOnce) {

@@ -527,12 +527,13 @@ RunResult Machine::Finish(RunEnd end, int status, std::string message) {
     const vcpu::TcgStats& t = tcg_->stats();
     absl::StrAppendFormat(&r.details,
                           "tcg: %u runs, %u exceptions/INT n delivered, %u port I/O, %u MMIO, %u MSR, %u CPUID, "
-                          "%u HLT; code hook added %u times, removed %u times\n"
+                          "%u HLT; code hook added %u times, removed %u times; data-access hook added %u times, removed %u times; "
+                          "code buffer emptied %u times\n"
                           "tcg: corrected QEMU 5.0: %u instructions performed by vbts (%u translated as UD2), %u "
                           "#SS for #GP, %u branch faults moved, %u SSE instructions translated with their alignment check "
                           "(%u #GP); %u restarts after a store into the running block\n",
                           t.runs, t.exceptions, t.port_io, t.mmio, t.msr, t.cpuid, t.halts, t.code_hook_adds,
-                          t.code_hook_removals, t.performed, t.substituted, t.stack_faults, t.branch_faults,
+                          t.code_hook_removals, t.data_hook_adds, t.data_hook_removals, t.code_reclaims, t.performed, t.substituted, t.stack_faults, t.branch_faults,
                           t.alignment_checks, t.alignment_faults, t.restarts);
   }
   if (tracer_) {

@@ -315,6 +315,24 @@ __asm__(".text\n"
         "mem_loop:\n\tmov %rdi, %rcx\n"
         "1:\n\tmov %rcx, -8(%rsp)\n\tadd -8(%rsp), %rax\n\tdec %rcx\n\tjnz 1b\n\tret\n");
 
+// The load-latency workload (`/init sweep`): one store to each line of a 2 MB
+// buffer (its pages come in on first touch), then a load from every other
+// line of it, 16384 loads 128 bytes apart (sweep_load_insn). The buffer is
+// larger than the L2 of every model (256 KB, 1.25 MB on icelake-server) and
+// smaller than every L3, so each of those loads finds its line in the L3
+// (docs/pmu-model.md, "Load latency and data source").
+#define SWEEP_BYTES (2u << 20)
+static uint8_t sweep_buf[SWEEP_BYTES] __attribute__((aligned(4096)));
+extern void sweep_store(void* p, uint64_t lines);
+extern uint64_t sweep_load(const void* p, uint64_t loads);
+extern char sweep_load_insn[];
+__asm__(".text\n"
+        ".globl sweep_store, sweep_load, sweep_load_insn\n"
+        "sweep_store:\n\tmov %rsi, %rcx\n"
+        "1:\n\tmov %rcx, (%rdi)\n\tadd $64, %rdi\n\tdec %rcx\n\tjnz 1b\n\tret\n"
+        "sweep_load:\n\tmov %rsi, %rcx\n\txor %eax, %eax\n"
+        "sweep_load_insn:\n\tadd (%rdi), %rax\n\tadd $128, %rdi\n\tdec %rcx\n\tjnz sweep_load_insn\n\tret\n");
+
 // `-- run CMD ARGS` on the kernel command line: CMD's exit status is the
 // verdict (0 all passed, 77 skipped, anything else, or a signal, failed).
 static void run_command(char** argv) {
@@ -344,13 +362,18 @@ int main(int argc, char** argv) {
     mem_loop(strtoull(argv[2], NULL, 0));
     return 0;
   }
+  if (argc > 1 && strcmp(argv[1], "sweep") == 0 && getpid() != 1) {
+    sweep_store(sweep_buf, SWEEP_BYTES / 64);
+    return sweep_load(sweep_buf, SWEEP_BYTES / 128) != 0 ? 0 : 1;  // the values stored: never all 0
+  }
   if (argc > 2 && strcmp(argv[1], "chain") == 0 && getpid() != 1) {
     chain_outer(strtoull(argv[2], NULL, 0));
     return 0;
   }
   // `/init where`: the addresses perf-tool.sh looks for in `perf script -F ip`.
   if (argc > 1 && strcmp(argv[1], "where") == 0 && getpid() != 1) {
-    printf("%lx %lx %lx\n", (unsigned long)tool_loop_head, (unsigned long)tool_loop_jnz, (unsigned long)tool_loop_ret);
+    printf("%lx %lx %lx %lx\n", (unsigned long)tool_loop_head, (unsigned long)tool_loop_jnz, (unsigned long)tool_loop_ret,
+           (unsigned long)sweep_load_insn);
     return 0;
   }
   // `-- poweroff` on the kernel command line (scripts/bench-linux.py): boot,

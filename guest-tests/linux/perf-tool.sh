@@ -44,7 +44,7 @@ echo 0 > /proc/sys/kernel/perf_cpu_time_max_percent
 # could differ by more than their loops, on any CPU.
 echo 0 > /proc/sys/kernel/randomize_va_space
 set -- $(/init where)
-head_ip=$1 jnz_ip=$2 ret_ip=$3
+head_ip=$1 jnz_ip=$2 ret_ip=$3 sweep_ip=$4
 
 # perf stat: instructions:u of the whole process at 1000 and 2000 iterations.
 # Both runs execute the same instructions outside the loop (the arguments
@@ -65,6 +65,41 @@ m2=$(perf stat -x, -e L1-dcache-loads:u,L1-dcache-stores:u -- /init mem 2000 2>&
 set -- $m1 $m2
 check "perf stat L1-dcache" "$([ $(($3 - $1)) = 1000 ] && [ $(($4 - $2)) = 1000 ] && echo 1)" \
   "loads:u $1 / $3, stores:u $2 / $4 at 1000 / 2000 iterations (expected differences 1000 and 1000)"
+
+# perf mem (docs/pmu-model.md, "Load latency and data source"): `/init sweep`
+# loads 16384 lines 128 bytes apart that the model's L3 holds and its L1D and
+# L2 do not (init.c): 16384 loads of 44 cycles, above perf mem's threshold of
+# 30 (mem-loads,ldlat=30). With a period of 127 a record comes every 128
+# events (the counter wraps; the next event makes the record: the next-event
+# rule, as for instructions:upp below), so exactly 16384 / 128 = 128 samples
+# at that load wherever the periods start, each with the data source "L3 hit"
+# and weight 44; 128 records stay below the buffer's threshold, so no PMI (and
+# no reprogramming of the counter) falls in the loop. --all-user: the kernel's
+# loads would otherwise count too, wherever an interrupt falls.
+perf mem record -t load -c 127 --all-user -o ld.data -- /init sweep >/dev/null 2>&1
+perf script -i ld.data -F ip,data_src,weight > ld.txt 2>/dev/null
+at=$(grep -c " $sweep_ip$" ld.txt)
+l3=$(grep -c "|LVL L3 or L3 hit|.* 44 *$sweep_ip$" ld.txt)
+check "perf mem loads" "$([ "$at/$l3" = 128/128 ] && echo 1)" \
+  "$(wc -l < ld.txt) samples, $at at the sweep's load, $l3 of them L3 hits of weight 44 (expected 128 and 128)"
+
+# perf mem stores: MEM_INST_RETIRED.ALL_STORES with PEBS (Skylake on; Linux has
+# no mem-stores event on Westmere): the record's data-source bit 0 says the
+# store hit the L1D. mem_loop's 1000 stores go to one red-zone slot, in the
+# L1D from the first on: with a period of 99, exactly 10 samples there, all
+# "L1 hit".
+read -r pmu < /sys/bus/event_source/devices/cpu/caps/pmu_name
+if [ "$pmu" = westmere ]; then
+  check "perf mem stores" "$([ ! -e /sys/bus/event_source/devices/cpu/events/mem-stores ] && echo 1)" \
+    "$pmu: no mem-stores event (expected: Linux has none for Nehalem and Westmere)"
+else
+  perf mem record -t store -c 99 --all-user -o st.data -- /init mem 1000 >/dev/null 2>&1
+  perf script -i st.data -F ip,sym,data_src > st.txt 2>/dev/null
+  at=$(grep -c "mem_loop" st.txt)
+  hit=$(grep -c "|OP STORE|LVL L1 hit|.*mem_loop" st.txt)
+  check "perf mem stores" "$([ "$at/$hit" = 10/10 ] && echo 1)" \
+    "$(wc -l < st.txt) samples, $at in mem_loop, $hit of them L1 hits (expected 10 and 10)"
+fi
 
 # perf record -e intel_bts//u: the BTS records of the process in perf's AUX
 # area (`--per-thread`: intel_bts traces tasks, not CPUs). The loop's jnz is
@@ -121,7 +156,6 @@ check "instructions:upp" "$([ "$head/$jnz" = 20/0 ] || [ "$head/$jnz" = 0/20 ] &
 # loop (as for -b above) has the call chain tool_loop, chain_inner,
 # chain_outer, main, and then glibc's start-up frames. Westmere has no call
 # stack: the kernel refuses the event (arch/x86/events/intel/lbr.c).
-read -r pmu < /sys/bus/event_source/devices/cpu/caps/pmu_name
 if perf record -q --call-graph lbr -e instructions:u -c 10000 -o cs.data -- /init chain 100000 > cs.err 2>&1; then
   # One line per sample: its frames joined by "|".
   perf script -i cs.data -F ip,sym 2>/dev/null | tr -s ' \t' '  ' | tr '\n' '|' | sed 's/|||*/\n/g' > cs.txt

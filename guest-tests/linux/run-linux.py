@@ -49,8 +49,8 @@ PMU_LINES = {
 
 
 INIT_CHECKS = ("instructions:u", "intel_bts", "lbr", "pebs")
-PERF_TOOL_CHECKS = ("perf stat", "perf stat L1-dcache", "intel_bts", "branches -c 1", "perf record -b",
-                    "instructions:upp", "call-graph lbr")
+PERF_TOOL_CHECKS = ("perf stat", "perf stat L1-dcache", "perf mem loads", "perf mem stores", "intel_bts",
+                    "branches -c 1", "perf record -b", "instructions:upp", "call-graph lbr")
 
 
 def main():
