@@ -149,20 +149,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         pmu.NoteKernelDebugCtl(in.Value());
         pmu.KernelDebugCtl();
         break;
-      case 9: {  // a data access, for the LLC events (any address, size and CPL)
+      case 9: {  // a data access, for the cache events and data sources (any address, size, CPL, kind)
         const uint64_t pa = in.Value();
         const uint32_t n = in.U8();
-        const uint8_t cpl = in.U8() & 3;
+        const uint8_t f = in.U8();
         pmu.WantsDataAccesses();
-        pmu.ObserveDataAccess(pa, n, cpl);
+        pmu.ObserveDataAccess(pa, n, f & 3,
+                              (f & 4) ? VirtualPmu::DataAccessKind::kStore : VirtualPmu::DataAccessKind::kLoad);
         break;
       }
       case 10: {  // an event select of an event some model counts, with random flags
         static constexpr uint16_t kEvents[] = {0x00C0, 0x01C0, 0x00C4, 0x003C, 0x013C, 0x01A4,
-                                               0x4F2E, 0x412E, 0x010B, 0x020B, 0x81D0, 0x82D0, 0x0151};
+                                               0x4F2E, 0x412E, 0x010B, 0x020B, 0x81D0, 0x82D0, 0x0151,
+                                               0x100B, 0x01CD};
         const uint16_t ev = kEvents[in.U8() % (sizeof kEvents / sizeof kEvents[0])];
         const uint32_t msr = 0x186 + in.U8() % 8;
         if (pmu.Owns(msr)) pmu.WriteMsr(msr, (in.Value() & ~uint64_t{0xFFFF}) | ev);
+        // The load-latency threshold (MSR_PEBS_LD_LAT_THRESHOLD), mostly within its 16 bits.
+        if (in.U8() & 1) pmu.WriteMsr(0x3F6, in.U8() & 1 ? in.U16() : in.Value());
         break;
       }
       default:  // what the engine and `vbts run -v` query
