@@ -46,23 +46,9 @@ main:
         mov dword [event], 0x100B
         mov dword [dram], 0x0C
 .later:
-        mov eax, 1
-        call dbg_cpuid32
-        test edx, 1 << 21               ; DS
-        jz .skip
-        test ecx, 1 << 2                ; DTES64
-        jz .skip
-        test ecx, 1 << 15               ; PDCM
-        jz .skip
-        mov ecx, MSR_MISC_ENABLE
-        rdmsr
-        test eax, 1 << 12               ; PEBS unavailable
-        jnz .skip
-        mov ecx, 0x345
-        rdmsr
-        shr eax, 8
-        and eax, 0xF
-        jz .skip
+        call dbg_pmu_probe32            ; DS, DTES64, PDCM, a PEBS format, MISC_ENABLE[12] clear
+        jc .skip
+        mov eax, [dbg_pebs_fmt]
         mov [fmt], eax
         cmp eax, 3
         jb .setup                       ; format 1: 0xB0-byte records, fields at 98H
