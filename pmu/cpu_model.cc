@@ -102,6 +102,8 @@ std::vector<CpuModel> MakeModels() {
     p.l1d = {64, 8};  // 32 KB 8-way L1D (CPUID.4 of Westmere parts)
     p.load_latency_event = 0x100B;  // MEM_INST_RETIRED.LATENCY_ABOVE_THRESHOLD
     p.dram_source = 0x0C;
+    p.offcore = PmuModel::OffcoreLayout::kNehalem;
+    p.offcore_valid = 0xFFFF;  // Linux's intel_westmere_extra_regs mask (bit 11, reserved in the SDM, included)
     models.push_back(std::move(m));
   }
   {
@@ -228,6 +230,8 @@ std::vector<CpuModel> MakeModels() {
     p.l1d = {64, 8};  // 32 KB 8-way L1D (CPUID.4 of Skylake client parts)
     p.load_latency_event = 0x01CD;  // MEM_TRANS_RETIRED.LOAD_LATENCY
     p.dram_source = 0x0A;
+    p.offcore = PmuModel::OffcoreLayout::kSkylake;
+    p.offcore_valid = 0x3FFFFF8FFFull;  // Linux's intel_skl_extra_regs mask
     models.push_back(std::move(m));
   }
   {
@@ -288,6 +292,8 @@ std::vector<CpuModel> MakeModels() {
     p.l1d = {64, 12};  // 48 KB 12-way L1D (CPUID.4 of Ice Lake server parts)
     p.load_latency_event = 0x01CD;  // MEM_TRANS_RETIRED.LOAD_LATENCY
     p.dram_source = 0x0A;
+    p.offcore = PmuModel::OffcoreLayout::kSkylake;
+    p.offcore_valid = 0x3FFFFFBFFFull;  // Linux's intel_icl_extra_regs mask
     models.push_back(std::move(m));
   }
   return models;

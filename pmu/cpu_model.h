@@ -105,6 +105,15 @@ struct PmuModel {
   // later, where 0CH means a remote forward (Linux's pebs_data_source[] and
   // its Skylake patch-up).
   uint8_t dram_source = 0;
+  // OFFCORE_RESPONSE_0/1 (events B7H and BBH, umask 01H) with their request
+  // and response masks in MSR_OFFCORE_RSP_0/1 (1A6H, 1A7H): Linux's `LLC-loads`
+  // and `LLC-load-misses` on these CPUs (docs/pmu-model.md, "Offcore
+  // responses").  The layouts: Nehalem/Westmere's (request bits 7:0, response
+  // bits 15:8) and Skylake's (request 15:0, ANY_RESPONSE 16, supplier 29:17,
+  // snoop 37:31).  `offcore_valid`: the writable bits (others #GP).
+  enum class OffcoreLayout : uint8_t { kNone, kNehalem, kSkylake };
+  OffcoreLayout offcore = OffcoreLayout::kNone;
+  uint64_t offcore_valid = 0;
 };
 inline constexpr uint64_t kPerfCapFullWidthWrite = 1ull << 13;
 inline constexpr uint64_t kPerfCapPebsBaseline = 1ull << 14;  // adaptive PEBS (SDM 18.9.2)

@@ -34,6 +34,7 @@ constexpr uint32_t kMsrGlobalOvfCtrl = 0x390;
 constexpr uint32_t kMsrPebsEnable = 0x3F1;
 constexpr uint32_t kMsrPebsDataCfg = 0x3F2;  // adaptive PEBS (SDM 18.9.2.3)
 constexpr uint32_t kMsrPebsLdLat = 0x3F6;    // MSR_PEBS_LD_LAT_THRESHOLD: bits 15:0 (SDM vol. 4)
+constexpr uint32_t kMsrOffcoreRsp0 = 0x1A6;  // MSR_OFFCORE_RSP_0, _1 at 1A7H
 
 // The model's load latencies in core cycles, by the level that serves the
 // load (docs/pmu-model.md, "Load latency and data source"): vbts has no
@@ -126,6 +127,7 @@ struct VirtualPmu::State {
   uint64_t pebs_armed = 0;  // PEBS-enabled counters that overflowed (GP i: bit i, fixed i: bit 32+i)
   uint64_t pebs_data_cfg = 0;  // MSR_PEBS_DATA_CFG (adaptive PEBS)
   uint64_t ld_lat_threshold = 0;  // MSR_PEBS_LD_LAT_THRESHOLD
+  uint64_t offcore_rsp[2] = {0, 0};  // MSR_OFFCORE_RSP_0/1
   // Where the current instruction's data came from (ObserveDataAccess, while
   // WantsDataSource()): the slowest level of its loads, and whether it
   // stored and every store hit the L1D.  Taken by the instruction's
@@ -422,6 +424,32 @@ struct VirtualPmu::State {
     for (int i = 0; i < pmu.gp_counters; i++)
       if (CounterEnabled(i, false) && IsL1dReplacement(gp[i].evtsel)) return true;
     return false;
+  }
+  // OFFCORE_RESPONSE_0 (B7H/01H) and _1 (BBH/01H), without CMASK: which of
+  // MSR_OFFCORE_RSP_0/1 the select uses, or -1.
+  int OffcoreMsrOf(uint64_t evtsel) const {
+    if (pmu.offcore == PmuModel::OffcoreLayout::kNone || ((evtsel >> 24) & 0xFF)) return -1;
+    if ((evtsel & 0xFFFF) == 0x01B7) return 0;
+    if ((evtsel & 0xFFFF) == 0x01BB) return 1;
+    return -1;
+  }
+  bool CountsOffcore() const {
+    for (int i = 0; i < pmu.gp_counters; i++)
+      if (CounterEnabled(i, false) && OffcoreMsrOf(gp[i].evtsel) >= 0) return true;
+    return false;
+  }
+  // Whether a demand request that left the core (an access that missed the
+  // model's L2) matches an MSR_OFFCORE_RSP value (docs/pmu-model.md,
+  // "Offcore responses"): its request type (a load is DMND_DATA_RD, bit 0; a
+  // store DMND_RFO, bit 1) and its response, which for the model's one core
+  // is an L3 hit that needed no snoop or a miss served by local DRAM.
+  bool OffcoreMatches(uint64_t rsp, bool store, bool llc_miss) const {
+    if (!(rsp & (store ? 2 : 1))) return false;
+    if (pmu.offcore == PmuModel::OffcoreLayout::kNehalem)
+      return rsp & (llc_miss ? 1ull << 14 : 1ull << 8);  // LOCAL_DRAM : UNCORE_HIT
+    if (rsp & (1ull << 16)) return true;  // ANY_RESPONSE
+    const uint64_t supplier = llc_miss ? 1ull << 26 : 1ull << 19;  // L3_MISS_LOCAL_DRAM : L3_HIT_E
+    return (rsp & supplier) && (rsp & (1ull << 32));  // and SNOOP_NOT_NEEDED
   }
 
   // What an event select counts for one retired instruction (SDM 18.2.1.2,
@@ -858,6 +886,7 @@ std::vector<MsrRange> VirtualPmu::InterceptedMsrs() const {
   r.push_back({kMsrFixedCtrCtrl, kMsrGlobalOvfCtrl});
   r.push_back({kMsrPebsEnable, kMsrPebsDataCfg});
   r.push_back({kMsrPebsLdLat, kMsrPebsLdLat});
+  r.push_back({kMsrOffcoreRsp0, kMsrOffcoreRsp0 + 1});
   r.push_back({kMsrAPmc0, kMsrAPmc0 + kMaxGp - 1});
   r.push_back({kMsrDsArea, kMsrDsArea});
   if (lbr) {
@@ -929,6 +958,8 @@ MsrResult VirtualPmu::ReadMsr(uint32_t msr) const {
   if (msr == kMsrPebsEnable) return (p.ds && p.pdcm) ? ok(s.pebs_enable) : gp;
   if (msr == kMsrPebsDataCfg) return s.adaptive() ? ok(s.pebs_data_cfg) : gp;
   if (msr == kMsrPebsLdLat) return p.load_latency_event ? ok(s.ld_lat_threshold) : gp;
+  if (msr == kMsrOffcoreRsp0 || msr == kMsrOffcoreRsp0 + 1)
+    return p.offcore != PmuModel::OffcoreLayout::kNone ? ok(s.offcore_rsp[msr - kMsrOffcoreRsp0]) : gp;
   if (msr == p.lbr.tos && p.lbr.entries) return ok(s.tos);
   if (msr == kMsrLbrSelect) return p.lbr.select ? ok(s.lbr_select) : gp;
   if (msr == p.lbr.ler_from && p.lbr.entries) return ok(s.ler_from);
@@ -1012,6 +1043,11 @@ MsrResult VirtualPmu::WriteMsr(uint32_t msr, uint64_t v) {
     // (docs/pmu-model.md, "Load latency and data source").
     s.pebs_enable = v;
     s.pebs_armed &= v;
+    return ok;
+  }
+  if (msr == kMsrOffcoreRsp0 || msr == kMsrOffcoreRsp0 + 1) {
+    if (p.offcore == PmuModel::OffcoreLayout::kNone || (v & ~p.offcore_valid)) return gp;
+    s.offcore_rsp[msr - kMsrOffcoreRsp0] = v;
     return ok;
   }
   if (msr == kMsrPebsLdLat) {
@@ -1110,14 +1146,14 @@ bool VirtualPmu::NeedsObservation() const {
 }
 
 bool VirtualPmu::WantsDataAccesses() const {
-  return s_->CountsLlc() || s_->CountsL1d() || s_->WantsDataSource();
+  return s_->CountsLlc() || s_->CountsL1d() || s_->WantsDataSource() || s_->CountsOffcore();
 }
 
 PmuEffects VirtualPmu::ObserveDataAccess(uint64_t pa, uint32_t size, uint8_t cpl, DataAccessKind kind) {
   State& s = *s_;
   PmuEffects fx;
-  const bool llc = s.CountsLlc(), l1d = s.CountsL1d(), source = s.WantsDataSource();
-  if (size == 0 || !(llc || l1d || source)) return fx;
+  const bool llc = s.CountsLlc(), l1d = s.CountsL1d(), source = s.WantsDataSource(), offcore = s.CountsOffcore();
+  if (size == 0 || !(llc || l1d || source || offcore)) return fx;
   if (s.pmu.perfmon_version >= 4 && (s.global_status & kStatusCtrFrz)) return fx;
   // Every line the access touches (an unaligned one may touch two).  The
   // L1D model sees the accesses while L1D.REPLACEMENT or the data source
@@ -1139,7 +1175,17 @@ PmuEffects VirtualPmu::ObserveDataAccess(uint64_t pa, uint32_t size, uint8_t cpl
       }
     }
     CacheModel::Outcome o;
-    if (llc || source) o = s.cache.Access(line * kCacheLineBytes);
+    if (llc || source || offcore) o = s.cache.Access(line * kCacheLineBytes);
+    if (offcore && o.llc_reference) {  // a demand request to the uncore
+      const bool store = kind == DataAccessKind::kStore;
+      for (int i = 0; i < s.pmu.gp_counters; i++) {
+        const uint64_t sel = s.gp[i].evtsel;
+        const int m = s.OffcoreMsrOf(sel);
+        if (m < 0 || !s.CounterEnabled(i, false) || !(sel & (cpl == 0 ? kEvtOs : kEvtUsr))) continue;
+        if (!s.OffcoreMatches(s.offcore_rsp[m], store, o.llc_miss)) continue;
+        if (s.AddToGp(i, 1) && (sel & kEvtInt)) overflow_pmi = true;
+      }
+    }
     if (source) {
       if (kind == DataAccessKind::kLoad) {
         const uint8_t level = l1_hit ? kLevelL1 : !o.llc_reference ? kLevelL2 : !o.llc_miss ? kLevelLlc : kLevelDram;

@@ -1321,9 +1321,73 @@ class CoreDuoTest : public VpmuTest {
   CoreDuoTest() : VpmuTest("core-duo") {}
 };
 
+// --- Offcore responses (docs/pmu-model.md, "Offcore responses"): OFFCORE_RESPONSE_0/1
+// count the demand requests that miss the model's L2, filtered by MSR_OFFCORE_RSP_0/1.
+TEST_F(PebsSkylakeTest, OffcoreResponseCountsDemandRequestsThatLeaveTheCore) {
+  using Kind = VirtualPmu::DataAccessKind;
+  // Linux's LLC-loads and LLC-load-misses (skl_hw_cache_extra_regs): DMND_DATA_RD with
+  // ANY_RESPONSE and any snoop; DMND_DATA_RD with the L3-miss suppliers, SUPPLIER_NONE, any snoop.
+  const uint64_t kAccess = 0x3FC0010001ull, kMiss = 0x3FFC020001ull;
+  EXPECT_TRUE(pmu_.WriteMsr(0x1A6, 1ull << 12).gp);  // reserved (Linux's mask 0x3FFFFF8FFF)
+  Wr(0x1A6, kAccess);
+  Wr(0x1A7, kMiss);
+  EXPECT_EQ(Rd(0x1A6), kAccess);
+  Wr(0x186, 0x01B7 | (1u << 16) | (1u << 17) | (1u << 22));
+  Wr(0x187, 0x01BB | (1u << 16) | (1u << 17) | (1u << 22));
+  Wr(0x38F, 3);
+  EXPECT_TRUE(pmu_.WantsDataAccesses());
+  auto load = [&](uint64_t pa) { pmu_.ObserveDataAccess(pa, 4, 0, Kind::kLoad); };
+  load(0x100000);  // cold: misses L2 and L3
+  EXPECT_EQ(Rd(0xC1), 1u);
+  EXPECT_EQ(Rd(0xC2), 1u);
+  load(0x100000);  // in the L2 (and L1D): stays in the core
+  load(0x100040);  // its pair, prefetched into the L2
+  pmu_.ObserveDataAccess(0x900000, 4, 0, Kind::kStore);  // an RFO, not a demand data read
+  EXPECT_EQ(Rd(0xC1), 1u);
+  EXPECT_EQ(Rd(0xC2), 1u);
+  // Four lines 64 KB apart share 0x100000's set of the 4-way L2 (1024 sets) and push it
+  // out; the 16-way L3 (8192 sets) keeps it: an L3 hit, an access and not a miss.
+  for (uint64_t k = 1; k <= 4; k++) load(0x100000 + k * 0x10000);
+  EXPECT_EQ(Rd(0xC1), 5u);
+  EXPECT_EQ(Rd(0xC2), 5u);
+  load(0x100000);
+  EXPECT_EQ(Rd(0xC1), 6u);
+  EXPECT_EQ(Rd(0xC2), 5u);
+  // DMND_RFO with ANY_RESPONSE counts the store that leaves the core.
+  Wr(0x1A7, (1ull << 1) | (1ull << 16));
+  pmu_.ObserveDataAccess(0xA00000, 4, 0, Kind::kStore);
+  EXPECT_EQ(Rd(0xC2), 6u);
+  // Without ANY_RESPONSE, a supplier and a snoop must both match: L3_HIT_E alone does not.
+  Wr(0x1A6, 1 | (1ull << 19));
+  for (uint64_t k = 1; k <= 4; k++) load(0x200000 + k * 0x10000);
+  load(0x200000 + 0x10000);  // still in the L2: no request
+  EXPECT_EQ(Rd(0xC1), 6u);
+}
+
+TEST_F(PebsTest, OffcoreResponseWestmereLayout) {
+  // Nehalem/Westmere (SDM 30.6.1.3 in Linux's citation): response bits 15:8; an L3 hit is
+  // UNCORE_HIT (8), a miss LOCAL_DRAM (14).
+  using Kind = VirtualPmu::DataAccessKind;
+  Wr(0x1A6, 0x0101);  // DMND_DATA_RD, UNCORE_HIT: L3 hits only
+  Wr(0x1A7, 0x4001);  // DMND_DATA_RD, LOCAL_DRAM: L3 misses only
+  EXPECT_TRUE(pmu_.WriteMsr(0x1A6, 1ull << 16).gp);
+  Wr(0x186, 0x01B7 | (1u << 17) | (1u << 22));  // OS: the accesses below are at CPL 0
+  Wr(0x187, 0x01BB | (1u << 17) | (1u << 22));
+  Wr(0x38F, 3);
+  // Westmere's L2: 512 sets, 8 ways: nine lines 32 KB apart evict the first; its L3 keeps it.
+  for (uint64_t k = 0; k <= 8; k++) pmu_.ObserveDataAccess(0x100000 + k * 0x8000, 4, 0, Kind::kLoad);
+  EXPECT_EQ(Rd(0xC1), 0u);
+  EXPECT_EQ(Rd(0xC2), 9u);
+  pmu_.ObserveDataAccess(0x100000, 4, 0, Kind::kLoad);
+  EXPECT_EQ(Rd(0xC1), 1u);
+  EXPECT_EQ(Rd(0xC2), 9u);
+}
+
 TEST_F(CoreDuoTest, NoLoadLatencyFacility) {
   EXPECT_TRUE(pmu_.ReadMsr(0x3F6).gp);
   EXPECT_TRUE(pmu_.WriteMsr(0x3F6, 3).gp);
+  EXPECT_TRUE(pmu_.ReadMsr(0x1A6).gp);  // nor offcore responses
+  EXPECT_TRUE(pmu_.WriteMsr(0x1A7, 1).gp);
 }
 
 TEST_F(CoreDuoTest, ThirtyTwoBitDsFormatAndPackedLbrs) {

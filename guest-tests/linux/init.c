@@ -315,12 +315,13 @@ __asm__(".text\n"
         "mem_loop:\n\tmov %rdi, %rcx\n"
         "1:\n\tmov %rcx, -8(%rsp)\n\tadd -8(%rsp), %rax\n\tdec %rcx\n\tjnz 1b\n\tret\n");
 
-// The load-latency workload (`/init sweep`): one store to each line of a 2 MB
-// buffer (its pages come in on first touch), then a load from every other
-// line of it, 16384 loads 128 bytes apart (sweep_load_insn). The buffer is
-// larger than the L2 of every model (256 KB, 1.25 MB on icelake-server) and
-// smaller than every L3, so each of those loads finds its line in the L3
-// (docs/pmu-model.md, "Load latency and data source").
+// The load-latency and offcore workload (`/init sweep`): one store to each
+// line of a 2 MB buffer (its pages come in on first touch), then a load from
+// every other line of it, 16384 loads 128 bytes apart (sweep_load_insn). The
+// buffer is larger than the L2 of every model (256 KB, 1.25 MB on
+// icelake-server) and smaller than every L3, so each of those loads misses
+// the L2 and finds its line in the L3 (docs/pmu-model.md, "Load latency and
+// data source", "Offcore responses").
 #define SWEEP_BYTES (2u << 20)
 static uint8_t sweep_buf[SWEEP_BYTES] __attribute__((aligned(4096)));
 extern void sweep_store(void* p, uint64_t lines);
