@@ -161,12 +161,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 10: {  // an event select of an event some model counts, with random flags
         static constexpr uint16_t kEvents[] = {0x00C0, 0x01C0, 0x00C4, 0x003C, 0x013C, 0x01A4,
                                                0x4F2E, 0x412E, 0x010B, 0x020B, 0x81D0, 0x82D0, 0x0151,
-                                               0x100B, 0x01CD};
+                                               0x100B, 0x01CD, 0x01B7, 0x01BB};
         const uint16_t ev = kEvents[in.U8() % (sizeof kEvents / sizeof kEvents[0])];
         const uint32_t msr = 0x186 + in.U8() % 8;
         if (pmu.Owns(msr)) pmu.WriteMsr(msr, (in.Value() & ~uint64_t{0xFFFF}) | ev);
         // The load-latency threshold (MSR_PEBS_LD_LAT_THRESHOLD), mostly within its 16 bits.
         if (in.U8() & 1) pmu.WriteMsr(0x3F6, in.U8() & 1 ? in.U16() : in.Value());
+        // An offcore-response mask (MSR_OFFCORE_RSP_0/1).
+        if (in.U8() & 1) pmu.WriteMsr(0x1A6 + (in.U8() & 1), in.Value());
         break;
       }
       default:  // what the engine and `vbts run -v` query

@@ -1157,7 +1157,7 @@ PmuEffects VirtualPmu::ObserveDataAccess(uint64_t pa, uint32_t size, uint8_t cpl
   if (s.pmu.perfmon_version >= 4 && (s.global_status & kStatusCtrFrz)) return fx;
   // Every line the access touches (an unaligned one may touch two).  The
   // L1D model sees the accesses while L1D.REPLACEMENT or the data source
-  // matters, the L2/LLC model while an LLC event or the data source does;
+  // matters, the L2/LLC model while an LLC or offcore event or the data source does;
   // each sees every access then (docs/pmu-model.md).
   const uint64_t first = pa / kCacheLineBytes, last = (pa + size - 1) / kCacheLineBytes;
   bool overflow_pmi = false;
