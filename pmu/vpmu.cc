@@ -1210,19 +1210,24 @@ PmuEffects VirtualPmu::ObserveDataAccess(uint64_t pa, uint32_t size, uint8_t cpl
 
 bool VirtualPmu::WantsRegs() const { return s_->pebs_armed != 0; }
 bool VirtualPmu::CountsMemoryInstructions() const { return s_->CountsMemory(); }
+bool VirtualPmu::CountsLoadLatency() const {
+  s_->PlainMasks();
+  return (s_->ldlat_gp_[0] | s_->ldlat_gp_[1]) != 0;
+}
 bool VirtualPmu::WantsXmm() const {
   return s_->pebs_armed != 0 && s_->adaptive() && (s_->pebs_data_cfg & kCfgXmms);
 }
 
 uint64_t VirtualPmu::SequentialLimit(uint8_t cpl) const {
   const State& s = *s_;
-  if (s.pebs_armed || s.CountsMemory()) return 0;
+  if (s.pebs_armed || CountsLoadLatency()) return 0;
   if (s.pmu.perfmon_version >= 4 && (s.global_status & kStatusCtrFrz)) return UINT64_MAX;
   Branch plain;  // a non-branch instruction (GpIncrement's view)
   uint64_t limit = UINT64_MAX;
   s.PlainMasks();
   const int level = cpl == 0 ? 0 : 1;
-  for (uint32_t m = s.plain_gp_[level]; m; m &= m - 1) {
+  // An instruction adds at most 1 to a retired-load or -store counter.
+  for (uint32_t m = s.plain_gp_[level] | s.load_gp_[level] | s.store_gp_[level]; m; m &= m - 1) {
     const int i = std::countr_zero(m);
     limit = std::min(limit, Mask(s.pmu.gp_width) - s.gp[i].value);  // increments before it wraps
   }
@@ -1254,6 +1259,8 @@ uint64_t VirtualPmu::SequentialLimit(uint8_t cpl) const {
 
 bool VirtualPmu::BranchAgnostic() const {
   const State& s = *s_;
+  // The retired-load and -store events count by instruction kind: bulk
+  // counting across blocks would not know which instructions ran.
   if ((s.debugctl & (kDbgLbr | kDbgBtf)) || s.BtsOn() || s.options.lbr_in_kernel || s.CountsMemory()) return false;
   Branch taken;
   taken.kind = BranchKind::kJmp;
@@ -1271,9 +1278,11 @@ bool VirtualPmu::BranchAgnostic() const {
   return true;  // fixed counters count every instruction alike
 }
 
-void VirtualPmu::CountSequential(uint64_t n, uint8_t cpl) {
+void VirtualPmu::CountSequential(uint64_t n, uint8_t cpl, uint64_t loads, uint64_t stores) {
   State& s = *s_;
   s.stats.instructions += n;
+  s.insn_load_level = kLevelNone;  // their accesses belong to no observed instruction
+  s.insn_stored = s.insn_store_l1_miss = false;
   if (n == 0 || (s.pmu.perfmon_version >= 4 && (s.global_status & kStatusCtrFrz))) return;
   Branch plain;
   s.PlainMasks();
@@ -1281,6 +1290,12 @@ void VirtualPmu::CountSequential(uint64_t n, uint8_t cpl) {
   for (uint32_t m = s.plain_gp_[level]; m; m &= m - 1) {
     const int i = std::countr_zero(m);
     s.gp[i].value = (s.gp[i].value + n) & Mask(s.pmu.gp_width);
+  }
+  // The retired-load and -store events (a counter of both adds each kind).
+  for (uint32_t m = s.load_gp_[level] | s.store_gp_[level]; m; m &= m - 1) {
+    const int i = std::countr_zero(m);
+    const uint64_t k = ((s.load_gp_[level] >> i) & 1 ? loads : 0) + ((s.store_gp_[level] >> i) & 1 ? stores : 0);
+    s.gp[i].value = (s.gp[i].value + k) & Mask(s.pmu.gp_width);  // no wrap: SequentialLimit
   }
   for (uint32_t m = s.plain_fixed_[level]; m; m &= m - 1) {
     const int i = std::countr_zero(m);

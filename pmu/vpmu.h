@@ -151,16 +151,23 @@ class VirtualPmu {
   // instruction's registers).
   uint64_t SequentialLimit(uint8_t cpl) const;
   // Counts `n` <= SequentialLimit(cpl) such instructions, as n calls of
-  // Observe with kNone non-branch transfers would.
-  void CountSequential(uint64_t n, uint8_t cpl);
+  // Observe with kNone non-branch transfers would; `loads` and `stores` of
+  // them read and write memory (Branch::mem bits 0 and 1, for the
+  // retired-load and -store events: CountsMemoryInstructions).
+  void CountSequential(uint64_t n, uint8_t cpl, uint64_t loads = 0, uint64_t stores = 0);
   // True when nothing observed tells branches from other instructions: no
   // LBR, BTS or BTF, no counter of branch instructions.  Then any
   // instructions at one CPL, branches included, may be counted in bulk.
   bool BranchAgnostic() const;
   // True while a counter counts the model's retired-load or retired-store
-  // event (PmuModel::mem_loads_event/mem_stores_event): the observer then
-  // reports every instruction with Branch::mem and its addresses filled.
+  // event (PmuModel::mem_loads_event/mem_stores_event) or the load-latency
+  // event: the observer then reports every instruction it observes with
+  // Branch::mem and its addresses filled, and gives CountSequential the
+  // loads and stores among the instructions it counts in bulk.
   bool CountsMemoryInstructions() const;
+  // True while the load-latency event counts: it needs each load's data
+  // source at its instruction, so every instruction is observed (no bulk).
+  bool CountsLoadLatency() const;
 
   // Diagnostics about bad guest programming (each distinct one once per run),
   // for the VMM to print on stderr; clears the list.

@@ -1154,7 +1154,9 @@ TEST_F(PebsSkylakeTest, RetiredLoadAndStoreEventsCountInstructionsWithThoseAcces
   Wr(0x189, 0x81D0 | kEn | (1ull << 24));  // PMC3: CMASK 1: vbts counts nothing
   Wr(0x38F, 0xF);
   EXPECT_TRUE(pmu_.CountsMemoryInstructions());
-  EXPECT_EQ(pmu_.SequentialLimit(0), 0u);  // every instruction is looked at
+  // Counted in bulk too, inside a block (not across: BranchAgnostic), with the loads and
+  // stores the observer decodes: as many instructions as the counters take before they wrap.
+  EXPECT_EQ(pmu_.SequentialLimit(0), (1ull << 48) - 1);
   EXPECT_FALSE(pmu_.BranchAgnostic());
   Branch plain = Jmp(0x100, 0x103, 0, BranchKind::kNone);
   Branch load = plain, store = plain, both = plain;
@@ -1170,6 +1172,18 @@ TEST_F(PebsSkylakeTest, RetiredLoadAndStoreEventsCountInstructionsWithThoseAcces
   EXPECT_EQ(Rd(0xC2), 2u);
   EXPECT_EQ(Rd(0xC3), 0u);
   EXPECT_EQ(Rd(0xC4), 0u);
+  // In bulk: 10 instructions, 4 of them load and 3 store.
+  pmu_.CountSequential(10, 0, 4, 3);
+  EXPECT_EQ(Rd(0xC1), 7u);
+  EXPECT_EQ(Rd(0xC2), 5u);
+  EXPECT_EQ(Rd(0xC3), 0u);
+  // A counter 5 from its wrap limits a run to 4 instructions (each may load).
+  Wr(0xC2, (1ull << 48) - 5);
+  EXPECT_EQ(pmu_.SequentialLimit(0), 4u);
+  // The load-latency event needs every load's data source at its instruction: no bulk.
+  Wr(0x189, 0x01CD | kEn);  // PMC3: MEM_TRANS_RETIRED.LOAD_LATENCY
+  EXPECT_TRUE(pmu_.CountsLoadLatency());
+  EXPECT_EQ(pmu_.SequentialLimit(0), 0u);
   Wr(0x38F, 0);
   EXPECT_FALSE(pmu_.CountsMemoryInstructions());
 }

@@ -686,13 +686,34 @@ absl::Status Tracer::BoundaryEvents(const CpuState& st) {
 bool Tracer::BulkAllowed() const {
   return !sink_every_insn_ && !guest_tf_ && !step_trap_due_ && !data_hits_ && !db_in_flight_ && !pmi_due_ &&
          !(emulate_data_bps_ && (!guest_bp_ || guest_bp_->AnyData())) && !pmu_.WantsRegs() && !pmu_.lbr_in_kernel() &&
-         !pmu_.CountsMemoryInstructions();
+         !pmu_.CountsLoadLatency();
 }
 
 bool Tracer::BulkAcrossBlocks() const { return !sink_active_ && pmu_.BranchAgnostic(); }
 
-void Tracer::CountSkipped(uint64_t n, uint8_t cpl) {
-  pmu_.CountSequential(n, cpl);
+void Tracer::CountSkipped(uint64_t n, const Boundary& p, const CpuState& st, CodeGenerations code_generation) {
+  uint64_t loads = 0, stores = 0;
+  if (n != 0 && pmu_.CountsMemoryInstructions()) {
+    // Bulk mode stays inside one block while these events count
+    // (VirtualPmu::BranchAgnostic): the instructions lie one after another.
+    uint64_t at = p.lin;
+    for (uint64_t k = 0; k < n; k++) {
+      absl::Status error;
+      const DecodedInsn* insn = BlockEndInsn(p, at, st, code_generation, error);
+      if (insn == nullptr) {
+        stats_.lost++;
+        Warn(absl::StrFormat("tracer: cannot decode the instruction at 0x%x counted in bulk: %s; its loads and "
+                             "stores are not counted",
+                             at, error.message()));
+        break;
+      }
+      const uint8_t m = MemKinds(*insn);
+      loads += m & 1;
+      stores += (m >> 1) & 1;
+      at += insn->length;
+    }
+  }
+  pmu_.CountSequential(n, p.cpl, loads, stores);
   stats_.instructions += n;
 }
 
@@ -835,6 +856,7 @@ absl::Status Tracer::ResolveBlockEnd(const Boundary& p, uint64_t last, const Cpu
   b.mode_to = ExecModeOf(st);
   b.ia32e = st.long_mode_active();
   b.branch_insn = k != BranchKind::kNone && k != BranchKind::kSoftInt;
+  if (pmu_.CountsMemoryInstructions()) b.mem = MemKinds(insn);
   // An IRET, POPF or SYSRET may have loaded the guest's TF: the engine keeps
   // it in RFLAGS (vbts raises the traps).
   return Emit(b, st, (st.rflags & kRflagsTf) != 0);
@@ -845,7 +867,8 @@ absl::Status Tracer::BulkBoundary(CpuState& st, uint64_t skipped, uint64_t last,
   stats_.boundaries++;
   if (prev_) {
     const Boundary& p = *prev_;  // replaced only below
-    CountSkipped(skipped, p.cpl);  // p and the skipped instructions before `last`: one after another
+    // p and the skipped instructions before `last`: one after another.
+    CountSkipped(skipped, p, st, code_generation);
     if (p.emitted && skipped == 0 && p.lin == last) {
       // AfterMsrWrite reported it.
     } else if (!block_start) {
@@ -857,6 +880,10 @@ absl::Status Tracer::BulkBoundary(CpuState& st, uint64_t skipped, uint64_t last,
       b.cpl_from = b.cpl_to = p.cpl;
       b.mode_from = b.mode_to = p.mode;
       b.ia32e = p.ia32e;
+      if (pmu_.CountsMemoryInstructions()) {
+        absl::Status error;
+        if (const DecodedInsn* insn = BlockEndInsn(p, last, st, code_generation, error)) b.mem = MemKinds(*insn);
+      }
       VBTS_RETURN_IF_ERROR(Emit(b, st, std::nullopt));
     } else {
       VBTS_RETURN_IF_ERROR(ResolveBlockEnd(p, last, st, code_generation));
@@ -881,7 +908,7 @@ absl::Status Tracer::BulkEvent(const CpuState& st, uint64_t skipped, uint64_t la
                                std::optional<uint64_t> soft_linear, CodeGenerations code_generation) {
   if (prev_) {
     const Boundary& p = *prev_;  // replaced only below
-    CountSkipped(skipped, p.cpl);
+    CountSkipped(skipped, p, st, code_generation);
     if (soft_linear) {
       // `last` is the INT n/INT3/INTO: resolved at the handler, as a
       // host-run INT n is (Resolve), from the state before it.
@@ -900,10 +927,10 @@ absl::Status Tracer::BulkEvent(const CpuState& st, uint64_t skipped, uint64_t la
   return absl::OkStatus();
 }
 
-absl::Status Tracer::BulkFlush(uint64_t skipped, uint64_t last) {
+absl::Status Tracer::BulkFlush(const CpuState& st, uint64_t skipped, uint64_t last, CodeGenerations code_generation) {
   if (!prev_ || skipped == 0) return absl::OkStatus();
   Boundary& p = *prev_;
-  CountSkipped(skipped, p.cpl);
+  CountSkipped(skipped, p, st, code_generation);
   // `last` is in p's block: it becomes the last reported boundary.
   p.rip = last - (p.lin - p.rip);
   p.lin = last;

@@ -130,7 +130,7 @@ class Tracer : public StepObserver {
                          CodeGenerations code_generation);
   // Before the virtual PMU is read or written by the instruction at `last`
   // (RDMSR, WRMSR, RDPMC), in bulk mode: counts what ran before it.
-  absl::Status BulkFlush(uint64_t skipped, uint64_t last);
+  absl::Status BulkFlush(const CpuState& st, uint64_t skipped, uint64_t last, CodeGenerations code_generation);
   // The host does not raise the guest's own data breakpoints while it is
   // stepped (HostFacts::emulate_data_breakpoints): the tracer does.
   void SetEmulateDataBreakpoints(bool on) { emulate_data_bps_ = on; }
@@ -194,8 +194,18 @@ class Tracer : public StepObserver {
     b.store_la = p.store_la;
   }
   Boundary Capture(const CpuState& st);
-  // `n` instructions at `cpl` that ran one after another, counted in bulk.
-  void CountSkipped(uint64_t n, uint8_t cpl);
+  // `n` instructions that ran one after another from p on (p's CPL and mode),
+  // counted in bulk; while the retired-load and -store events count, each is
+  // decoded (the block-end cache) for whether it reads and writes memory.
+  // `st`: the state now, for the paging they were fetched through.
+  void CountSkipped(uint64_t n, const Boundary& p, const CpuState& st, CodeGenerations code_generation);
+  // Bit 0: `insn` reads memory, bit 1: it writes memory (its data operands as
+  // decoded: explicit, stack slots, string elements; Boundary::mem's rule).
+  static uint8_t MemKinds(const DecodedInsn& insn) {
+    uint8_t k = 0;
+    for (int i = 0; i < insn.data_count; i++) k |= (insn.data[i].read ? 1 : 0) | (insn.data[i].write ? 2 : 0);
+    return k;
+  }
   // The boundary without decoding (bulk mode), written over `b`.
   void Light(const CpuState& st, Boundary& b) const;
   // Bulk mode: the instruction at `last`, in the block of `p`, ran and the

@@ -924,7 +924,8 @@ vcpu::CodeGenerations Machine::CodeGenerationsNow() {
 void Machine::FlushTcgBulk() {
   if (!tcg_bulk_ || !tracer_) return;
   const vcpu::TcgCpu::Skipped k = tcg_->TakeSkipped();
-  absl::Status s = tracer_->BulkFlush(k.count, k.last);
+  tcg_->GetCodeState(tcg_code_state_);
+  absl::Status s = tracer_->BulkFlush(tcg_code_state_, k.count, k.last, CodeGenerationsNow());
   if (!s.ok() && tcg_error_.ok()) tcg_error_ = s;
 }
 
