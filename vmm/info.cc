@@ -253,7 +253,7 @@ std::string FormatCpuModel(const pmu::CpuModel& m) {
                                    pebs_format, (p.perf_capabilities & pmu::kPerfCapPebsBaseline) ? ", baseline" : "",
                                    p.gp_counters - 1, p.fixed_counters - 1)
                  : absl::StrFormat("record format %u (%s-byte records), PMC0-3, trap-like", pebs_format,
-                                   pebs_format >= 3 ? "0xC0" : "0xB0"))
+                                   pebs_format >= 3 ? "0xC8" : "0xB0"))
           : std::string("none"));
   if (p.netburst_debugctl)
     Row(out, "MSR_DEBUGCTLA writable bits",
@@ -283,6 +283,16 @@ std::string FormatCpuModel(const pmu::CpuModel& m) {
                       p.cache.pair == pmu::PairPrefetch::kInnerAndLlc ? "both"
                       : p.cache.pair == pmu::PairPrefetch::kLlc       ? "the LLC"
                                                                       : "none"));
+  std::string mem;
+  if (p.mem_loads_event)
+    mem = absl::StrFormat("retired loads/stores %04XH/%04XH, L1D.REPLACEMENT 0151H (L1D %s)", p.mem_loads_event,
+                          p.mem_stores_event, level(p.l1d));
+  if (p.load_latency_event)
+    absl::StrAppendFormat(&mem, "; load latency %04XH with MSR_PEBS_LD_LAT_THRESHOLD", p.load_latency_event);
+  if (p.offcore != pmu::PmuModel::OffcoreLayout::kNone)
+    absl::StrAppendFormat(&mem, "; OFFCORE_RESPONSE 01B7H/01BBH (%s layout)",
+                          p.offcore == pmu::PmuModel::OffcoreLayout::kNehalem ? "Nehalem" : "Skylake");
+  Row(out, "memory events", mem.empty() ? std::string("none") : mem + " (docs/pmu-model.md)");
   return out;
 }
 
