@@ -272,9 +272,12 @@ struct VirtualPmu::State {
   // and its PEBS record's data source and latency) and to a PEBS-enabled
   // retired-stores counter (the record's L1D-hit bit): the caches then see
   // every data access.
-  bool WantsDataSource() const {
+  bool CountsLoadLatency() const {
     PlainMasks();
-    return ((ldlat_gp_[0] | ldlat_gp_[1]) != 0) || (((store_gp_[0] | store_gp_[1]) & pebs_enable) != 0);
+    return (ldlat_gp_[0] | ldlat_gp_[1]) != 0;
+  }
+  bool WantsDataSource() const {
+    return CountsLoadLatency() || (((store_gp_[0] | store_gp_[1]) & pebs_enable) != 0);
   }
   // The PEBS data-source field of a load served from `level` (SDM vol. 3B,
   // the load-latency data-source encodings; Linux's pebs_data_source[]).
@@ -1161,30 +1164,29 @@ PmuEffects VirtualPmu::ObserveDataAccess(uint64_t pa, uint32_t size, uint8_t cpl
   // each sees every access then (docs/pmu-model.md).
   const uint64_t first = pa / kCacheLineBytes, last = (pa + size - 1) / kCacheLineBytes;
   bool overflow_pmi = false;
+  // Adds 1 to every enabled GP counter, counting at `cpl`, whose select
+  // `counts` the event.
+  const auto count = [&](auto counts) {
+    for (int i = 0; i < s.pmu.gp_counters; i++) {
+      const uint64_t sel = s.gp[i].evtsel;
+      if (!s.CounterEnabled(i, false) || !(sel & (cpl == 0 ? kEvtOs : kEvtUsr)) || !counts(sel)) continue;
+      if (s.AddToGp(i, 1) && (sel & kEvtInt)) overflow_pmi = true;
+    }
+  };
   for (uint64_t line = first; line <= last && line >= first; line++) {
     bool l1_hit = true;
     if (l1d || source) {
       l1_hit = !s.l1d.Access(line * kCacheLineBytes).llc_reference;
-      if (!l1_hit && l1d) {  // missed the L1D: a line replaced
-        for (int i = 0; i < s.pmu.gp_counters; i++) {
-          const uint64_t sel = s.gp[i].evtsel;
-          if (!s.CounterEnabled(i, false) || !(sel & (cpl == 0 ? kEvtOs : kEvtUsr)) || !s.IsL1dReplacement(sel))
-            continue;
-          if (s.AddToGp(i, 1) && (sel & kEvtInt)) overflow_pmi = true;
-        }
-      }
+      if (!l1_hit && l1d) count([&](uint64_t sel) { return s.IsL1dReplacement(sel); });  // a line replaced
     }
     CacheModel::Outcome o;
     if (llc || source || offcore) o = s.cache.Access(line * kCacheLineBytes);
     if (offcore && o.llc_reference) {  // a demand request to the uncore
       const bool store = kind == DataAccessKind::kStore;
-      for (int i = 0; i < s.pmu.gp_counters; i++) {
-        const uint64_t sel = s.gp[i].evtsel;
+      count([&](uint64_t sel) {
         const int m = s.OffcoreMsrOf(sel);
-        if (m < 0 || !s.CounterEnabled(i, false) || !(sel & (cpl == 0 ? kEvtOs : kEvtUsr))) continue;
-        if (!s.OffcoreMatches(s.offcore_rsp[m], store, o.llc_miss)) continue;
-        if (s.AddToGp(i, 1) && (sel & kEvtInt)) overflow_pmi = true;
-      }
+        return m >= 0 && s.OffcoreMatches(s.offcore_rsp[m], store, o.llc_miss);
+      });
     }
     if (source) {
       if (kind == DataAccessKind::kLoad) {
@@ -1195,14 +1197,8 @@ PmuEffects VirtualPmu::ObserveDataAccess(uint64_t pa, uint32_t size, uint8_t cpl
         if (!l1_hit) s.insn_store_l1_miss = true;
       }
     }
-    if (!llc || !o.llc_reference) continue;
-    for (int i = 0; i < s.pmu.gp_counters; i++) {
-      if (!s.CounterEnabled(i, false)) continue;
-      const uint64_t sel = s.gp[i].evtsel;
-      if (!(sel & (cpl == 0 ? kEvtOs : kEvtUsr))) continue;
-      if (!(State::IsLlcReference(sel) || (o.llc_miss && State::IsLlcMiss(sel)))) continue;
-      if (s.AddToGp(i, 1) && (sel & kEvtInt)) overflow_pmi = true;
-    }
+    if (llc && o.llc_reference)
+      count([&](uint64_t sel) { return State::IsLlcReference(sel) || (o.llc_miss && State::IsLlcMiss(sel)); });
   }
   if (overflow_pmi) s.RequestPmi(fx);
   return fx;
@@ -1210,10 +1206,7 @@ PmuEffects VirtualPmu::ObserveDataAccess(uint64_t pa, uint32_t size, uint8_t cpl
 
 bool VirtualPmu::WantsRegs() const { return s_->pebs_armed != 0; }
 bool VirtualPmu::CountsMemoryInstructions() const { return s_->CountsMemory(); }
-bool VirtualPmu::CountsLoadLatency() const {
-  s_->PlainMasks();
-  return (s_->ldlat_gp_[0] | s_->ldlat_gp_[1]) != 0;
-}
+bool VirtualPmu::CountsLoadLatency() const { return s_->CountsLoadLatency(); }
 bool VirtualPmu::WantsXmm() const {
   return s_->pebs_armed != 0 && s_->adaptive() && (s_->pebs_data_cfg & kCfgXmms);
 }

@@ -773,7 +773,7 @@ class PebsSkylakeTest : public PebsTest {
 
 // --- Load latency and data source (docs/pmu-model.md, "Load latency and
 // data source"). The engines report each data access before the
-// instruction's Observe; Load() does both for a one-load instruction at CPL 0.
+// instruction's Observe; LoadAt() does both for a one-load instruction at CPL 0.
 using Kind = VirtualPmu::DataAccessKind;
 PmuEffects LoadAt(VirtualPmu& pmu, LinearMemory& lin, uint64_t pa, uint64_t pc, const GuestRegs* r = nullptr) {
   pmu.ObserveDataAccess(pa, 4, 0, Kind::kLoad);

@@ -2179,15 +2179,19 @@ void TcgCpu::DeleteHook(size_t hook) {
   old_exception = in_flight;
 }
 
+bool TcgCpu::Lingers(std::optional<std::chrono::steady_clock::time_point>& idle_since) const {
+  const auto now = std::chrono::steady_clock::now();
+  if (!idle_since) idle_since = now;
+  return now - *idle_since < config_.code_hook_linger;
+}
+
 bool TcgCpu::SyncCodeHook() {
   const bool want = static_cast<bool>(insn_hook_) || exec_bp_mask_ != 0 || debug_code_;
   if (want) {
     code_hook_idle_since_.reset();
   } else if (code_hook_ != 0) {
     // Unused: it lingers (Config::code_hook_linger) before it goes.
-    const auto now = std::chrono::steady_clock::now();
-    if (!code_hook_idle_since_) code_hook_idle_since_ = now;
-    if (now - *code_hook_idle_since_ < config_.code_hook_linger) {
+    if (Lingers(code_hook_idle_since_)) {
       // Pending events are QEMU's to take at the next run's start or block
       // boundary, not the unused hook's (TcgCpu::Kick).
       deliver_now_ = false;
@@ -2357,9 +2361,7 @@ void TcgCpu::SyncDataHook() {
   // does, calling nothing: a guest that turns its cache events off and on
   // around each PMI (Linux's perf) would otherwise have all its code
   // retranslated twice per PMI.
-  const auto now = std::chrono::steady_clock::now();
-  if (!data_hook_idle_since_) data_hook_idle_since_ = now;
-  if (now - *data_hook_idle_since_ < config_.code_hook_linger) return;
+  if (Lingers(data_hook_idle_since_)) return;
   DeleteHook(data_mem_hook_);
   data_mem_hook_ = 0;
   data_hook_idle_since_.reset();

@@ -287,6 +287,9 @@ class TcgCpu {
   // Installs the data-access hook QEMU calls, or removes it once unused for
   // Config::code_hook_linger.
   void SyncDataHook();
+  // An unused hook stays for Config::code_hook_linger: true while it should,
+  // starting the idle time at the first call (`idle_since`).
+  bool Lingers(std::optional<std::chrono::steady_clock::time_point>& idle_since) const;
 
   // QEMU's CPU model (UC_CPU_X86_*) closest to a vbts CPU model (pmu/cpu_model.h).
   static int UnicornModelFor(const std::string& vbts_model);
