@@ -11,23 +11,26 @@ CacheModel::CacheModel(const CacheGeometry& geometry) {
 bool CacheModel::Level::Touch(uint64_t line) {
   if (g.sets == 0 || g.ways == 0) return false;
   // Allocated at the first access: the LLC of a server model has millions
-  // of ways in all, and most runs never count an LLC event.
-  if (tags.empty()) {
-    tags.assign(uint64_t{g.sets} * g.ways, 0);
-    stamp.assign(tags.size(), 0);
+  // of ways in all, and most runs never count an LLC event.  calloc, not a
+  // zero-filled vector: a fresh large block is the kernel's zero pages, so
+  // only the sets a run uses cost memory (and a fuzz input that builds
+  // Ice Lake's 60 MB of tags touches a few pages of them).
+  if (!ways) {
+    ways.reset(static_cast<Way*>(std::calloc(uint64_t{g.sets} * g.ways, sizeof(Way))));
+    if (!ways) return false;
   }
-  const uint64_t base = (line % g.sets) * g.ways;
+  Way* set = &ways[(line % g.sets) * g.ways];
   const uint64_t tag = line + 1;
-  uint64_t victim = base;
-  for (uint64_t w = base; w < base + g.ways; w++) {
-    if (tags[w] == tag) {
-      stamp[w] = ++clock;
+  Way* victim = set;
+  for (Way* w = set; w < set + g.ways; w++) {
+    if (w->tag == tag) {
+      w->stamp = ++clock;
       return true;
     }
-    if (stamp[w] < stamp[victim]) victim = w;  // an invalid way has stamp 0
+    if (w->stamp < victim->stamp) victim = w;  // an invalid way has stamp 0
   }
-  tags[victim] = tag;
-  stamp[victim] = ++clock;
+  victim->tag = tag;
+  victim->stamp = ++clock;
   return false;
 }
 

@@ -26,7 +26,8 @@
 #define VBTS_PMU_CACHE_MODEL_H_
 
 #include <cstdint>
-#include <vector>
+#include <cstdlib>
+#include <memory>
 
 namespace vbts::pmu {
 
@@ -61,11 +62,20 @@ class CacheModel {
  private:
   struct Level {
     CacheLevelGeometry g;
-    std::vector<uint64_t> tags;   // sets * ways line numbers + 1; 0 = invalid
-    std::vector<uint64_t> stamp;  // last use, for LRU
+    // sets * ways entries, from calloc at the first access: the pages of a
+    // large LLC stay untouched (and unbacked) until a set in them is used.
+    struct Way {
+      uint64_t tag;    // line number + 1; 0 = invalid
+      uint64_t stamp;  // last use, for LRU; 0 = never
+    };
+    struct Free {
+      void operator()(Way* p) const { std::free(p); }
+    };
+    std::unique_ptr<Way[], Free> ways;
     uint64_t clock = 0;
     // True on a hit; on a miss the least recently used way of the set (an
-    // invalid one first) takes the line.
+    // invalid one first) takes the line.  False without storage (a failed
+    // allocation leaves the level missing every access).
     bool Touch(uint64_t line);
   };
   Level inner_, llc_;
