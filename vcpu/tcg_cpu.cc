@@ -42,9 +42,33 @@ constexpr int kMoAmask = 7 << 4, kMoAlign16 = 4 << 4;
 void (*t_translate_insn)(void*, void*) = nullptr;
 // Every flush of QEMU's TLB (by any TcgCpu) counts here.
 std::atomic<uint64_t> g_paging_generation{0};
-// Host nanoseconds spent translating guest code (translator_loop), which
-// the guest clock leaves out of host time (TcgCpu::TranslationNs).
+// Host nanoseconds spent translating guest code (translator_loop) and
+// invalidating or emptying translations (hooks added or removed, FlushCode,
+// ReclaimCode), which the guest clock leaves out of host time
+// (TcgCpu::TranslationNs).
 std::atomic<uint64_t> g_translation_ns{0};
+// The host time of one piece of that work, added at its end; nested pieces
+// (a flush inside a hook's removal) count once, in the outermost.
+class CodeWorkTimer {
+ public:
+  CodeWorkTimer() {
+    if (depth_++ == 0) clock_gettime(CLOCK_MONOTONIC, &t0_);
+  }
+  ~CodeWorkTimer() {
+    if (--depth_ != 0) return;
+    timespec t1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    const int64_t ns = (t1.tv_sec - t0_.tv_sec) * 1'000'000'000 + (t1.tv_nsec - t0_.tv_nsec);
+    if (ns > 0) g_translation_ns.fetch_add(static_cast<uint64_t>(ns), std::memory_order_relaxed);
+  }
+  CodeWorkTimer(const CodeWorkTimer&) = delete;
+  CodeWorkTimer& operator=(const CodeWorkTimer&) = delete;
+
+ private:
+  static thread_local int depth_;
+  timespec t0_{};
+};
+thread_local int CodeWorkTimer::depth_ = 0;
 // Changes whenever bytes QEMU translated may have changed or new code was
 // translated (TcgCpu::CodeBytesGeneration).
 std::atomic<uint64_t> g_code_bytes_generation{0};
@@ -359,7 +383,18 @@ struct TcgCallbacks {
   }
   static void Code(uc_engine*, uint64_t address, uint32_t, void* user) {
     auto* self = static_cast<TcgCpu*>(user);
-    if (!self->insn_hook_ && !self->exec_bp_mask_ && !self->debug_code_) return;
+    if (!self->insn_hook_ && !self->exec_bp_mask_ && !self->debug_code_) {
+      // Lingering: only counted, and a run that must end before this
+      // instruction (the timer's deadline) ends here; it runs, and is
+      // counted, when the next run starts with it.
+      if (self->lingering_stop_at_ && self->lingering_retired_ >= *self->lingering_stop_at_) {
+        self->lingering_stop_at_.reset();
+        self->stop_requested_ = true;
+        self->Boundary(address);
+      }
+      self->lingering_retired_++;
+      return;
+    }
     // Unicorn synced EIP as the linear address; the architectural EIP is
     // the offset in CS.
     self->env_->eip = address - self->env_->segs[uabi::kCs].base;
@@ -1278,12 +1313,8 @@ void translator_loop_x86_64(const void* ops, void* db, void* cpu, void* tb, int 
     wrapped.translate_insn = &TcgCallbacks::TranslateInsn;
     wrapped_from = ops;
   }
-  timespec t0, t1;
-  clock_gettime(CLOCK_MONOTONIC, &t0);
+  vbts::vcpu::CodeWorkTimer timer;
   original(&wrapped, db, cpu, tb, max_insns);
-  clock_gettime(CLOCK_MONOTONIC, &t1);
-  const int64_t ns = (t1.tv_sec - t0.tv_sec) * 1'000'000'000 + (t1.tv_nsec - t0.tv_nsec);
-  if (ns > 0) vbts::vcpu::g_translation_ns.fetch_add(static_cast<uint64_t>(ns), std::memory_order_relaxed);
 }
 
 // Each translation block QEMU allocates in its code buffer: the engine
@@ -1992,6 +2023,7 @@ void TcgCpu::RequestStop() {
 }
 
 void TcgCpu::FlushCode() {
+  CodeWorkTimer timer;
   // Not tb_flush: Unicorn 2.0.1 then zeroes its whole 1-GiB code buffer
   // (0.2 s, 2 s the first time the pages are touched).  Invalidating the
   // translations of guest RAM page by page costs a few ms.  (RAM is
@@ -2005,6 +2037,7 @@ void TcgCpu::ReclaimCode() {
   using Fn = size_t (*)(void*);
   static const auto code_size = Original<Fn>("tcg_code_size_x86_64");
   if (code_size(tcg_ctx_) < config_.code_reclaim_bytes) return;
+  CodeWorkTimer timer;
   // QEMU's tb_flush (Unicorn zeroes the whole buffer: ~0.2 s, rare).
   uc_ctl(uc_, UC_CTL_WRITE(UC_CTL_TB_FLUSH, 0));
   rep_probe_.linear = ~0ull;
@@ -2162,6 +2195,7 @@ void TcgCpu::SetInstructionHook(std::function<void(uint64_t)> hook) {
 }
 
 void TcgCpu::DeleteHook(size_t hook) {
+  CodeWorkTimer timer;
   // CPUX86State after the prefix: error_code, exception_is_int,
   // exception_next_eip, dr[8], cpu_breakpoint[4], old_exception
   // (uabi::kOldExceptionAfterErrorCode).
@@ -2238,9 +2272,15 @@ void TcgCpu::Watch() {
   }
 }
 
+void TcgCpu::SyncHooks() {
+  SyncCodeHook();
+  hooks_synced_ = true;
+}
+
 absl::StatusOr<TcgStop> TcgCpu::Run(uint64_t timeout_us) {
   stats_.runs++;
-  SyncCodeHook();
+  if (!hooks_synced_) SyncCodeHook();
+  hooks_synced_ = false;
   SyncDataHook();
   allow_delivery_ = false;
   stop_requested_ = halted_ = triple_fault_ = false;

@@ -200,6 +200,22 @@ class TcgCpu {
   // Called before every instruction (linear address of CS:RIP) while set;
   // costs about a factor of two in speed.  Set between runs only.
   void SetInstructionHook(std::function<void(uint64_t linear)> hook);
+  // Decides now, between runs, what Run() would decide at its start: whether
+  // a code hook no longer used goes (SyncCodeHook, Config::code_hook_linger).
+  // The next Run() keeps that decision, so that the caller can choose the
+  // guest's clock for the whole run from CodeHookLingering().
+  void SyncHooks();
+  // The catch-all code hook is installed but used by nothing (lingering):
+  // QEMU still calls it before every instruction, and it counts them
+  // (lingering_retired) at no further cost.  The machine keeps the guest's
+  // time on instructions meanwhile (docs/tcg-engine.md, "Guest time").
+  bool CodeHookLingering() const { return code_hook_ != 0 && !CodeHookActive(); }
+  // Instructions started under the lingering hook since the engine was made.
+  uint64_t lingering_retired() const { return lingering_retired_; }
+  // While the hook lingers, end the run before the instruction at which
+  // lingering_retired() reaches `count` (the LAPIC timer's deadline on
+  // instruction time); nullopt: no such stop.
+  void SetLingeringStopAt(std::optional<uint64_t> count) { lingering_stop_at_ = count; }
   // Block-level observation (docs/tcg-engine.md "Block-level tracing").
   // Called from the instruction hook: the following instructions of the
   // same translated block start without the hook, at most `limit` of them.
@@ -303,7 +319,10 @@ class TcgCpu {
   // while it stays the same, a linear address of code maps to the same
   // physical address as QEMU's own translations do.
   static uint64_t PagingGeneration();
-  // Host nanoseconds spent translating guest code so far (every engine).
+  // Host nanoseconds spent translating guest code so far, and invalidating
+  // or emptying translations (adding or removing a hook, FlushCode,
+  // ReclaimCode), by every engine: work of the code cache that a CPU does
+  // not do, which the guest clock leaves out of host time.
   static uint64_t TranslationNs();
   // Changes whenever a store may have changed bytes QEMU translated (every
   // such store reaches QEMU's invalidation: the guest's through the TLB
@@ -397,6 +416,9 @@ class TcgCpu {
   void* cpu_ = nullptr;               // QEMU's CPUState
   uabi::EnvPrefix* env_ = nullptr;    // QEMU's CPUX86State
   size_t code_hook_ = 0;
+  uint64_t lingering_retired_ = 0;
+  std::optional<uint64_t> lingering_stop_at_;
+  bool hooks_synced_ = false;  // SyncHooks() decided for the next Run()
   // Since when the installed code hook has been unused (lingering), if it is.
   std::optional<std::chrono::steady_clock::time_point> code_hook_idle_since_;
   void* cpu_class_ = nullptr;       // QEMU's CPUClass of cpu_ (found by SelfCheck)

@@ -772,6 +772,45 @@ TEST_F(TcgCpuTest, AnUnusedCodeHookLingersAndAnInterruptStillComesAtOnce) {
   EXPECT_EQ(hooked, 6);
 }
 
+TEST_F(TcgCpuTest, ALingeringCodeHookCountsInstructionsAndEndsTheRunAtItsStop) {
+  // Let go, the code hook stays (Config::code_hook_linger, here 10 s) and
+  // QEMU still calls it before every instruction: it counts them
+  // (lingering_retired), which keeps the guest's clock on instructions
+  // (Machine::UpdateClockSource), and ends the run before the instruction at
+  // which the count reaches SetLingeringStopAt (the LAPIC timer's deadline).
+  // nop; nop; nop; hlt: four instructions start, the HLT included.
+  Recreate(std::chrono::milliseconds(10'000));
+  Code(kCodeRip, {0x90, 0x90, 0x90, 0xf4});
+  cpu_->SetInstructionHook([](uint64_t) {});
+  RunFrom(Pm32(0));
+  EXPECT_EQ(cpu_->lingering_retired(), 0u);  // counted by the hook's user
+  cpu_->SetInstructionHook(nullptr);
+  cpu_->SyncHooks();
+  EXPECT_TRUE(cpu_->CodeHookLingering());
+  RunFrom(Pm32(0));
+  EXPECT_EQ(cpu_->lingering_retired(), 4u);
+  // A stop at count 6: two NOPs run (counts 4, 5), the run ends before the
+  // third (EIP = kCodeRip + 2); the next run starts with it and counts it.
+  cpu_->SetLingeringStopAt(6);
+  CpuState st = RunFrom(Pm32(0), TcgStop::kRequested);
+  EXPECT_EQ(st.rip, kCodeRip + 2);
+  EXPECT_EQ(cpu_->lingering_retired(), 6u);
+  cpu_->SetLingeringStopAt(std::nullopt);
+  st = RunFrom(st);
+  EXPECT_EQ(st.rip, kCodeRip + 4);
+  EXPECT_EQ(cpu_->lingering_retired(), 8u);
+  EXPECT_EQ(cpu_->stats().code_hook_removals, 0u);
+}
+
+TEST_F(TcgCpuTest, InvalidatingTranslationsCountsAsCodeCacheTime) {
+  // A CPU spends no time on QEMU's code cache: TranslationNs, which the
+  // guest clock leaves out of host time, also holds FlushCode's time (each
+  // switch of what is observed invalidates every translation).
+  const uint64_t before = TcgCpu::TranslationNs();
+  cpu_->FlushCode();
+  EXPECT_GT(TcgCpu::TranslationNs(), before);
+}
+
 TEST_F(TcgCpuTest, SmswToA32BitRegisterStoresAllOfCr0) {
   // SMSW r32 outside 64-bit mode stores CR0[31:0] (hardware, QEMU 7.2 and
   // kvm-unit-tests realmode "smsw (3)"); QEMU 5.0 translates it inline as a

@@ -718,6 +718,8 @@ absl::StatusOr<std::optional<RunResult>> Machine::TraceInTcg(double deadline) {
   if (end) return end;
   // TCG -> KVM: tracing is off again.
   UpdateTcgObservation();  // removes the hooks
+  in_tcg_ = false;
+  UpdateClockSource();  // KVM's time is the host's
   st = tcg_->GetState(/*with_msrs=*/true);
   fpu = tcg_->GetFpu();
   VBTS_ASSIGN_OR_RETURN(kvm_lapic_state lapic, tcg_control_->GetLapic());
@@ -732,7 +734,6 @@ absl::StatusOr<std::optional<RunResult>> Machine::TraceInTcg(double deadline) {
   VBTS_RETURN_IF_ERROR(vcpu_->SetDebugRegs(dr));
   VBTS_RETURN_IF_ERROR(TimeAndIrqchipsToKvm());
   VBTS_RETURN_IF_ERROR(TscDeadlineToKvm());
-  in_tcg_ = false;
   tracer_->Rebind(*vcpu_, [vm = vm_.get()](uint8_t vector) { return vm->SignalMsi(0, vector); },
                   facts_.emulate_data_breakpoints);
   engine_switches_++;
@@ -800,6 +801,10 @@ std::optional<RunResult> Machine::RunTcgLoop(uint64_t deadline, bool until_untra
     // Tracing is off and no event waits in the engine: the vCPU can go back.
     if (until_untraced && !tracer_->WantsEveryInstruction() && !tcg_->EventPending()) return std::nullopt;
     UpdateTcgObservation();
+    // Whether a code hook no longer used still lingers for this run: its
+    // instructions are counted, and the guest's time stays on them.
+    tcg_->SyncHooks();
+    UpdateClockSource();
     const uint64_t now = NowNs();
     const uint64_t guest_now = GuestNs();
     AdvanceTimers(guest_now);
@@ -807,6 +812,14 @@ std::optional<RunResult> Machine::RunTcgLoop(uint64_t deadline, bool until_untra
     // Within the run the timer changes only by a write to the LAPIC page,
     // which ends the run, or by an expiry, which the deadline stops at.
     timer_deadline_ticks_ = TimerDeadlineTicks();
+    // Unobserved under the lingering hook, the run ends at that deadline too.
+    std::optional<uint64_t> lingering_stop;
+    if (timer_deadline_ticks_ && !tcg_observing_) {
+      const uint64_t ticks = clock_->Ticks(ClockNow());
+      const uint64_t left = *timer_deadline_ticks_ - std::min(*timer_deadline_ticks_, ticks);
+      lingering_stop = tcg_->lingering_retired() + std::max<uint64_t>(left, 1);
+    }
+    tcg_->SetLingeringStopAt(lingering_stop);
     uint64_t until = now + slice;
     // On host time the timer's deadline ends the run; on instruction time
     // the instruction hook stops at it (TimerDeadlineTicks).
@@ -863,8 +876,6 @@ void Machine::UpdateTcgObservation() {
   if (want == tcg_observing_) return;
   if (!want) FlushTcgBulk();
   tcg_observing_ = want;
-  // The guest's time runs on instructions while they are all counted.
-  clock_->SetSource(want ? vcpu::GuestClock::Source::kInstructions : vcpu::GuestClock::Source::kHost, ClockNow());
   tcg_first_boundary_ = true;
   tcg_bulk_ = false;
   // While the tracer sees every instruction it raises the guest's
@@ -873,8 +884,10 @@ void Machine::UpdateTcgObservation() {
   if (!want) {
     tcg_->SetInstructionHook(nullptr);
     tcg_->SetEventHook(nullptr);
+    UpdateClockSource();  // (the hook lingers)
     return;
   }
+  UpdateClockSource();
   tcg_->SetInstructionHook([this](uint64_t) {
     absl::Status s;
     if (tcg_bulk_) {
@@ -1280,11 +1293,27 @@ absl::Status Machine::TscDeadlineToKvm() {
   return vcpu_->SetMsrs({&m, 1});
 }
 
+void Machine::UpdateClockSource() {
+  // The guest's time runs on instructions while they are all counted, and
+  // while the code hook that counted them lingers unused (it still sees
+  // every instruction: TcgCpu::CodeHookLingering).  Host time there would
+  // be the time the engine takes to run code translated with the hook, and
+  // each switch of Linux's perf around a context switch or a PMI would let
+  // milliseconds of it into the counted process's times (docs/tcg-engine.md,
+  // "Guest time").
+  const bool instructions = in_tcg_ && (tcg_observing_ || tcg_->CodeHookLingering());
+  const auto source = instructions ? vcpu::GuestClock::Source::kInstructions : vcpu::GuestClock::Source::kHost;
+  if (clock_->source() != source) clock_->SetSource(source, ClockNow());
+}
+
 vcpu::GuestClock::Now Machine::ClockNow() const {
-  uint64_t retired = tracer_ ? tracer_->stats().instructions : 0;
+  // Instructions counted by the tracer, skipped inside blocks, and run
+  // under the lingering code hook: each instruction is in one of them.
+  uint64_t retired = (tracer_ ? tracer_->stats().instructions : 0) + (tcg_ ? tcg_->lingering_retired() : 0);
   if (in_tcg_ && tcg_bulk_) retired += tcg_->skipped();
-  // Host time leaves out the time QEMU spends translating guest code, which
-  // a CPU does not spend (docs/tcg-engine.md, "Guest time").
+  // Host time leaves out the time QEMU spends translating guest code and
+  // invalidating translations, which a CPU does not spend (docs/tcg-engine.md,
+  // "Guest time").
   return {NowNs() - vcpu::TcgCpu::TranslationNs(), retired};
 }
 

@@ -227,6 +227,8 @@ class Machine : private vcpu::TcgDevices {
   // Installs or removes the TCG engine's instruction hook as the tracer
   // wants every instruction or not.
   void UpdateTcgObservation();
+  // The guest clock's source for what the TCG engine does now (docs/tcg-engine.md, "Guest time").
+  void UpdateClockSource();
   // An MMIO access outside RAM (both engines): the pc-testdev window, or
   // nothing (reads all ones, writes dropped).
   void Mmio(uint64_t gpa, bool write, uint8_t* data, uint32_t len);

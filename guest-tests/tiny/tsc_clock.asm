@@ -17,6 +17,12 @@
 ; during HLT, where instruction time jumps to its deadline. Both handlers read the TSC after the
 ; same instructions; the ticks from arming to the handler differ only by where the interrupt
 ; is taken (the spin loop's boundary after the deadline, HLT's exactly at it): at most 4.
+; Part 3. Counters off (GLOBAL_CTRL = 0): the engine's code hook that counted every instruction
+; lingers, unused, for 100 ms of host time (adding or removing it retranslates all code) and
+; still sees every instruction, so the clock stays on instructions (docs/tcg-engine.md, "Guest
+; time"): the same RDTSC-to-RDTSC sequence as in part 1 measures 2004 again. (On host time it
+; would measure the engine's speed; a host that stalls vbts for 100 ms inside these few
+; microseconds of guest code would end the linger.)
 ; Expected: status 1 under vbts (westmere); QEMU TCG reports no arch perfmon: SKIP (155).
 %include "rt.inc"
 %include "debug32.inc"
@@ -108,6 +114,18 @@ main:
         neg eax
 .abs:   cmp eax, 4
         CHECK_CC be, "ticks from arming to the handler: spin loop and HLT within 4"
+
+        ; ---- part 3: counters off, the lingering hook keeps instruction time
+        rdtsc
+        mov esi, eax
+        mov edi, edx
+        mov ecx, 1000
+.loop3: dec ecx
+        jnz .loop3
+        rdtsc
+        sub eax, esi
+        sbb edx, edi
+        CHECK_EQ eax, 2004, "counters off, TSC delta over the same 2004 instructions = 2004"
         ret
 
 ; The one-shot timer armed, and the TSC right after (the same instructions both times).
