@@ -104,6 +104,7 @@ std::vector<CpuModel> MakeModels() {
     p.dram_source = 0x0C;
     p.offcore = PmuModel::OffcoreLayout::kNehalem;
     p.offcore_valid = 0xFFFF;  // Linux's intel_westmere_extra_regs mask (bit 11, reserved in the SDM, included)
+    m.microcode_revision = 0x1F;  // intel-ucode/06-2c-02, 2018-05-08
     models.push_back(std::move(m));
   }
   {
@@ -135,6 +136,7 @@ std::vector<CpuModel> MakeModels() {
     // Core Duo T2500: 32 KB 8-way L1D per core, 2 MB 8-way shared L2 as the
     // last level (CPUID.4 of Yonah).
     p.cache = {{64, 8}, {4096, 8}, PairPrefetch::kLlc};
+    m.microcode_revision = 0x39;  // intel-ucode/06-0e-08, 2005-11-15
     models.push_back(std::move(m));
   }
   {
@@ -182,6 +184,7 @@ std::vector<CpuModel> MakeModels() {
     // 8 KB 4-way L1D; 7BH, 512 KB 8-way L2, the last level (40H: no L3).  No
     // architectural perfmon: nothing counts LLC events on this model.
     p.cache = {{32, 4}, {1024, 8}, PairPrefetch::kLlc};
+    m.microcode_revision = 0x17;  // intel-ucode/0f-03-04, 2005-04-21
     models.push_back(std::move(m));
   }
   {
@@ -232,6 +235,7 @@ std::vector<CpuModel> MakeModels() {
     p.dram_source = 0x0A;
     p.offcore = PmuModel::OffcoreLayout::kSkylake;
     p.offcore_valid = 0x3FFFFF8FFFull;  // Linux's intel_skl_extra_regs mask
+    m.microcode_revision = 0xF0;  // intel-ucode/06-5e-03, 2021-11-12
     models.push_back(std::move(m));
   }
   {
@@ -294,6 +298,7 @@ std::vector<CpuModel> MakeModels() {
     p.dram_source = 0x0A;
     p.offcore = PmuModel::OffcoreLayout::kSkylake;
     p.offcore_valid = 0x3FFFFFBFFFull;  // Linux's intel_icl_extra_regs mask
+    m.microcode_revision = 0x0D000410;  // intel-ucode/06-6a-06, 2025-03-11
     models.push_back(std::move(m));
   }
   return models;

@@ -123,6 +123,12 @@ struct CpuModel {
   std::string description;
   std::vector<CpuidLeaf> leaves;
   PmuModel pmu;
+  // The microcode update revision IA32_BIOS_SIGN_ID (8BH) reports in bits
+  // 63:32 (SDM vol. 3A 9.11.7.1, vol. 4 table 2-2): the latest that Intel's
+  // public microcode repository (Intel-Linux-Processor-Microcode-Data-Files,
+  // intel-ucode/FF-MM-SS) has for the model's family, model and stepping.
+  // Linux keys errata on it (the TSC-deadline timer needs >= 0xB2 on 06_5EH).
+  uint32_t microcode_revision = 0;
 
   // The same model without a PMU, debug store or branch recording (`vbts run
   // --vpmu=off`): CPUID.1 DS/DTES64/DS-CPL/PDCM clear, leaf 0AH zero, and

@@ -1,10 +1,11 @@
-// feature_msrs.cc: speculation-control MSRs as the CPU model's CPUID describes them.
+// feature_msrs.cc: speculation-control MSRs as the CPU model's CPUID describes them, and the
+// model's microcode revision.
 #include "pmu/feature_msrs.h"
 
 namespace vbts::pmu {
 namespace {
 
-constexpr uint32_t kSpecCtrl = 0x48, kPredCmd = 0x49, kFlushCmd = 0x10B;
+constexpr uint32_t kSpecCtrl = 0x48, kPredCmd = 0x49, kBiosSignId = 0x8B, kFlushCmd = 0x10B;
 
 }  // namespace
 
@@ -15,18 +16,25 @@ FeatureMsrs::FeatureMsrs(const CpuModel& model) {
   stibp_ = edx7 & (1u << 27);
   flush_l1d_ = edx7 & (1u << 28);
   ssbd_ = edx7 & (1u << 31);
+  bios_sign_id_ = uint64_t{model.microcode_revision} << 32;
 }
 
-std::vector<MsrRange> FeatureMsrs::Intercepted() { return {{kSpecCtrl, kPredCmd}, {kFlushCmd, kFlushCmd}}; }
+std::vector<MsrRange> FeatureMsrs::Intercepted() {
+  return {{kSpecCtrl, kPredCmd}, {kBiosSignId, kBiosSignId}, {kFlushCmd, kFlushCmd}};
+}
 
-bool FeatureMsrs::Owns(uint32_t msr) { return msr == kSpecCtrl || msr == kPredCmd || msr == kFlushCmd; }
+bool FeatureMsrs::Owns(uint32_t msr) {
+  return msr == kSpecCtrl || msr == kPredCmd || msr == kBiosSignId || msr == kFlushCmd;
+}
 
 MsrResult FeatureMsrs::Read(uint32_t msr) const {
+  if (msr == kBiosSignId) return {false, bios_sign_id_};
   if (msr == kSpecCtrl && spec_ctrl_) return {false, spec_ctrl_value_};
   return {true, 0};  // absent, or write-only (PRED_CMD, FLUSH_CMD)
 }
 
 MsrResult FeatureMsrs::Write(uint32_t msr, uint64_t value) {
+  if (msr == kBiosSignId) return {};
   if (msr == kSpecCtrl && spec_ctrl_) {
     const uint64_t valid = 1 | (stibp_ ? 2 : 0) | (ssbd_ ? 4 : 0);
     if (value & ~valid) return {true, 0};

@@ -1,6 +1,7 @@
-// feature_msrs.h: MSRs that exist only when the CPU model's CPUID says so and
-// that the host KVM would otherwise answer from the host's features: the
-// speculation-control MSRs (SDM vol. 4 table 2-2; CPUID.(EAX=7,ECX=0):EDX).
+// feature_msrs.h: MSRs whose answer is the CPU model's and that the host KVM
+// would otherwise answer itself: the speculation-control MSRs, which exist
+// only when the model's CPUID says so (SDM vol. 4 table 2-2;
+// CPUID.(EAX=7,ECX=0):EDX), and the microcode revision (IA32_BIOS_SIGN_ID).
 #ifndef VBTS_PMU_FEATURE_MSRS_H_
 #define VBTS_PMU_FEATURE_MSRS_H_
 
@@ -21,6 +22,11 @@ namespace vbts::pmu {
 // Absent: every access #GPs, as kvm-unit-tests' msr.c expects on a CPU
 // without the feature. None of vbts's models (Westmere, Core Duo, Skylake
 // at launch) has them, so all three #GP there.
+// IA32_BIOS_SIGN_ID (8BH): reads CpuModel::microcode_revision in bits 63:32
+// (31:0 reserved, 0); a write (software preloads 0 before CPUID.01H, SDM vol.
+// 3A 9.11.7.1, which then loads the revision) is taken and changes nothing:
+// the read after it is the revision, as after that CPUID. KVM answers its
+// own default (revision 1) otherwise, which Linux reports as a firmware bug.
 class FeatureMsrs {
  public:
   explicit FeatureMsrs(const CpuModel& model);
@@ -32,6 +38,7 @@ class FeatureMsrs {
  private:
   bool spec_ctrl_ = false, stibp_ = false, ssbd_ = false, flush_l1d_ = false;
   uint64_t spec_ctrl_value_ = 0;
+  uint64_t bios_sign_id_ = 0;
 };
 
 }  // namespace vbts::pmu

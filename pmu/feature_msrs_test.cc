@@ -1,4 +1,4 @@
-// feature_msrs_test.cc: speculation-control MSRs absent and present.
+// feature_msrs_test.cc: speculation-control MSRs absent and present; the microcode revision.
 #include "pmu/feature_msrs.h"
 
 #include <gtest/gtest.h>
@@ -34,6 +34,24 @@ TEST(FeatureMsrsTest, PresentWhenCpuidSaysSo) {
   EXPECT_TRUE(f.Write(0x49, 2).gp);
   EXPECT_FALSE(f.Write(0x10B, 1).gp);
   EXPECT_TRUE(f.Read(0x10B).gp);
+}
+
+TEST(FeatureMsrsTest, BiosSignIdReadsTheModelsMicrocodeRevisionAfterAnyWrite) {
+  // IA32_BIOS_SIGN_ID: bits 63:32 the revision of the model's latest public
+  // microcode file (intel-ucode/06-5e-03 and 06-2c-02 begin with revisions
+  // 0xF0 and 0x1F), bits 31:0 zero. Linux preloads 0 and runs CPUID.01H
+  // before it reads (SDM vol. 3A 9.11.7.1): the write is taken, the read is
+  // the revision. 0xF0 >= 0xB2, the revision from which Linux trusts the
+  // TSC-deadline timer on 06_5EH (arch/x86/kernel/apic/apic.c).
+  FeatureMsrs skylake(*FindCpuModel("skylake"));
+  EXPECT_FALSE(skylake.Write(0x8B, 0).gp);
+  EXPECT_EQ(skylake.Read(0x8B).value, 0xF0ull << 32);
+  EXPECT_FALSE(skylake.Read(0x8B).gp);
+  FeatureMsrs westmere(*FindCpuModel("westmere"));
+  EXPECT_EQ(westmere.Read(0x8B).value, 0x1Full << 32);
+  EXPECT_FALSE(westmere.Write(0x8B, 0x1234).gp);
+  EXPECT_EQ(westmere.Read(0x8B).value, 0x1Full << 32);
+  for (const CpuModel& m : CpuModels()) EXPECT_NE(m.microcode_revision, 0u) << m.name;
 }
 
 }  // namespace

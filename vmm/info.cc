@@ -216,6 +216,7 @@ std::string FormatCpuModel(const pmu::CpuModel& m) {
   const uint32_t dfam = fam == 0xF ? fam + ((l1.eax >> 20) & 0xFF) : fam;
   const uint32_t dmod = (fam == 0x6 || fam == 0xF) ? (((l1.eax >> 16) & 0xF) << 4) | mod : mod;
   Row(out, "  family / model / stepping", absl::StrFormat("0x%x / 0x%x / %u", dfam, dmod, l1.eax & 0xF));
+  Row(out, "  microcode revision", absl::StrFormat("0x%x (IA32_BIOS_SIGN_ID[63:32])", m.microcode_revision));
   Row(out, "  DS DTES64 DS-CPL PDCM",
       absl::StrFormat("DS=%d DTES64=%d DS-CPL=%d PDCM=%d", (l1.edx & pmu::kCpuid1EdxDs) ? 1 : 0,
                       (l1.ecx & pmu::kCpuid1EcxDtes64) ? 1 : 0, (l1.ecx & pmu::kCpuid1EcxDsCpl) ? 1 : 0,
