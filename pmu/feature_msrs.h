@@ -22,6 +22,12 @@ namespace vbts::pmu {
 // Absent: every access #GPs, as kvm-unit-tests' msr.c expects on a CPU
 // without the feature. None of vbts's models (Westmere, Core Duo, Skylake
 // at launch) has them, so all three #GP there.
+// IA32_FEATURE_CONTROL (3AH): no model has VMX, SMX, SGX or LMCE in its
+//   CPUID, so bit 0 (Lock) is the one writable bit; it reads 0 at reset (vbts
+//   is the firmware, and as SeaBIOS on such a CPU it leaves the MSR alone).
+//   Once locked every WRMSR #GPs (SDM vol. 4 table 2-2; vol. 3C 23.7), as do
+//   other bits. Linux locks it at boot (init_ia32_feat_ctl); KVM here
+//   refused that write, which Linux reported with a call trace.
 // IA32_BIOS_SIGN_ID (8BH): reads CpuModel::microcode_revision in bits 63:32
 // (31:0 reserved, 0); a write (software preloads 0 before CPUID.01H, SDM vol.
 // 3A 9.11.7.1, which then loads the revision) is taken and changes nothing:
@@ -39,6 +45,7 @@ class FeatureMsrs {
   bool spec_ctrl_ = false, stibp_ = false, ssbd_ = false, flush_l1d_ = false;
   uint64_t spec_ctrl_value_ = 0;
   uint64_t bios_sign_id_ = 0;
+  uint64_t feature_control_ = 0;
 };
 
 }  // namespace vbts::pmu

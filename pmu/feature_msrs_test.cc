@@ -54,5 +54,23 @@ TEST(FeatureMsrsTest, BiosSignIdReadsTheModelsMicrocodeRevisionAfterAnyWrite) {
   for (const CpuModel& m : CpuModels()) EXPECT_NE(m.microcode_revision, 0u) << m.name;
 }
 
+TEST(FeatureMsrsTest, FeatureControlLocksOnceWithNoOtherBit) {
+  // No model has VMX, SMX, SGX or LMCE: of IA32_FEATURE_CONTROL only the
+  // Lock bit (0) is writable. Reset value 0; Linux writes 1 (locked, nothing
+  // enabled); after that every write #GPs until reset (SDM vol. 4 table 2-2).
+  for (const CpuModel& m : CpuModels()) {
+    FeatureMsrs f(m);
+    EXPECT_EQ(f.Read(0x3A).value, 0u) << m.name;
+    EXPECT_TRUE(f.Write(0x3A, 1u << 2).gp) << m.name;  // VMX outside SMX: no VMX
+    EXPECT_TRUE(f.Write(0x3A, 1u << 20).gp) << m.name;  // LMCE
+    EXPECT_FALSE(f.Write(0x3A, 0).gp) << m.name;
+    EXPECT_FALSE(f.Write(0x3A, 1).gp) << m.name;
+    EXPECT_EQ(f.Read(0x3A).value, 1u) << m.name;
+    EXPECT_TRUE(f.Write(0x3A, 1).gp) << m.name;
+    EXPECT_TRUE(f.Write(0x3A, 0).gp) << m.name;
+    EXPECT_EQ(f.Read(0x3A).value, 1u) << m.name;
+  }
+}
+
 }  // namespace
 }  // namespace vbts::pmu

@@ -16,6 +16,7 @@
 #include "base/status_macros.h"
 #include "vcpu/descriptors.h"
 #include "base/exit_status.h"
+#include "vmm/firmware_mtrrs.h"
 #include "vmm/host_probe.h"
 #include "vmm/kick_timer.h"
 #include "vmm/loader.h"
@@ -235,6 +236,12 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
     cpuid.push_back(e);
   }
   VBTS_RETURN_IF_ERROR(vcpu_->SetCpuid(cpuid));
+  {  // The MTRRs firmware would have programmed (vmm/firmware_mtrrs.h).
+    const bool has_80000008 = model_->Cpuid(0x80000000, 0).eax >= 0x80000008;
+    const int maxphyaddr = has_80000008 ? static_cast<int>(model_->Cpuid(0x80000008, 0).eax & 0xFF) : 36;
+    const std::vector<vcpu::MsrValue> mtrrs = FirmwareMtrrs(maxphyaddr);
+    VBTS_RETURN_IF_ERROR(vcpu_->SetMsrs(mtrrs));
+  }
   if (config_.vpmu == "passthrough") {
     // After KVM_SET_CPUID2: KVM checks the LBR format against the guest's model.
     constexpr uint32_t kMsrPerfCapabilities = 0x345;
