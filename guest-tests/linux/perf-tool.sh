@@ -66,6 +66,21 @@ set -- $m1 $m2
 check "perf stat L1-dcache" "$([ $(($3 - $1)) = 1000 ] && [ $(($4 - $2)) = 1000 ] && echo 1)" \
   "loads:u $1 / $3, stores:u $2 / $4 at 1000 / 2000 iterations (expected differences 1000 and 1000)"
 
+# perf stat -e task-clock,ref-cycles: the process's time and its reference
+# cycles run on one clock, the TSC's (SDM vol. 3B 18.2.1: unhalted reference
+# cycles count at the TSC's rate; docs/tcg-engine.md, "Guest time"), so
+# reference cycles per task-clock nanosecond is the TSC frequency Linux
+# reports as "cpu MHz", within 20 % (the counters and the task clock start
+# and stop a few instructions apart). Before 2026-11-26 (session 7) host time
+# leaked into the process whenever perf switched its counters: 158-419 MHz
+# on a 2100 MHz TSC.
+mhz=$(grep -m1 "cpu MHz" /proc/cpuinfo | cut -d: -f2 | cut -d. -f1 | tr -d ' ')
+set -- $(perf stat -x, -e task-clock,ref-cycles -- /init loop 1000000 2>&1 >/dev/null | cut -d, -f1,4 | tr ',\n' '  ')
+task_ns=$2 refs=$3
+rate=$((refs * 1000 / (task_ns > 0 ? task_ns : 1)))
+check "perf stat task-clock" "$([ $((rate * 10)) -ge $((mhz * 8)) ] && [ $((rate * 10)) -le $((mhz * 12)) ] && echo 1)" \
+  "ref-cycles $refs in a task-clock of $task_ns ns: $rate MHz (TSC $mhz MHz; expected within 20 %)"
+
 # perf mem (docs/pmu-model.md, "Load latency and data source"): `/init sweep`
 # loads 16384 lines 128 bytes apart that the model's L3 holds and its L1D and
 # L2 do not (init.c): 16384 loads of 44 cycles, above perf mem's threshold of

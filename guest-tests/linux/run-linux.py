@@ -26,7 +26,7 @@ expectations; the trace must hold exactly N transfers
 state broken and the kernel ended in a triple fault: TcgCpu::DeleteHook.)
 With --perf-tool the initramfs is linux-perf-tool.cpio and init runs
 perf-tool.sh (`-- run /bin/sh /perf-tool.sh`): Debian's own perf tool, ten
-PASS lines (PERF_TOOL_CHECKS) and "SUMMARY: 10 passed, 0 failed"; without that
+PASS lines (PERF_TOOL_CHECKS) and "SUMMARY: 11 passed, 0 failed"; without that
 initramfs (the build found no perf) the test is skipped (77) with a line
 saying how to get it.
 Under QEMU's TCG (no PMU): status 155 and init's (or perf-tool.sh's) SKIP line.
@@ -48,7 +48,7 @@ PMU_LINES = {
 
 
 INIT_CHECKS = ("instructions:u", "intel_bts", "lbr", "pebs")
-PERF_TOOL_CHECKS = ("perf stat", "perf stat L1-dcache", "perf mem loads", "perf record LLC-loads", "perf mem stores",
+PERF_TOOL_CHECKS = ("perf stat", "perf stat L1-dcache", "perf stat task-clock", "perf mem loads", "perf record LLC-loads", "perf mem stores",
                     "intel_bts",
                     "branches -c 1", "perf record -b", "instructions:upp", "call-graph lbr")
 
