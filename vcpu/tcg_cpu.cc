@@ -2219,10 +2219,24 @@ bool TcgCpu::Lingers(std::optional<std::chrono::steady_clock::time_point>& idle_
   return now - *idle_since < config_.code_hook_linger;
 }
 
+bool TcgCpu::KeepCodeHookLingering() {
+  if (code_hook_ != 0) {
+    if (!CodeHookActive()) code_hook_idle_since_ = std::chrono::steady_clock::now();
+    return false;
+  }
+  linger_requested_ = true;
+  return true;
+}
+
 bool TcgCpu::SyncCodeHook() {
   const bool want = static_cast<bool>(insn_hook_) || exec_bp_mask_ != 0 || debug_code_;
+  // Installed unused, to linger (KeepCodeHookLingering).
+  const bool lingering = !want && code_hook_ == 0 && linger_requested_;
+  linger_requested_ = false;
   if (want) {
     code_hook_idle_since_.reset();
+  } else if (lingering) {
+    code_hook_idle_since_ = std::chrono::steady_clock::now();
   } else if (code_hook_ != 0) {
     // Unused: it lingers (Config::code_hook_linger) before it goes.
     if (Lingers(code_hook_idle_since_)) {
@@ -2232,7 +2246,7 @@ bool TcgCpu::SyncCodeHook() {
       return false;
     }
   }
-  if (want && code_hook_ == 0) {
+  if ((want || lingering) && code_hook_ == 0) {
     uc_hook h = 0;
     if (uc_hook_add(uc_, &h, UC_HOOK_CODE, reinterpret_cast<void*>(&TcgCallbacks::Code), this, 1, 0) == UC_ERR_OK) {
       code_hook_ = h;

@@ -210,6 +210,13 @@ class TcgCpu {
   // (lingering_retired) at no further cost.  The machine keeps the guest's
   // time on instructions meanwhile (docs/tcg-engine.md, "Guest time").
   bool CodeHookLingering() const { return code_hook_ != 0 && !CodeHookActive(); }
+  // Guest activity after which tracing often starts (a write of a PMU MSR:
+  // Linux's perf disables the PMU, programs the counters, then enables
+  // them): the code hook lingers from now, installed if it was not (at the
+  // next run's start: true, and the caller ends the run so that it is), so
+  // that the clock is on instructions already while the kernel programs the
+  // counters of a process it is about to count.
+  bool KeepCodeHookLingering();
   // Instructions started under the lingering hook since the engine was made.
   uint64_t lingering_retired() const { return lingering_retired_; }
   // While the hook lingers, end the run before the instruction at which
@@ -419,6 +426,7 @@ class TcgCpu {
   uint64_t lingering_retired_ = 0;
   std::optional<uint64_t> lingering_stop_at_;
   bool hooks_synced_ = false;  // SyncHooks() decided for the next Run()
+  bool linger_requested_ = false;  // KeepCodeHookLingering() without a hook
   // Since when the installed code hook has been unused (lingering), if it is.
   std::optional<std::chrono::steady_clock::time_point> code_hook_idle_since_;
   void* cpu_class_ = nullptr;       // QEMU's CPUClass of cpu_ (found by SelfCheck)

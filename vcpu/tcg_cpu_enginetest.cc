@@ -802,6 +802,27 @@ TEST_F(TcgCpuTest, ALingeringCodeHookCountsInstructionsAndEndsTheRunAtItsStop) {
   EXPECT_EQ(cpu_->stats().code_hook_removals, 0u);
 }
 
+TEST_F(TcgCpuTest, KeepingTheCodeHookLingeringInstallsItUnused) {
+  // A write of a PMU MSR (Machine::WriteMsr) keeps the code hook lingering:
+  // without one, the next run's start installs it (one add, nothing else
+  // calls it) and the guest's instructions are counted from then on.
+  // nop; nop; hlt: three instructions.
+  Recreate(std::chrono::milliseconds(10'000));
+  Code(kCodeRip, {0x90, 0x90, 0xf4});
+  EXPECT_FALSE(cpu_->CodeHookLingering());
+  EXPECT_TRUE(cpu_->KeepCodeHookLingering());  // to be installed: the caller ends the run
+  cpu_->SyncHooks();
+  EXPECT_TRUE(cpu_->CodeHookLingering());
+  EXPECT_EQ(cpu_->stats().code_hook_adds, 1u);
+  RunFrom(Pm32(0));
+  EXPECT_EQ(cpu_->lingering_retired(), 3u);
+  EXPECT_FALSE(cpu_->KeepCodeHookLingering());  // installed: its linger starts again
+  RunFrom(Pm32(0));
+  EXPECT_EQ(cpu_->lingering_retired(), 6u);
+  EXPECT_EQ(cpu_->stats().code_hook_adds, 1u);
+  EXPECT_EQ(cpu_->stats().code_hook_removals, 0u);
+}
+
 TEST_F(TcgCpuTest, InvalidatingTranslationsCountsAsCodeCacheTime) {
   // A CPU spends no time on QEMU's code cache: TranslationNs, which the
   // guest clock leaves out of host time, also holds FlushCode's time (each

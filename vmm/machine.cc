@@ -1151,6 +1151,9 @@ vcpu::TcgDevices::Msr Machine::WriteMsr(uint32_t index, uint64_t value) {
   if (vpmu_ && vpmu_->Owns(index)) {
     FlushTcgBulk();
     if (vpmu_->WriteMsr(index, value).gp) return Msr::kGp;
+    // Counting may be about to start: the guest's clock goes on instructions
+    // now (docs/tcg-engine.md, "Guest time").
+    if (tcg_->KeepCodeHookLingering()) tcg_->RequestStop();
     // As in HandleMsr: the WRMSR retires under the configuration it leaves.
     if (tracer_) {
       absl::Status s = tracer_->AfterMsrWrite();
