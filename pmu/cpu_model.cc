@@ -2,6 +2,7 @@
 #include "pmu/cpu_model.h"
 
 #include <cstring>
+#include <numeric>
 
 #include "absl/strings/str_join.h"
 
@@ -305,6 +306,20 @@ std::vector<CpuModel> MakeModels() {
 }
 
 }  // namespace
+
+CpuModel CpuModel::WithTscFrequency(uint64_t tsc_khz) const {
+  CpuModel m = *this;
+  if (tsc_khz == 0 || tsc_khz > 0xFFFFFFFFull || Cpuid(0, 0).eax < 0x15) return m;
+  constexpr uint64_t kCrystalKhz = 24000;
+  // TSC = crystal * EBX / EAX exactly: the ratio in lowest terms.
+  const uint64_t g = std::gcd(tsc_khz, kCrystalKhz);
+  const uint32_t numerator = static_cast<uint32_t>(tsc_khz / g), denominator = static_cast<uint32_t>(kCrystalKhz / g);
+  const uint32_t mhz = static_cast<uint32_t>((tsc_khz + 500) / 1000);
+  std::erase_if(m.leaves, [](const CpuidLeaf& l) { return l.function == 0x15 || l.function == 0x16; });
+  m.leaves.push_back({0x15, 0, false, denominator, numerator, static_cast<uint32_t>(kCrystalKhz * 1000), 0});
+  m.leaves.push_back({0x16, 0, false, mhz, mhz, 100, 0});
+  return m;
+}
 
 CpuModel CpuModel::WithoutPmu() const {
   CpuModel m = *this;

@@ -135,6 +135,18 @@ struct CpuModel {
   // the virtual PMU answers #GP for all their MSRs.
   CpuModel WithoutPmu() const;
 
+  // The same model with the TSC frequency the guest's TSC really runs at
+  // (KVM's for the vCPU: the host's, whatever the model's part ran at) in
+  // CPUID leaves 15H and 16H, for a model whose maximum basic leaf reaches
+  // them (SDM vol. 2A CPUID: 15H EAX/EBX the TSC/crystal ratio, ECX the
+  // crystal's Hz; 16H EAX/EBX/ECX base, maximum and bus MHz).  The crystal
+  // is enumerated as 24 MHz (ECX), which Skylake client parts leave 0 for
+  // software to know: enumerated, Linux takes the TSC frequency from these
+  // leaves exactly (native_calibrate_tsc) instead of timing the PIT, which
+  // an emulated PIT on a loaded host can fail ("tsc: Unable to calibrate
+  // against PIT").  `tsc_khz` 0 or a model below leaf 15H: unchanged.
+  CpuModel WithTscFrequency(uint64_t tsc_khz) const;
+
   // What CPUID returns for (leaf, subleaf), with Intel's rules for leaves
   // outside the table: a basic leaf above CPUID.0:EAX returns the highest
   // basic leaf's data; an extended one above CPUID.80000000H:EAX likewise

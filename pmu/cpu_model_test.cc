@@ -96,5 +96,21 @@ TEST(CpuModel, IcelakeServerPerfCapabilities) {
 
 TEST(CpuModel, UnknownNameIsNull) { EXPECT_EQ(FindCpuModel("pentium"), nullptr); }
 
+TEST(CpuModel, TscFrequencyLeavesGiveTheTscExactly) {
+  // Leaf 15H: TSC = crystal (ECX Hz) * EBX / EAX, the ratio in lowest terms;
+  // 16H: base = maximum = the TSC's MHz, bus 100. 2 100 000 kHz over a
+  // 24 000 kHz crystal = 175/2; 2 095 987 kHz (gcd 1) = 2095987/24000.
+  const CpuModel sky = FindCpuModel("skylake")->WithTscFrequency(2100000);
+  EXPECT_EQ(sky.Cpuid(0x15, 0), (CpuidResult{2, 175, 24000000, 0}));
+  EXPECT_EQ(sky.Cpuid(0x16, 0), (CpuidResult{2100, 2100, 100, 0}));
+  const CpuModel odd = FindCpuModel("icelake-server")->WithTscFrequency(2095987);
+  EXPECT_EQ(odd.Cpuid(0x15, 0), (CpuidResult{24000, 2095987, 24000000, 0}));
+  EXPECT_EQ(odd.Cpuid(0x16, 0).eax, 2096u);
+  // Below leaf 15H (westmere: maximum 0BH), or no frequency: unchanged.
+  const CpuModel* w = FindCpuModel("westmere");
+  EXPECT_EQ(w->WithTscFrequency(2100000).leaves.size(), w->leaves.size());
+  EXPECT_EQ(FindCpuModel("skylake")->WithTscFrequency(0).Cpuid(0x15, 0), (CpuidResult{}));
+}
+
 }  // namespace
 }  // namespace vbts::pmu

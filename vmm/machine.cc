@@ -221,6 +221,13 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
   // in TCG, moved with the vCPU.
   VBTS_RETURN_IF_ERROR(vm_->CreatePit());
   VBTS_ASSIGN_OR_RETURN(vcpu_, vm_->CreateVcpu(0, facts_.sync_regs));
+  // CPUID leaves 15H/16H with the TSC frequency the vCPU has (the TCG
+  // engine's clock runs at it too); without KVM's, they stay 0.
+  if (absl::StatusOr<uint64_t> khz = vcpu_->TscKhz(); khz.ok()) {
+    pmu::CpuModel m = model_->WithTscFrequency(*khz);
+    own_model_ = std::move(m);
+    model_ = &*own_model_;
+  }
 
   // Guest CPUID: the model's table; the supervisor patches what KVM rewrites.
   std::vector<kvm_cpuid_entry2> cpuid;
