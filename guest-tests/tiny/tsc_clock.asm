@@ -23,6 +23,10 @@
 ; time"): the same RDTSC-to-RDTSC sequence as in part 1 measures 2004 again. (On host time it
 ; would measure the engine's speed; a host that stalls vbts for 100 ms inside these few
 ; microseconds of guest code would end the linger.)
+; Part 4. Still with the counters off: the one-shot timer armed as in part 2 fires in a spin loop
+; after the same number of ticks, within 4: on the lingering hook's instruction time the run ends
+; at the instruction where the deadline has passed (TcgCpu::SetLingeringStopAt), as the counting
+; hook ends it in part 2.
 ; Expected: status 1 under vbts (westmere); QEMU TCG reports no arch perfmon: SKIP (155).
 %include "rt.inc"
 %include "debug32.inc"
@@ -126,6 +130,20 @@ main:
         sub eax, esi
         sbb edx, edi
         CHECK_EQ eax, 2004, "counters off, TSC delta over the same 2004 instructions = 2004"
+
+        ; ---- part 4: the timer on the lingering hook's instruction time
+        call arm_timer
+        sti
+.spin4: cmp dword [timer_count], 3
+        jne .spin4
+        cli
+        mov eax, [handler_tsc]
+        sub eax, [arm_tsc]
+        sub eax, [spin_ticks]
+        jns .abs4
+        neg eax
+.abs4:  cmp eax, 4
+        CHECK_CC be, "counters off, ticks from arming to the handler as in part 2's spin loop within 4"
         ret
 
 ; The one-shot timer armed, and the TSC right after (the same instructions both times).
