@@ -1276,6 +1276,7 @@ void tb_invalidate_phys_page_fast_x86_64(void* uc, void* pages, uint64_t start, 
   using Fn = void (*)(void*, void*, uint64_t, int, uintptr_t);
   static const auto original = vbts::vcpu::Original<Fn>("tb_invalidate_phys_page_fast_x86_64");
   vbts::vcpu::g_code_bytes_generation.fetch_add(1, std::memory_order_relaxed);
+  vbts::vcpu::CodeWorkTimer timer;  // code-cache work, left out of the guest's host time
   original(uc, pages, start, len, retaddr);
 }
 
@@ -1283,6 +1284,7 @@ void tb_invalidate_phys_page_range_x86_64(void* uc, uint64_t start, uint64_t end
   using Fn = void (*)(void*, uint64_t, uint64_t);
   static const auto original = vbts::vcpu::Original<Fn>("tb_invalidate_phys_page_range_x86_64");
   vbts::vcpu::g_code_bytes_generation.fetch_add(1, std::memory_order_relaxed);
+  vbts::vcpu::CodeWorkTimer timer;  // code-cache work, left out of the guest's host time
   original(uc, start, end);
 }
 
@@ -1290,6 +1292,7 @@ void tb_invalidate_phys_range_x86_64(void* uc, uint64_t start, uint64_t end) {
   using Fn = void (*)(void*, uint64_t, uint64_t);
   static const auto original = vbts::vcpu::Original<Fn>("tb_invalidate_phys_range_x86_64");
   vbts::vcpu::g_code_bytes_generation.fetch_add(1, std::memory_order_relaxed);
+  vbts::vcpu::CodeWorkTimer timer;  // code-cache work, left out of the guest's host time
   original(uc, start, end);
 }
 
