@@ -902,10 +902,8 @@ void Machine::UpdateTcgObservation() {
   if (!want) {
     tcg_->SetInstructionHook(nullptr);
     tcg_->SetEventHook(nullptr);
-    UpdateClockSource();  // (the hook lingers)
     return;
   }
-  UpdateClockSource();
   tcg_->SetInstructionHook([this](uint64_t) {
     absl::Status s;
     if (tcg_bulk_) {

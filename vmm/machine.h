@@ -225,7 +225,8 @@ class Machine : private vcpu::TcgDevices {
   // Tells the TCG engine about the LAPIC's and the 8259s' deliverable interrupts.
   void NotifyInterrupts();
   // Installs or removes the TCG engine's instruction hook as the tracer
-  // wants every instruction or not.
+  // wants every instruction or not.  Its callers choose the guest clock's
+  // source after it (UpdateClockSource).
   void UpdateTcgObservation();
   // The guest clock's source for what the TCG engine does now (docs/tcg-engine.md, "Guest time").
   void UpdateClockSource();
