@@ -13,7 +13,11 @@
 // never fails (bad guest programming is the guest's problem: a dropped
 // record and a warning, never an error status), nothing is written outside
 // RAM (the fake refuses such writes, and the model must cope with the
-// refusal), CountSequential never exceeds SequentialLimit.
+// refusal), CountSequential never exceeds SequentialLimit.  The model's
+// feature MSRs (pmu/feature_msrs.h) take the same WRMSR/RDMSR stream:
+// IA32_BIOS_SIGN_ID always reads the model's microcode revision, a locked
+// IA32_FEATURE_CONTROL refuses every write and keeps its value, and the
+// write-only PRED_CMD/FLUSH_CMD never read.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -21,6 +25,7 @@
 
 #include "fuzz/fuzz_input.h"
 #include "pmu/cpu_model.h"
+#include "pmu/feature_msrs.h"
 #include "pmu/testing/fake_memory.h"
 #include "pmu/vpmu.h"
 
@@ -76,7 +81,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   VirtualPmuOptions options;
   options.lbr_in_kernel = m & 0x40;
   VirtualPmu pmu(model, options);
-  const std::vector<MsrRange> msrs = pmu.InterceptedMsrs();
+  std::vector<MsrRange> msrs = pmu.InterceptedMsrs();
+  FeatureMsrs features(model);
+  for (const MsrRange& r : FeatureMsrs::Intercepted()) msrs.push_back(r);
   vbts::testing::FakePhysMemory ram(kRam);
   PagingRegs paging;
 
@@ -86,11 +93,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         const uint32_t msr = PickMsr(in, msrs);
         const uint64_t v = in.Value();
         if (pmu.Owns(msr)) pmu.WriteMsr(msr, v);
+        if (FeatureMsrs::Owns(msr)) {
+          const MsrResult before = features.Read(msr);
+          const MsrResult w = features.Write(msr, v);
+          const MsrResult after = features.Read(msr);
+          // A locked IA32_FEATURE_CONTROL (3AH) refuses every write and keeps its value.
+          if (msr == 0x3A && (before.value & 1) && (!w.gp || after.value != before.value)) __builtin_trap();
+          if (msr == 0x8B && after.value != uint64_t{model.microcode_revision} << 32) __builtin_trap();
+        }
         break;
       }
       case 1: {  // RDMSR
         const uint32_t msr = PickMsr(in, msrs);
         if (pmu.Owns(msr)) pmu.ReadMsr(msr);
+        if (FeatureMsrs::Owns(msr)) {
+          const MsrResult r = features.Read(msr);
+          if ((msr == 0x49 || msr == 0x10B) && !r.gp) __builtin_trap();  // write-only
+        }
         break;
       }
       case 2: {  // bytes into RAM
