@@ -1271,6 +1271,12 @@ bool VirtualPmu::BranchAgnostic() const {
   return true;  // fixed counters count every instruction alike
 }
 
+bool VirtualPmu::LbrOnly() const {
+  const State& s = *s_;
+  return (s.debugctl & kDbgLbr) && !(s.debugctl & kDbgBtf) && !s.options.lbr_in_kernel && !s.BtsOn() &&
+         !s.AnyCounterEnabled() && s.pebs_armed == 0;
+}
+
 void VirtualPmu::CountSequential(uint64_t n, uint8_t cpl, uint64_t loads, uint64_t stores) {
   State& s = *s_;
   s.stats.instructions += n;

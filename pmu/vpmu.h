@@ -159,6 +159,13 @@ class VirtualPmu {
   // LBR, BTS or BTF, no counter of branch instructions.  Then any
   // instructions at one CPL, branches included, may be counted in bulk.
   bool BranchAgnostic() const;
+  // True when the LBRs are all that is observed: DEBUGCTL.LBR emulated here
+  // (not in the host's LBRs), no BTF, no BTS, no counter enabled (so no
+  // PEBS, no PMI, no retired-load/-store counting).  Then Observe of a
+  // non-event changes nothing but the LBR stack, LER and statistics, and an
+  // observer may collect many block ends and report them later, in order
+  // (docs/tcg-engine.md, "LBR-only runs").
+  bool LbrOnly() const;
   // True while a counter counts the model's retired-load or retired-store
   // event (PmuModel::mem_loads_event/mem_stores_event) or the load-latency
   // event: the observer then reports every instruction it observes with

@@ -18,29 +18,6 @@ const char* CpuModeName(CpuMode m) {
   return "?";
 }
 
-CpuMode CpuState::mode() const {
-  if (!(cr0 & kCr0Pe)) return CpuMode::kReal;
-  if (long_mode_active()) {
-    if (cs.l) return CpuMode::kLong64;
-    return cs.db ? CpuMode::kCompat32 : CpuMode::kCompat16;
-  }
-  if (rflags & kRflagsVm) return CpuMode::kVirtual8086;
-  return cs.db ? CpuMode::kProtected32 : CpuMode::kProtected16;
-}
-
-int CpuState::cpl() const {
-  switch (mode()) {
-    case CpuMode::kReal: return 0;
-    case CpuMode::kVirtual8086: return 3;
-    default: return cs.dpl;
-  }
-}
-
-uint64_t CpuState::pc_linear() const {
-  if (mode() == CpuMode::kLong64) return rip;
-  return (cs.base + rip) & 0xffffffffull;
-}
-
 std::string CpuState::Describe() const {
   CpuMode m = mode();
   if (m == CpuMode::kLong64)

@@ -91,15 +91,31 @@ struct CpuState {
 
   bool operator==(const CpuState&) const = default;
 
-  CpuMode mode() const;
+  // (mode, cpl and pc_linear are inline: the TCG engine's tracer asks for
+  // them several times at every reported block.)
+  CpuMode mode() const {
+    if (!(cr0 & kCr0Pe)) return CpuMode::kReal;
+    if (long_mode_active()) {
+      if (cs.l) return CpuMode::kLong64;
+      return cs.db ? CpuMode::kCompat32 : CpuMode::kCompat16;
+    }
+    if (rflags & kRflagsVm) return CpuMode::kVirtual8086;
+    return cs.db ? CpuMode::kProtected32 : CpuMode::kProtected16;
+  }
   // Current privilege level: CS.DPL in protected/long mode (SDM 5.5; KVM keeps
   // CPL in SS.DPL/CS.DPL), 0 in real mode, 3 in virtual-8086 mode.
-  int cpl() const;
+  int cpl() const {
+    if (!(cr0 & kCr0Pe)) return 0;
+    if (!long_mode_active() && (rflags & kRflagsVm)) return 3;
+    return cs.dpl;
+  }
   bool long_mode_active() const { return (efer & kEferLma) != 0; }
   bool paging() const { return (cr0 & kCr0Pg) != 0; }
-  // Address width of linear addresses in this mode: 64 or 32 (real mode: 20+).
   // Linear address of CS:RIP.
-  uint64_t pc_linear() const;
+  uint64_t pc_linear() const {
+    if (long_mode_active() && cs.l && (cr0 & kCr0Pe)) return rip;
+    return (cs.base + rip) & 0xffffffffull;
+  }
   // The registers a page walk needs (pmu/paging.h).
   pmu::PagingRegs paging_regs() const {
     return pmu::PagingRegs{cr0, cr3, cr4, efer, maxphyaddr, (rflags & kRflagsAc) != 0};

@@ -139,17 +139,6 @@ std::string DecodedInsn::ToString() const {
                          length, operand_size, address_size);
 }
 
-DecodeMode DecodeModeOf(const CpuState& st) {
-  DecodeMode m;
-  m.mode = st.mode();
-  // Stack width: 64 in 64-bit mode, else SS.B (SDM 3.4.5 "D/B flag").
-  if (m.mode == CpuMode::kLong64)
-    m.stack_width = 64;
-  else
-    m.stack_width = st.ss.db ? 32 : 16;
-  return m;
-}
-
 absl::StatusOr<DecodedInsn> DecodeBytes(absl::Span<const uint8_t> bytes, DecodeMode mode) {
   ZydisDecoder dec;
   ZydisStackWidth sw = mode.stack_width == 64   ? ZYDIS_STACK_WIDTH_64

@@ -122,7 +122,16 @@ struct DecodeMode {
   CpuMode mode = CpuMode::kProtected32;
   int stack_width = 32;
 };
-DecodeMode DecodeModeOf(const CpuState& st);
+inline DecodeMode DecodeModeOf(const CpuState& st) {
+  DecodeMode m;
+  m.mode = st.mode();
+  // Stack width: 64 in 64-bit mode, else SS.B (SDM 3.4.5 "D/B flag").
+  if (m.mode == CpuMode::kLong64)
+    m.stack_width = 64;
+  else
+    m.stack_width = st.ss.db ? 32 : 16;
+  return m;
+}
 
 // Decodes `bytes` (up to 15 are looked at).  InvalidArgument if Zydis rejects
 // them (the message names the bytes).

@@ -214,6 +214,8 @@ bool IsPrefix(uint8_t b, bool code64) {
 }
 // QEMU's hflags bit HF_CS64: the code segment is 64-bit.
 constexpr uint32_t kHfCs64 = 1u << 15;
+// ... HF_SS32: SS is a 32-bit stack segment (its B flag).
+constexpr uint32_t kHfSs32 = 1u << 5;
 // QEMU's hflags that skipping past a block boundary keeps (TcgCpu::
 // SkipSequential): CPL (bits 0-1), CS32 (4), PE (7), TF (8), LMA (14), CS64
 // (15), VM (17).  With the CS selector they fix the code's privilege and mode.
@@ -423,6 +425,15 @@ struct TcgCallbacks {
         }
         skip = self->skip_across_ && (self->env_->hflags & kSkipHflags) == self->skip_hflags_ &&
                self->env_->segs[uabi::kCs].selector == self->skip_cs_;
+        if (skip && self->skip_block_ends_) {
+          // Kept for the observer, who decodes `from` later: only while
+          // nothing that decoding depends on has changed.
+          skip = self->block_ends_n_ < TcgCpu::kMaxBlockEnds &&
+                 (self->env_->hflags & kHfSs32) == self->skip_ss32_ &&
+                 g_paging_generation.load(std::memory_order_relaxed) == self->skip_ends_.generations.paging &&
+                 g_code_bytes_generation.load(std::memory_order_relaxed) == self->skip_ends_.generations.bytes;
+          if (skip) self->block_ends_[self->block_ends_n_++] = {self->last_start_, address, self->skipped_};
+        }
       }
       if (skip) {
         self->block_start_ = false;
@@ -558,6 +569,12 @@ struct TcgCallbacks {
       return true;
     }
     return false;
+  }
+  // A guest store into a page with translations is about to land
+  // (tb_invalidate_phys_page_fast): the engine on this thread is told.
+  static void BeforeCodeStore(void* uc) {
+    TcgCpu* self = t_running;
+    if (self != nullptr && static_cast<void*>(self->uc_) == uc) self->BeforeCodeStore();
   }
   // QEMU linked the first translation into the RAM page at `ram_addr`
   // (tlb_protect_code) or dropped its last one (tlb_unprotect_code).
@@ -1275,6 +1292,8 @@ void tlb_protect_code_x86_64(void* uc, uint64_t ram_addr) {
 void tb_invalidate_phys_page_fast_x86_64(void* uc, void* pages, uint64_t start, int len, uintptr_t retaddr) {
   using Fn = void (*)(void*, void*, uint64_t, int, uintptr_t);
   static const auto original = vbts::vcpu::Original<Fn>("tb_invalidate_phys_page_fast_x86_64");
+  // The kept block ends are decoded from these bytes: before they change.
+  TcgCallbacks::BeforeCodeStore(uc);
   vbts::vcpu::g_code_bytes_generation.fetch_add(1, std::memory_order_relaxed);
   vbts::vcpu::CodeWorkTimer timer;  // code-cache work, left out of the guest's host time
   original(uc, pages, start, len, retaddr);
@@ -2146,10 +2165,22 @@ void TcgCpu::CheckInstructionBreakpoints(uint64_t linear) {
   raise_exception_err_ra_x86_64(env_, 1, 0, 0);
 }
 
-void TcgCpu::SkipSequential(uint64_t limit, bool across_blocks) {
+void TcgCpu::SkipSequential(uint64_t limit, bool across_blocks, bool block_ends) {
   skipping_ = true;
   skip_limit_ = limit;
   skip_across_ = across_blocks;
+  skip_block_ends_ = across_blocks && block_ends;
+  block_ends_n_ = 0;
+  if (skip_block_ends_) {
+    if (block_ends_.empty()) block_ends_.resize(kMaxBlockEnds);
+    skip_ss32_ = env_->hflags & kHfSs32;
+    skip_ends_.generations = {g_paging_generation.load(std::memory_order_relaxed),
+                              g_code_bytes_generation.load(std::memory_order_relaxed)};
+    skip_ends_.cr0 = env_->cr[0];
+    skip_ends_.cr3 = env_->cr[3];
+    skip_ends_.cr4 = env_->cr[4];
+    skip_ends_.efer = env_->efer;
+  }
   skip_hflags_ = env_->hflags & kSkipHflags;
   skip_cs_ = env_->segs[uabi::kCs].selector;
 }

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "vcpu/block_end.h"
 #include "vcpu/completer.h"
 #include "pmu/paging.h"
 #include "vcpu/cpu_state.h"
@@ -234,7 +235,22 @@ class TcgCpu {
   // `across_blocks`: also past block boundaries at the same CPL (the
   // observer counts instructions without telling branches apart); a REP
   // string instruction's iterations are one instruction.
-  void SkipSequential(uint64_t limit, bool across_blocks = false);
+  // `block_ends`: with `across_blocks`, each block boundary passed is kept
+  // (BlockEnd, at most kMaxBlockEnds; then the hook is called at the next
+  // one), for an observer that needs every block end but nothing at it
+  // (LBRs alone: VirtualPmu::LbrOnly).  Skipping also ends at a block start
+  // after the paging or translated code changed (the kept ends are decoded
+  // later, under the paging of then) or SS's size did.
+  void SkipSequential(uint64_t limit, bool across_blocks = false, bool block_ends = false);
+  static constexpr size_t kMaxBlockEnds = 1024;
+  // Called before a guest store into a page that holds translated code
+  // lands, while block ends are kept: the observer takes them (TakeSkipped)
+  // while the bytes they were decoded from are still those that ran.
+  void SetBeforeCodeStoreHook(std::function<void()> hook) { before_code_store_ = std::move(hook); }
+  bool HasBlockEnds() const { return block_ends_n_ > 0; }
+  void BeforeCodeStore() {
+    if (block_ends_n_ > 0 && before_code_store_) before_code_store_();
+  }
   // How many started unreported since the last TakeSkipped, without taking
   // them (from a callback: the instruction there included).
   uint64_t skipped() const { return skipped_; }
@@ -242,13 +258,22 @@ class TcgCpu {
     uint64_t count = 0;   // instructions that started unreported since the last TakeSkipped
     uint64_t last = 0;    // linear address of the last instruction that started before now
     bool block_start = false;  // (from the hook) this instruction follows a block boundary
+    // The block boundaries passed (SkipSequential's `block_ends`), oldest
+    // first; valid until skipping starts again.
+    BlockEnds ends;
   };
   // What started since the last TakeSkipped; ends skipping.  From the
   // instruction hook `last` is the instruction before the hooked one; from
   // the event hook or a callback (RDMSR, ...) it is the instruction there
   // (it has started, and may not run: a fault, an interrupt before it).
   Skipped TakeSkipped() {
-    Skipped s{skipped_, last_start_, hook_block_start_};
+    Skipped s{skipped_, last_start_, hook_block_start_, {}};
+    if (block_ends_n_ > 0) {
+      s.ends = skip_ends_;
+      s.ends.data = block_ends_.data();
+      s.ends.size = block_ends_n_;
+      block_ends_n_ = 0;
+    }
     skipped_ = 0;
     skipping_ = false;
     return s;
@@ -476,6 +501,14 @@ class TcgCpu {
   bool skip_across_ = false;
   uint32_t skip_hflags_ = 0;  // privilege, mode and TF when skipping began (across blocks)
   uint64_t skip_cs_ = 0;
+  // SkipSequential's `block_ends`: the ends kept, and what must not change
+  // while they are (the paging and code generations, SS's size).
+  bool skip_block_ends_ = false;
+  std::vector<BlockEnd> block_ends_;
+  std::function<void()> before_code_store_;
+  size_t block_ends_n_ = 0;
+  BlockEnds skip_ends_;  // generations and paging registers as the ends began to be kept
+  uint32_t skip_ss32_ = 0;
   // Whether the instruction at rep_probe_.linear (under CR3 rep_probe_.cr3)
   // is a REP string instruction (IsRepString's one-entry cache).
   struct {

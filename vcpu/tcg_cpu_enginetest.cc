@@ -7,6 +7,7 @@
 #include <unicorn/x86.h>
 
 #include <chrono>
+#include <deque>
 #include <map>
 #include <thread>
 
@@ -1124,17 +1125,25 @@ class TcgSkipTest : public TcgCpuTest {
                     0x75, 0xfb,                    // jnz L
                     0xf4});                        // hlt
   }
-  std::vector<Report> RunSkipping(uint64_t limit, bool across) {
+  std::vector<Report> RunSkipping(uint64_t limit, bool across, bool ends = false) {
     std::vector<Report> reports;
-    cpu_->SetInstructionHook([this, &reports, limit, across](uint64_t la) {
-      reports.push_back({la, cpu_->TakeSkipped()});
-      cpu_->SkipSequential(limit, across);
+    cpu_->SetInstructionHook([this, &reports, limit, across, ends](uint64_t la) {
+      reports.push_back({la, Take()});
+      cpu_->SkipSequential(limit, across, ends);
     });
     CpuState st = RunFrom(Pm32(0));
     EXPECT_EQ(st.gpr[kRcx], 0u);
-    reports.push_back({st.pc_linear(), cpu_->TakeSkipped()});  // what ran after the last report
+    reports.push_back({st.pc_linear(), Take()});  // what ran after the last report
     return reports;
   }
+  // TakeSkipped, with the block ends copied (they live until skipping resumes).
+  TcgCpu::Skipped Take() {
+    TcgCpu::Skipped k = cpu_->TakeSkipped();
+    kept_.push_back(std::vector<BlockEnd>(k.ends.data, k.ends.data + k.ends.size));
+    k.ends.data = kept_.back().data();
+    return k;
+  }
+  std::deque<std::vector<BlockEnd>> kept_;
   static constexpr uint64_t kL = kCodeRip + 5, kJnz = kCodeRip + 8, kHlt = kCodeRip + 10;
 };
 
@@ -1226,6 +1235,71 @@ TEST_F(TcgSkipTest, AcrossBlocksTheHookSeesOnlyTheLimit) {
   for (int i = 0; i < 5; i++) EXPECT_EQ(r[i].at, at[i]) << i;
   for (int i = 1; i < 5; i++) EXPECT_EQ(r[i].skipped.count, 4u) << i;
   EXPECT_EQ(r[5].skipped.count, 1u);  // HLT
+}
+
+TEST_F(TcgSkipTest, BlockEndsKeepEveryBoundaryPassed) {
+  // Across blocks with the ends kept (an LBR-only observer): still only the
+  // first instruction is reported, and each block boundary passed is kept
+  // in order: the jnz to L after iterations 1-4 and to HLT after the 5th,
+  // with the instructions skipped before each block started (4 before the
+  // first L, then 4 more per iteration: 4, 8, 12, 16, 20).
+  LoadLoop();
+  const std::vector<Report> r = RunSkipping(UINT64_MAX, /*across=*/true, /*ends=*/true);
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[0].skipped.ends.size, 0u);
+  const TcgCpu::Skipped& k = r[1].skipped;
+  EXPECT_EQ(k.count, 21u);
+  EXPECT_EQ(k.last, kHlt);
+  ASSERT_EQ(k.ends.size, 5u);
+  for (size_t i = 0; i < 5; i++) {
+    EXPECT_EQ(k.ends.data[i].from, kJnz) << i;
+    EXPECT_EQ(k.ends.data[i].to, i < 4 ? kL : kHlt) << i;
+    EXPECT_EQ(k.ends.data[i].skipped, 4 * (i + 1)) << i;
+  }
+  // What they were fetched through: the paging registers as skipping began.
+  const CpuState st = cpu_->GetState();
+  EXPECT_EQ(k.ends.cr0, st.cr0);
+  EXPECT_EQ(k.ends.cr3, st.cr3);
+  EXPECT_EQ(k.ends.efer, st.efer);
+}
+
+TEST_F(TcgSkipTest, BlockEndsStopAtTheirCapacity) {
+  // 1500 iterations pass 1500 boundaries (1499 to L, one to HLT): the hook
+  // is called at the one that finds the kept ends full (the 1025th, an L),
+  // and the 475 after it are kept for the end of the run.
+  LoadLoop();
+  Code(kCodeRip, {0xb9, 0xdc, 0x05});  // mov ecx, 1500
+  const std::vector<Report> r = RunSkipping(UINT64_MAX, /*across=*/true, /*ends=*/true);
+  ASSERT_EQ(r.size(), 3u);
+  EXPECT_EQ(r[1].at, kL);
+  EXPECT_TRUE(r[1].skipped.block_start);
+  EXPECT_EQ(r[1].skipped.last, kJnz);
+  EXPECT_EQ(r[1].skipped.ends.size, TcgCpu::kMaxBlockEnds);
+  EXPECT_EQ(r[1].skipped.count, 4 + 4 * 1024u);  // up to the jnz before the reported L
+  EXPECT_EQ(r[2].skipped.ends.size, 1500 - 1025u);
+  EXPECT_EQ(r[2].skipped.ends.data[1500 - 1026].to, kHlt);
+}
+
+TEST_F(TcgSkipTest, BlockEndsAreTakenBeforeAStoreChangesTheirCode) {
+  // mov ecx, 3 / L: dec ecx / jnz L / mov byte [kCodeRip+0x40], 0x90 / hlt:
+  // the store goes to the page of the code that ran, whose kept ends (jnz to
+  // L twice, then to the MOV) are decoded later from its bytes: the engine
+  // calls the hook before the store lands, which takes them.
+  Code(kCodeRip, {0xb9, 0x03, 0x00, 0x00, 0x00,              // mov ecx, 3
+                  0x49,                                      // L: dec ecx
+                  0x75, 0xfd,                                // jnz L
+                  0xc6, 0x05, 0x40, 0x01, 0x00, 0x00, 0x90,  // mov byte [0x140], 0x90
+                  0xf4});                                    // hlt
+  ASSERT_EQ(kCodeRip, 0x100u);
+  std::vector<size_t> taken;
+  cpu_->SetBeforeCodeStoreHook([&] { taken.push_back(Take().ends.size); });
+  const std::vector<Report> r = RunSkipping(UINT64_MAX, /*across=*/true, /*ends=*/true);
+  ASSERT_EQ(taken.size(), 1u);
+  EXPECT_EQ(taken[0], 3u);
+  EXPECT_EQ(kept_[1].size(), 3u);  // [0] was the first report's
+  EXPECT_EQ(kept_[1][2].from, kCodeRip + 6);
+  EXPECT_EQ(kept_[1][2].to, kCodeRip + 8);
+  EXPECT_EQ(mem_.bytes()[0x140], 0x90);
 }
 
 TEST_F(TcgCpuTest, RunsCutByTheirTimeLimitResumeExactly) {

@@ -83,19 +83,6 @@ int SoftIntVector(const DecodedInsn& insn) {
 
 }  // namespace
 
-pmu::ExecMode ExecModeOf(const CpuState& st) {
-  switch (st.mode()) {
-    case CpuMode::kReal:
-    case CpuMode::kVirtual8086: return pmu::ExecMode::kReal;
-    case CpuMode::kProtected16:
-    case CpuMode::kCompat16: return pmu::ExecMode::kProt16;
-    case CpuMode::kProtected32:
-    case CpuMode::kCompat32: return pmu::ExecMode::kProt32;
-    case CpuMode::kLong64: return pmu::ExecMode::kLong64;
-  }
-  return pmu::ExecMode::kProt32;
-}
-
 Tracer::Tracer(VcpuControl& vcpu, PhysMemory& mem, pmu::VirtualPmu& pmu, std::function<absl::Status(uint8_t)> send_msi)
     : vcpu_(&vcpu), mem_(mem), pmu_(pmu), send_msi_(std::move(send_msi)) {}
 
@@ -689,7 +676,50 @@ bool Tracer::BulkAllowed() const {
          !pmu_.CountsLoadLatency();
 }
 
-bool Tracer::BulkAcrossBlocks() const { return !sink_active_ && pmu_.BranchAgnostic(); }
+bool Tracer::BulkAcrossBlocks() const { return !sink_active_ && (pmu_.BranchAgnostic() || pmu_.LbrOnly()); }
+bool Tracer::BulkBlockEnds() const { return !sink_active_ && pmu_.LbrOnly(); }
+
+absl::Status Tracer::ReportBlockEnds(const BlockEnds& ends, const CpuState& st, uint64_t& skipped) {
+  if (ends.size == 0 || !prev_) return absl::OkStatus();
+  // At each end the guest was where `st` is (the engine keeps ends only at
+  // one CPL, mode, CS and TF, and SS size) except for RIP; its instructions
+  // were fetched through the paging of when the ends began to be kept.
+  CpuState at = st;
+  at.cr0 = ends.cr0;
+  at.cr3 = ends.cr3;
+  at.cr4 = ends.cr4;
+  at.efer = ends.efer;
+  const bool long64 = st.mode() == CpuMode::kLong64;
+  // The instructions in between are counted at once: with no counter
+  // enabled, CountSequential adds to the statistics only, so the order of
+  // its calls and Observe's does not matter (VirtualPmu::LbrOnly).
+  const Boundary first = *prev_;
+  uint64_t before = 0, sequential = 0;
+  for (size_t i = 0; i < ends.size; i++) {
+    const BlockEnd& e = ends.data[i];
+    const uint64_t n = i == 0 ? e.skipped : e.skipped - before - 1;
+    before = e.skipped;
+    sequential += n;
+    stats_.boundaries++;
+    Boundary& p = *prev_;
+    at.rip = long64 ? e.to : (e.to - st.cs.base) & 0xFFFFFFFFull;
+    if (!(p.emitted && n == 0 && p.lin == e.from)) VBTS_RETURN_IF_ERROR(ResolveBlockEnd(p, e.from, at, ends.generations));
+    // Nothing can be due in an LBR-only run (no counter, no TF, no data
+    // breakpoint); if something is, it is taken here as BulkBoundary would.
+    if (pmi_due_ || step_trap_due_ || data_hits_ || db_delivered_) VBTS_RETURN_IF_ERROR(BoundaryEvents(at));
+    if (i == 0) {
+      Light(at, p);
+    } else {
+      // Light at the same CPL, mode, CS and TF: only where it is changes.
+      p.decoded = p.emitted = false;
+      p.rip = at.rip;
+      p.lin = e.to;
+    }
+  }
+  CountSkipped(sequential, first, at, ends.generations);
+  skipped -= before + 1;
+  return absl::OkStatus();
+}
 
 void Tracer::CountSkipped(uint64_t n, const Boundary& p, const CpuState& st, CodeGenerations code_generation) {
   uint64_t loads = 0, stores = 0;
@@ -863,7 +893,8 @@ absl::Status Tracer::ResolveBlockEnd(const Boundary& p, uint64_t last, const Cpu
 }
 
 absl::Status Tracer::BulkBoundary(CpuState& st, uint64_t skipped, uint64_t last, bool block_start,
-                                  CodeGenerations code_generation) {
+                                  CodeGenerations code_generation, const BlockEnds& ends) {
+  VBTS_RETURN_IF_ERROR(ReportBlockEnds(ends, st, skipped));
   stats_.boundaries++;
   if (prev_) {
     const Boundary& p = *prev_;  // replaced only below
@@ -905,7 +936,9 @@ absl::Status Tracer::BulkBoundary(CpuState& st, uint64_t skipped, uint64_t last,
 }
 
 absl::Status Tracer::BulkEvent(const CpuState& st, uint64_t skipped, uint64_t last,
-                               std::optional<uint64_t> soft_linear, CodeGenerations code_generation) {
+                               std::optional<uint64_t> soft_linear, CodeGenerations code_generation,
+                               const BlockEnds& ends) {
+  VBTS_RETURN_IF_ERROR(ReportBlockEnds(ends, st, skipped));
   if (prev_) {
     const Boundary& p = *prev_;  // replaced only below
     CountSkipped(skipped, p, st, code_generation);
@@ -927,7 +960,9 @@ absl::Status Tracer::BulkEvent(const CpuState& st, uint64_t skipped, uint64_t la
   return absl::OkStatus();
 }
 
-absl::Status Tracer::BulkFlush(const CpuState& st, uint64_t skipped, uint64_t last, CodeGenerations code_generation) {
+absl::Status Tracer::BulkFlush(const CpuState& st, uint64_t skipped, uint64_t last, CodeGenerations code_generation,
+                               const BlockEnds& ends) {
+  VBTS_RETURN_IF_ERROR(ReportBlockEnds(ends, st, skipped));
   if (!prev_ || skipped == 0) return absl::OkStatus();
   Boundary& p = *prev_;
   CountSkipped(skipped, p, st, code_generation);

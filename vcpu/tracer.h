@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "pmu/branch.h"
 #include "pmu/vpmu.h"
+#include "vcpu/block_end.h"
 #include "vcpu/decoder.h"
 #include "vcpu/vcpu_control.h"
 #include "vcpu/data_breakpoints.h"
@@ -37,14 +38,18 @@ struct TracerStats {
   uint64_t data_breakpoints = 0;  // the guest's own data-breakpoint traps vbts raised
 };
 
-pmu::ExecMode ExecModeOf(const CpuState& st);
-
-// The TCG engine's counters of what may have changed under cached decodings
-// of its code (Tracer::BulkBoundary).
-struct CodeGenerations {
-  uint64_t paging = 0;
-  uint64_t bytes = 0;
-};
+inline pmu::ExecMode ExecModeOf(const CpuState& st) {
+  switch (st.mode()) {
+    case CpuMode::kReal:
+    case CpuMode::kVirtual8086: return pmu::ExecMode::kReal;
+    case CpuMode::kProtected16:
+    case CpuMode::kCompat16: return pmu::ExecMode::kProt16;
+    case CpuMode::kProtected32:
+    case CpuMode::kCompat32: return pmu::ExecMode::kProt32;
+    case CpuMode::kLong64: return pmu::ExecMode::kLong64;
+  }
+  return pmu::ExecMode::kProt32;
+}
 
 class Tracer : public StepObserver {
  public:
@@ -109,7 +114,12 @@ class Tracer : public StepObserver {
   // In bulk mode, instructions may also run unreported past block
   // boundaries (at one CPL): nothing observed tells a branch from another
   // instruction (VirtualPmu::BranchAgnostic) and no sink wants transfers.
+  // Or: the LBRs are all the virtual PMU observes (VirtualPmu::LbrOnly) and
+  // no sink wants transfers; then the engine keeps the block ends it passes
+  // (TcgCpu::SkipSequential's `block_ends`), and the next Bulk* call
+  // reports each as BulkBoundary would have at it (BulkBlockEnds).
   bool BulkAcrossBlocks() const;
+  bool BulkBlockEnds() const;
   // A boundary in bulk mode, before the instruction at `st`: since the last
   // reported boundary `skipped` more instructions started unreported, and
   // `last` (linear) is the one before this boundary; `block_start`: a
@@ -120,17 +130,20 @@ class Tracer : public StepObserver {
   // unchanged, a linear address of code maps where it mapped before, so a
   // decoding made then is still good if the bytes are; while its `bytes`
   // part (TcgCpu::CodeBytesGeneration) is unchanged too, they are.
+  // `ends`: the block ends passed since the last reported boundary (all
+  // before `last`); `skipped` counts their instructions too.
   absl::Status BulkBoundary(CpuState& st, uint64_t skipped, uint64_t last, bool block_start,
-                            CodeGenerations code_generation);
+                            CodeGenerations code_generation, const BlockEnds& ends = {});
   // An event is about to be delivered in bulk mode (`st`: the state before
   // delivery; `soft_linear`: the INT n/INT3/INTO that raised it).  The tracer
   // accounts for what ran and goes back to following every boundary: the
   // next boundary (the handler) is reported through AtBoundary.
   absl::Status BulkEvent(const CpuState& st, uint64_t skipped, uint64_t last, std::optional<uint64_t> soft_linear,
-                         CodeGenerations code_generation);
+                         CodeGenerations code_generation, const BlockEnds& ends = {});
   // Before the virtual PMU is read or written by the instruction at `last`
   // (RDMSR, WRMSR, RDPMC), in bulk mode: counts what ran before it.
-  absl::Status BulkFlush(const CpuState& st, uint64_t skipped, uint64_t last, CodeGenerations code_generation);
+  absl::Status BulkFlush(const CpuState& st, uint64_t skipped, uint64_t last, CodeGenerations code_generation,
+                         const BlockEnds& ends = {});
   // The host does not raise the guest's own data breakpoints while it is
   // stepped (HostFacts::emulate_data_breakpoints): the tracer does.
   void SetEmulateDataBreakpoints(bool on) { emulate_data_bps_ = on; }
@@ -194,6 +207,10 @@ class Tracer : public StepObserver {
     b.store_la = p.store_la;
   }
   Boundary Capture(const CpuState& st);
+  // Reports `ends` (BulkBoundary's) in order, as BulkBoundary at each would
+  // have; leaves prev_ at the last one's target and `skipped` at the
+  // instructions that ran after it.
+  absl::Status ReportBlockEnds(const BlockEnds& ends, const CpuState& st, uint64_t& skipped);
   // `n` instructions that ran one after another from p on (p's CPL and mode),
   // counted in bulk; while the retired-load and -store events count, each is
   // decoded (the block-end cache) for whether it reads and writes memory.

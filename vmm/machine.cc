@@ -902,6 +902,7 @@ void Machine::UpdateTcgObservation() {
   if (!want) {
     tcg_->SetInstructionHook(nullptr);
     tcg_->SetEventHook(nullptr);
+    tcg_->SetBeforeCodeStoreHook(nullptr);
     return;
   }
   tcg_->SetInstructionHook([this](uint64_t) {
@@ -911,7 +912,7 @@ void Machine::UpdateTcgObservation() {
       // ran inside one block (docs/tcg-engine.md).
       tcg_->GetCodeState(tcg_code_state_);
       const vcpu::TcgCpu::Skipped k = tcg_->TakeSkipped();
-      s = tracer_->BulkBoundary(tcg_code_state_, k.count, k.last, k.block_start, CodeGenerationsNow());
+      s = tracer_->BulkBoundary(tcg_code_state_, k.count, k.last, k.block_start, CodeGenerationsNow(), k.ends);
     } else {
       vcpu::CpuState st = tcg_->GetState(/*with_msrs=*/false);
       // Every instruction is observed while the hook is on: consecutive
@@ -932,7 +933,7 @@ void Machine::UpdateTcgObservation() {
       if (ticks >= *timer_deadline_ticks_) tcg_->RequestStop();
       else limit = std::min(limit, *timer_deadline_ticks_ - ticks - 1);
     }
-    if (tcg_bulk_) tcg_->SkipSequential(limit, tracer_->BulkAcrossBlocks());
+    if (tcg_bulk_) tcg_->SkipSequential(limit, tracer_->BulkAcrossBlocks(), tracer_->BulkBlockEnds());
     // Stop observing between runs (this instruction runs unobserved then).
     if (!s.ok() || !tracer_->WantsEveryInstruction()) tcg_->RequestStop();
   });
@@ -941,9 +942,12 @@ void Machine::UpdateTcgObservation() {
     tcg_bulk_ = false;  // the handler's first instruction is followed one by one
     const vcpu::TcgCpu::Skipped k = tcg_->TakeSkipped();
     absl::Status s = tracer_->BulkEvent(tcg_->GetState(/*with_msrs=*/false), k.count, k.last, soft_linear,
-                                        CodeGenerationsNow());
+                                        CodeGenerationsNow(), k.ends);
     if (!s.ok() && tcg_error_.ok()) tcg_error_ = s;
   });
+  // Kept block ends are reported before a guest store changes the code they
+  // are decoded from (TcgCpu::SetBeforeCodeStoreHook).
+  tcg_->SetBeforeCodeStoreHook([this] { FlushTcgBulk(); });
 }
 
 vcpu::CodeGenerations Machine::CodeGenerationsNow() {
@@ -954,7 +958,7 @@ void Machine::FlushTcgBulk() {
   if (!tcg_bulk_ || !tracer_) return;
   const vcpu::TcgCpu::Skipped k = tcg_->TakeSkipped();
   tcg_->GetCodeState(tcg_code_state_);
-  absl::Status s = tracer_->BulkFlush(tcg_code_state_, k.count, k.last, CodeGenerationsNow());
+  absl::Status s = tracer_->BulkFlush(tcg_code_state_, k.count, k.last, CodeGenerationsNow(), k.ends);
   if (!s.ok() && tcg_error_.ok()) tcg_error_ = s;
 }
 

@@ -1,0 +1,37 @@
+// block_end.h: a translated-block boundary the TCG engine passed without
+// reporting it to its observer (TcgCpu::SkipSequential's `block_ends`),
+// which the tracer reports later, in order (Tracer::BulkBoundary).
+#ifndef VBTS_VCPU_BLOCK_END_H_
+#define VBTS_VCPU_BLOCK_END_H_
+
+#include <cstddef>
+#include <cstdint>
+
+namespace vbts::vcpu {
+
+// The TCG engine's counters of what may have changed under cached decodings
+// of its code (Tracer::BulkBoundary).
+struct CodeGenerations {
+  uint64_t paging = 0;
+  uint64_t bytes = 0;
+};
+
+struct BlockEnd {
+  uint64_t from = 0;     // linear address of the block's last instruction
+  uint64_t to = 0;       // linear address of the next block's first one
+  uint64_t skipped = 0;  // instructions skipped when the next block started (it not included)
+};
+
+// The block ends passed in one run of skipped instructions, and what their
+// instructions were fetched through: the code generations and paging
+// registers as the run began (none changed while ends were kept).
+struct BlockEnds {
+  const BlockEnd* data = nullptr;
+  size_t size = 0;
+  CodeGenerations generations;
+  uint64_t cr0 = 0, cr3 = 0, cr4 = 0, efer = 0;
+};
+
+}  // namespace vbts::vcpu
+
+#endif  // VBTS_VCPU_BLOCK_END_H_
