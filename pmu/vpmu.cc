@@ -291,6 +291,9 @@ struct VirtualPmu::State {
     }
   }
 
+  // Every enabled counter adds the same for a taken branch as for another
+  // instruction (fixed counters always do): VirtualPmu::BranchAgnostic.
+  bool CountersBranchAgnostic() const;
   bool AnyCounterEnabled() const {
     for (int i = 0; i < pmu.gp_counters; i++)
       if (CounterEnabled(i, false)) return true;
@@ -1255,6 +1258,17 @@ bool VirtualPmu::BranchAgnostic() const {
   // The retired-load and -store events count by instruction kind: bulk
   // counting across blocks would not know which instructions ran.
   if ((s.debugctl & (kDbgLbr | kDbgBtf)) || s.BtsOn() || s.options.lbr_in_kernel || s.CountsMemory()) return false;
+  return s.CountersBranchAgnostic();
+}
+
+bool VirtualPmu::LbrOnly() const {
+  const State& s = *s_;
+  return (s.debugctl & kDbgLbr) && !(s.debugctl & kDbgBtf) && !s.options.lbr_in_kernel && !s.BtsOn() &&
+         s.pebs_armed == 0 && !s.CountsMemory() && s.CountersBranchAgnostic();
+}
+
+bool VirtualPmu::State::CountersBranchAgnostic() const {
+  const State& s = *this;
   Branch taken;
   taken.kind = BranchKind::kJmp;
   taken.branch_insn = true;
@@ -1269,12 +1283,6 @@ bool VirtualPmu::BranchAgnostic() const {
       if (s.NbEvents(i, taken, cpl) != s.NbEvents(i, plain, cpl)) return false;
   }
   return true;  // fixed counters count every instruction alike
-}
-
-bool VirtualPmu::LbrOnly() const {
-  const State& s = *s_;
-  return (s.debugctl & kDbgLbr) && !(s.debugctl & kDbgBtf) && !s.options.lbr_in_kernel && !s.BtsOn() &&
-         !s.AnyCounterEnabled() && s.pebs_armed == 0;
 }
 
 void VirtualPmu::CountSequential(uint64_t n, uint8_t cpl, uint64_t loads, uint64_t stores) {

@@ -159,12 +159,15 @@ class VirtualPmu {
   // LBR, BTS or BTF, no counter of branch instructions.  Then any
   // instructions at one CPL, branches included, may be counted in bulk.
   bool BranchAgnostic() const;
-  // True when the LBRs are all that is observed: DEBUGCTL.LBR emulated here
-  // (not in the host's LBRs), no BTF, no BTS, no counter enabled (so no
-  // PEBS, no PMI, no retired-load/-store counting).  Then Observe of a
-  // non-event changes nothing but the LBR stack, LER and statistics, and an
-  // observer may collect many block ends and report them later, in order
-  // (docs/tcg-engine.md, "LBR-only runs").
+  // True when the LBRs are all that tells branches apart: DEBUGCTL.LBR
+  // emulated here (not in the host's LBRs), no BTF, no BTS, no PEBS assist
+  // armed, no retired-load/-store event, and every enabled counter counts
+  // a branch as any other instruction (BranchAgnostic's counters).  Then an
+  // observer may collect many block ends and report them later, in order,
+  // with the instructions between them counted in one CountSequential
+  // (no counter overflows before SequentialLimit): the LBRs and counters end
+  // as if each had been reported at once (docs/tcg-engine.md, "Kept block
+  // ends").
   bool LbrOnly() const;
   // True while a counter counts the model's retired-load or retired-store
   // event (PmuModel::mem_loads_event/mem_stores_event) or the load-latency

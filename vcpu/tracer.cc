@@ -690,9 +690,14 @@ absl::Status Tracer::ReportBlockEnds(const BlockEnds& ends, const CpuState& st, 
   at.cr4 = ends.cr4;
   at.efer = ends.efer;
   const bool long64 = st.mode() == CpuMode::kLong64;
-  // The instructions in between are counted at once: with no counter
-  // enabled, CountSequential adds to the statistics only, so the order of
-  // its calls and Observe's does not matter (VirtualPmu::LbrOnly).
+  // Nothing is due at these boundaries: no PMI (no counter overflows within
+  // the engine's limit), no single-step trap (TF is clear), no data
+  // breakpoint (none while skipping).  A PMI a data access raised while
+  // skipping belongs to the boundary after that access, after every end
+  // (the engine stops skipping at the next instruction): BulkBoundary takes
+  // it.  The instructions in between are counted at once: the counters
+  // count branches as other instructions and none overflows within the
+  // limit, so the sum is the same in any order (VirtualPmu::LbrOnly).
   const Boundary first = *prev_;
   uint64_t before = 0, sequential = 0;
   for (size_t i = 0; i < ends.size; i++) {
@@ -704,9 +709,6 @@ absl::Status Tracer::ReportBlockEnds(const BlockEnds& ends, const CpuState& st, 
     Boundary& p = *prev_;
     at.rip = long64 ? e.to : (e.to - st.cs.base) & 0xFFFFFFFFull;
     if (!(p.emitted && n == 0 && p.lin == e.from)) VBTS_RETURN_IF_ERROR(ResolveBlockEnd(p, e.from, at, ends.generations));
-    // Nothing can be due in an LBR-only run (no counter, no TF, no data
-    // breakpoint); if something is, it is taken here as BulkBoundary would.
-    if (pmi_due_ || step_trap_due_ || data_hits_ || db_delivered_) VBTS_RETURN_IF_ERROR(BoundaryEvents(at));
     if (i == 0) {
       Light(at, p);
     } else {
