@@ -383,7 +383,25 @@ struct TcgCallbacks {
     self->env_->eip = address - self->env_->segs[uabi::kCs].base;
     self->DebugBoundary(TcgCpu::DebugStop::kBreakpoint, address);
   }
-  static void Code(uc_engine*, uint64_t address, uint32_t, void* user) {
+  // Most calls while skipping: an instruction in the middle of a block,
+  // skipped as CodeBoundary would skip it, without its frame.
+  static void Code(uc_engine* uc, uint64_t address, uint32_t size, void* user) {
+    auto* self = static_cast<TcgCpu*>(user);
+    if (self->skipping_ && !self->block_start_ && self->reenter_at_ != address && self->insn_hook_ &&
+        self->skipped_ < self->skip_limit_ && !self->deliver_now_ && !self->stop_requested_ &&
+        !self->time_up_.load(std::memory_order_relaxed) && !self->exec_bp_mask_ && !self->DebugChecked()) {
+      self->env_->eip = address - self->env_->segs[uabi::kCs].base;
+      self->reenter_at_ = TcgCpu::kNoReentry;
+      self->first_hook_of_run_ = false;
+      self->skipped_++;
+      self->prev_start_ = self->last_start_;
+      self->last_start_ = address;
+      self->last_start_skipped_ = true;
+      return;
+    }
+    CodeBoundary(uc, address, size, user);
+  }
+  __attribute__((noinline)) static void CodeBoundary(uc_engine*, uint64_t address, uint32_t, void* user) {
     auto* self = static_cast<TcgCpu*>(user);
     if (!self->insn_hook_ && !self->exec_bp_mask_ && !self->debug_code_) {
       // Lingering: only counted, and a run that must end before this
