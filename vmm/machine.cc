@@ -933,7 +933,10 @@ void Machine::UpdateTcgObservation() {
       if (ticks >= *timer_deadline_ticks_) tcg_->RequestStop();
       else limit = std::min(limit, *timer_deadline_ticks_ - ticks - 1);
     }
-    if (tcg_bulk_) tcg_->SkipSequential(limit, tracer_->BulkAcrossBlocks(), tracer_->BulkBlockEnds());
+    if (tcg_bulk_) {
+      const bool ends = tracer_->BulkBlockEnds();
+      tcg_->SkipSequential(limit, ends || tracer_->BulkAcrossBlocks(), ends);
+    }
     // Stop observing between runs (this instruction runs unobserved then).
     if (!s.ok() || !tracer_->WantsEveryInstruction()) tcg_->RequestStop();
   });
