@@ -1811,8 +1811,18 @@ void TcgCpu::GetCodeState(CpuState& st) {
   st.gpr[kRsp] = env_->regs[kRsp];
   st.rip = env_->eip;
   st.rflags = env_->eflags;
-  FromCacheInto(env_->segs[uabi::kCs], st.cs);  // in place: called at every reported block
-  FromCacheInto(env_->segs[uabi::kSs], st.ss);
+  // In place, and only what changed since the last call into the same
+  // object (called at every reported block; the caller does not change them).
+  auto same = [](const uabi::SegCache& a, const SegRaw& b) {
+    return a.selector == b.selector && a.base == b.base && a.limit == b.limit && a.flags == b.flags;
+  };
+  const uabi::SegCache& cs = env_->segs[uabi::kCs];
+  const uabi::SegCache& ss = env_->segs[uabi::kSs];
+  if (&st != code_state_of_ || !same(cs, code_state_cs_)) FromCacheInto(cs, st.cs);
+  if (&st != code_state_of_ || !same(ss, code_state_ss_)) FromCacheInto(ss, st.ss);
+  code_state_of_ = &st;
+  code_state_cs_ = {cs.base, cs.selector, cs.limit, cs.flags};
+  code_state_ss_ = {ss.base, ss.selector, ss.limit, ss.flags};
   st.cr0 = env_->cr[0];
   st.cr3 = env_->cr[3];
   st.cr4 = env_->cr[4];

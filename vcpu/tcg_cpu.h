@@ -171,6 +171,8 @@ class TcgCpu {
   // CS and SS, CR0/CR3/CR4, EFER, the interrupt shadow and RFLAGS with its
   // system flags (TF, IF, VM...; the arithmetic flags are not computed).
   // The other fields of `st` are left as they were.
+  // (Segments are converted only when they changed since the last call with
+  // the same `st`, whose CS and SS the caller must leave as they were.)
   void GetCodeState(CpuState& st);
 
   // Runs guest code from the current state until a stop; timeout_us 0: none.
@@ -497,6 +499,12 @@ class TcgCpu {
   std::function<void(uint64_t)> insn_hook_;
   std::function<void(std::optional<uint64_t>)> event_hook_;
   // Block-level observation (SkipSequential).
+  // GetCodeState's last destination and the CS and SS it was given.
+  const CpuState* code_state_of_ = nullptr;
+  struct SegRaw {
+    uint64_t base = 0;
+    uint32_t selector = 0, limit = 0, flags = 0;
+  } code_state_cs_, code_state_ss_;
   bool skipping_ = false;
   bool skip_across_ = false;
   uint32_t skip_hflags_ = 0;  // privilege, mode and TF when skipping began (across blocks)
