@@ -7,6 +7,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "vcpu/cpu_state.h"
+
 namespace vbts::vcpu {
 
 // The TCG engine's counters of what may have changed under cached decodings
@@ -22,14 +24,18 @@ struct BlockEnd {
   uint64_t skipped = 0;  // instructions skipped when the next block started (it not included)
 };
 
-// The block ends passed in one run of skipped instructions, and what their
-// instructions were fetched through: the code generations and paging
-// registers as the run began (none changed while ends were kept).
+// The block ends passed in one run of skipped instructions, and the state
+// they ran in, as the run began (the engine keeps ends only while none of it
+// changes): the code generations, the paging registers, CS and RFLAGS (for
+// CPL, mode and TF).  The state when they are reported may differ: the run
+// ends at the first block start where it does.
 struct BlockEnds {
   const BlockEnd* data = nullptr;
   size_t size = 0;
   CodeGenerations generations;
   uint64_t cr0 = 0, cr3 = 0, cr4 = 0, efer = 0;
+  Segment cs;
+  uint64_t rflags = 0;
 };
 
 }  // namespace vbts::vcpu

@@ -448,6 +448,7 @@ struct TcgCallbacks {
           // nothing that decoding depends on has changed.
           skip = self->block_ends_n_ < TcgCpu::kMaxBlockEnds &&
                  (self->env_->hflags & kHfSs32) == self->skip_ss32_ &&
+                 self->env_->segs[uabi::kCs].base == self->skip_ends_.cs.base &&
                  g_paging_generation.load(std::memory_order_relaxed) == self->skip_ends_.generations.paging &&
                  g_code_bytes_generation.load(std::memory_order_relaxed) == self->skip_ends_.generations.bytes;
           if (skip) self->block_ends_[self->block_ends_n_++] = {self->last_start_, address, self->skipped_};
@@ -2204,6 +2205,8 @@ void TcgCpu::SkipSequential(uint64_t limit, bool across_blocks, bool block_ends)
     skip_ss32_ = env_->hflags & kHfSs32;
     skip_ends_.generations = {g_paging_generation.load(std::memory_order_relaxed),
                               g_code_bytes_generation.load(std::memory_order_relaxed)};
+    skip_ends_.cs = FromCache(env_->segs[uabi::kCs]);
+    skip_ends_.rflags = env_->eflags;
     skip_ends_.cr0 = env_->cr[0];
     skip_ends_.cr3 = env_->cr[3];
     skip_ends_.cr4 = env_->cr[4];

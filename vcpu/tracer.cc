@@ -681,15 +681,17 @@ bool Tracer::BulkBlockEnds() const { return !sink_active_ && pmu_.LbrOnly(); }
 
 absl::Status Tracer::ReportBlockEnds(const BlockEnds& ends, const CpuState& st, uint64_t& skipped) {
   if (ends.size == 0 || !prev_) return absl::OkStatus();
-  // At each end the guest was where `st` is (the engine keeps ends only at
-  // one CPL, mode, CS and TF, and SS size) except for RIP; its instructions
-  // were fetched through the paging of when the ends began to be kept.
+  // At each end the guest ran at the CPL, mode, CS and TF of when the ends
+  // began to be kept, fetching through the paging of then (BlockEnds); `st`
+  // may be past a change of them (an IRET to ring 3 ended the run).
   CpuState at = st;
   at.cr0 = ends.cr0;
   at.cr3 = ends.cr3;
   at.cr4 = ends.cr4;
   at.efer = ends.efer;
-  const bool long64 = st.mode() == CpuMode::kLong64;
+  at.cs = ends.cs;
+  at.rflags = ends.rflags;
+  const bool long64 = at.mode() == CpuMode::kLong64;
   // Nothing is due at these boundaries: no PMI (no counter overflows within
   // the engine's limit), no single-step trap (TF is clear), no data
   // breakpoint (none while skipping).  A PMI a data access raised while
@@ -707,7 +709,7 @@ absl::Status Tracer::ReportBlockEnds(const BlockEnds& ends, const CpuState& st, 
     sequential += n;
     stats_.boundaries++;
     Boundary& p = *prev_;
-    at.rip = long64 ? e.to : (e.to - st.cs.base) & 0xFFFFFFFFull;
+    at.rip = long64 ? e.to : (e.to - at.cs.base) & 0xFFFFFFFFull;
     if (!(p.emitted && n == 0 && p.lin == e.from)) VBTS_RETURN_IF_ERROR(ResolveBlockEnd(p, e.from, at, ends.generations));
     if (i == 0) {
       Light(at, p);
