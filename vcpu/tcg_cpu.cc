@@ -2256,6 +2256,7 @@ void TcgCpu::SetInstructionHook(std::function<void(uint64_t)> hook) {
   observed_valid_ = false;
   skipping_ = false;
   skipped_ = 0;
+  block_ends_n_ = 0;  // (an observer takes them before it goes: Machine::FlushTcgBulk)
   SyncCodeHook();
 }
 
