@@ -220,6 +220,13 @@ constexpr uint32_t kHfSs32 = 1u << 5;
 // SkipSequential): CPL (bits 0-1), CS32 (4), PE (7), TF (8), LMA (14), CS64
 // (15), VM (17).  With the CS selector they fix the code's privilege and mode.
 constexpr uint32_t kSkipHflags = 0x3 | (1u << 4) | (1u << 7) | (1u << 8) | (1u << 14) | (1u << 15) | (1u << 17);
+// QEMU keeps TF and VM in EFLAGS, not in hflags (cpu_get_tb_cpu_state adds
+// them to a translation's flags from there; the same bit positions): the
+// flags that skipping keeps, as a translation sees them.  (hflags alone
+// missed a POPF that set TF while blocks were skipped.)
+inline uint32_t SkipFlags(const uabi::EnvPrefix* env) {
+  return static_cast<uint32_t>((env->hflags | (env->eflags & ((1u << 8) | (1u << 17)))) & kSkipHflags);
+}
 
 using HelperFn = void (*)(void*);
 using HltFn = void (*)(void*, int);
@@ -441,7 +448,7 @@ struct TcgCallbacks {
           self->block_start_ = false;
           return;
         }
-        skip = self->skip_across_ && (self->env_->hflags & kSkipHflags) == self->skip_hflags_ &&
+        skip = self->skip_across_ && SkipFlags(self->env_) == self->skip_hflags_ &&
                self->env_->segs[uabi::kCs].selector == self->skip_cs_;
         if (skip && self->skip_block_ends_) {
           // Kept for the observer, who decodes `from` later: only while
@@ -2212,7 +2219,7 @@ void TcgCpu::SkipSequential(uint64_t limit, bool across_blocks, bool block_ends)
     skip_ends_.cr4 = env_->cr[4];
     skip_ends_.efer = env_->efer;
   }
-  skip_hflags_ = env_->hflags & kSkipHflags;
+  skip_hflags_ = SkipFlags(env_);
   skip_cs_ = env_->segs[uabi::kCs].selector;
 }
 

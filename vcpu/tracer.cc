@@ -676,8 +676,12 @@ bool Tracer::BulkAllowed() const {
          !pmu_.CountsLoadLatency();
 }
 
-bool Tracer::BulkAcrossBlocks() const { return !sink_active_ && (pmu_.BranchAgnostic() || pmu_.LbrOnly()); }
-bool Tracer::BulkBlockEnds() const { return !sink_active_ && pmu_.LbrOnly(); }
+bool Tracer::BulkAcrossBlocks() const { return BulkBlockEnds() || (!sink_active_ && pmu_.BranchAgnostic()); }
+// A sink (`vbts record`, --branches, GDB's branch trace) sees the kept ends
+// in order too; it keeps no state of the guest's beyond each transfer.
+bool Tracer::BulkBlockEnds() const {
+  return !sink_every_insn_ && (pmu_.LbrOnly() || (sink_active_ && pmu_.BranchAgnostic()));
+}
 
 absl::Status Tracer::ReportBlockEnds(const BlockEnds& ends, const CpuState& st, uint64_t& skipped) {
   if (ends.size == 0 || !prev_) return absl::OkStatus();
@@ -701,16 +705,24 @@ absl::Status Tracer::ReportBlockEnds(const BlockEnds& ends, const CpuState& st, 
   // count branches as other instructions and none overflows within the
   // limit, so the sum is the same in any order (VirtualPmu::LbrOnly).
   const Boundary first = *prev_;
+  // Ends kept for a sink alone (the counters count branches as any other
+  // instruction): once the sink wants no more, the rest are counted only.
+  const bool for_sink_alone = !pmu_.LbrOnly();
   uint64_t before = 0, sequential = 0;
   for (size_t i = 0; i < ends.size; i++) {
     const BlockEnd& e = ends.data[i];
     const uint64_t n = i == 0 ? e.skipped : e.skipped - before - 1;
     before = e.skipped;
     sequential += n;
-    stats_.boundaries++;
     Boundary& p = *prev_;
     at.rip = long64 ? e.to : (e.to - at.cs.base) & 0xFFFFFFFFull;
-    if (!(p.emitted && n == 0 && p.lin == e.from)) VBTS_RETURN_IF_ERROR(ResolveBlockEnd(p, e.from, at, ends.generations));
+    const bool reported = p.emitted && n == 0 && p.lin == e.from;  // (AfterMsrWrite reported it)
+    if (for_sink_alone && !sink_active_) {
+      if (!reported) sequential++;
+    } else {
+      stats_.boundaries++;
+      if (!reported) VBTS_RETURN_IF_ERROR(ResolveBlockEnd(p, e.from, at, ends.generations));
+    }
     if (i == 0) {
       Light(at, p);
     } else {

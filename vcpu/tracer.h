@@ -114,10 +114,12 @@ class Tracer : public StepObserver {
   // In bulk mode, instructions may also run unreported past block
   // boundaries (at one CPL): nothing observed tells a branch from another
   // instruction (VirtualPmu::BranchAgnostic) and no sink wants transfers.
-  // Or: the LBRs are all the virtual PMU observes (VirtualPmu::LbrOnly) and
-  // no sink wants transfers; then the engine keeps the block ends it passes
-  // (TcgCpu::SkipSequential's `block_ends`), and the next Bulk* call
-  // reports each as BulkBoundary would have at it (BulkBlockEnds).
+  // Or: the LBRs are all that tells branches apart (VirtualPmu::LbrOnly), or
+  // nothing does but a sink that wants transfers, not every instruction
+  // (`vbts record`, --branches, GDB's branch trace); then the engine keeps
+  // the block ends it passes (TcgCpu::SkipSequential's `block_ends`), and the
+  // next Bulk* call reports each as BulkBoundary would have at it
+  // (BulkBlockEnds).
   bool BulkAcrossBlocks() const;
   bool BulkBlockEnds() const;
   // A boundary in bulk mode, before the instruction at `st`: since the last

@@ -848,6 +848,10 @@ std::optional<RunResult> Machine::RunTcgLoop(uint64_t deadline, bool until_untra
     // A debugger's step runs without a time limit (TcgCpu::SetDebugStep).
     const uint64_t limit_us = debugger_ && debugger_->stepping() ? 0 : (until - now + 999) / 1000;
     absl::StatusOr<vcpu::TcgStop> stop = tcg_->Run(limit_us);
+    // Between runs the tracer has seen everything that ran (bulk counts, kept
+    // block ends): what ends here (an exit, a timeout, a debugger's stop)
+    // finds the virtual PMU, the recording and GDB's branch trace whole.
+    FlushTcgBulk();
     PrintWarnings();
     if (!stop.ok()) return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + stop.status().ToString());
     if (!tcg_error_.ok()) return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + tcg_error_.ToString());
