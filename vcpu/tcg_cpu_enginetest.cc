@@ -1237,6 +1237,28 @@ TEST_F(TcgSkipTest, AcrossBlocksTheHookSeesOnlyTheLimit) {
   EXPECT_EQ(r[5].skipped.count, 1u);  // HLT
 }
 
+TEST_F(TcgSkipTest, SkippingAcrossBlocksEndsWhereAPopfSetTf) {
+  // pushfd / or dword [esp], 0x100 / popfd / nop / hlt, skipped across
+  // blocks after the first: QEMU keeps TF in EFLAGS, not in hflags, and ends
+  // the block after the POPF; the next block start (the NOP) must be
+  // reported, so that the observer sees the guest's TF (before, skipping
+  // went on and vbts never raised the guest's single-step traps). The #DB
+  // after the NOP goes to a handler that halts.
+  Gate32(1, MakeGate(kIntGate32, kCode32K, 0x600, 0));
+  Code(0x600, {0xf4});
+  Code(kCodeRip, {0x9c,                                      // pushfd
+                  0x81, 0x0c, 0x24, 0x00, 0x01, 0x00, 0x00,  // or dword [esp], 0x100
+                  0x9d,                                      // popfd
+                  0x90,                                      // nop
+                  0xf4});                                    // hlt
+  const std::vector<Report> r = RunSkipping(UINT64_MAX, /*across=*/true);
+  ASSERT_GE(r.size(), 2u);
+  EXPECT_EQ(r[0].at, kCodeRip);
+  EXPECT_EQ(r[1].at, kCodeRip + 9);  // the NOP, after OR and POPF ran unreported
+  EXPECT_EQ(r[1].skipped.count, 2u);
+  EXPECT_TRUE(r[1].skipped.block_start);
+}
+
 TEST_F(TcgSkipTest, BlockEndsKeepEveryBoundaryPassed) {
   // Across blocks with the ends kept (an LBR-only observer): still only the
   // first instruction is reported, and each block boundary passed is kept
