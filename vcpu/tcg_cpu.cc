@@ -399,14 +399,19 @@ struct TcgCallbacks {
         !self->time_up_.load(std::memory_order_relaxed) && !self->exec_bp_mask_ && !self->DebugChecked()) {
       self->env_->eip = address - self->env_->segs[uabi::kCs].base;
       self->reenter_at_ = TcgCpu::kNoReentry;
-      self->first_hook_of_run_ = false;
-      self->skipped_++;
-      self->prev_start_ = self->last_start_;
-      self->last_start_ = address;
-      self->last_start_skipped_ = true;
+      Skip(self, address);
       return;
     }
     CodeBoundary(uc, address, size, user);
+  }
+  // The instruction at `address` starts unreported (block-level observation).
+  static void Skip(TcgCpu* self, uint64_t address) {
+    self->block_start_ = false;
+    self->first_hook_of_run_ = false;
+    self->skipped_++;
+    self->prev_start_ = self->last_start_;
+    self->last_start_ = address;
+    self->last_start_skipped_ = true;
   }
   __attribute__((noinline)) static void CodeBoundary(uc_engine*, uint64_t address, uint32_t, void* user) {
     auto* self = static_cast<TcgCpu*>(user);
@@ -462,12 +467,7 @@ struct TcgCallbacks {
         }
       }
       if (skip) {
-        self->block_start_ = false;
-        self->first_hook_of_run_ = false;
-        self->skipped_++;
-        self->prev_start_ = self->last_start_;
-        self->last_start_ = address;
-        self->last_start_skipped_ = true;
+        Skip(self, address);
         return;
       }
       self->skipping_ = false;
