@@ -240,9 +240,10 @@ class TcgCpu {
   // `block_ends`: with `across_blocks`, each block boundary passed is kept
   // (BlockEnd, at most kMaxBlockEnds; then the hook is called at the next
   // one), for an observer that needs every block end but nothing at it
-  // (LBRs alone: VirtualPmu::LbrOnly).  Skipping also ends at a block start
-  // after the paging or translated code changed (the kept ends are decoded
-  // later, under the paging of then) or SS's size did.
+  // (LBRs alone, a recording: Tracer::BulkBlockEnds).  Skipping also ends at
+  // a block start after the paging or translated code changed (the kept
+  // ends are decoded later, under the paging of then) or SS's size or CS's
+  // base did.
   void SkipSequential(uint64_t limit, bool across_blocks = false, bool block_ends = false);
   static constexpr size_t kMaxBlockEnds = 1024;
   // Called before a guest store into a page that holds translated code

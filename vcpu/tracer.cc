@@ -703,7 +703,8 @@ absl::Status Tracer::ReportBlockEnds(const BlockEnds& ends, const CpuState& st, 
   // (the engine stops skipping at the next instruction): BulkBoundary takes
   // it.  The instructions in between are counted at once: the counters
   // count branches as other instructions and none overflows within the
-  // limit, so the sum is the same in any order (VirtualPmu::LbrOnly).
+  // limit, so the sum is the same in any order (VirtualPmu::LbrOnly,
+  // BranchAgnostic).
   const Boundary first = *prev_;
   // Ends kept for a sink alone (the counters count branches as any other
   // instruction): once the sink wants no more, the rest are counted only.
