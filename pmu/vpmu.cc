@@ -89,8 +89,6 @@ constexpr uint64_t kSelEnCallstack = 1u << 9;
 
 uint64_t Mask(int bits) { return bits >= 64 ? ~0ull : (1ull << bits) - 1; }
 
-// Sign-extends a linear address from bit 47 (the FROM/TO formats keep
-// canonical addresses; SDM 17.4.8.1).
 // A DS management field or BTS record field: 8 bytes in the 64-bit format,
 // 4 in the 32-bit one (fixed-size copies: a variable-length memcpy of these
 // was 3 % of a BTS-traced run).
@@ -113,6 +111,8 @@ inline void StoreField(uint8_t* p, uint64_t v, bool fmt64) {
   }
 }
 
+// Sign-extends a linear address from bit 47 (the FROM/TO formats keep
+// canonical addresses; SDM 17.4.8.1).
 uint64_t Canonical(uint64_t a) { return (a & (1ull << 47)) ? (a | 0xFFFF000000000000ull) : (a & Mask(48)); }
 
 

@@ -250,7 +250,6 @@ class TcgCpu {
   // lands, while block ends are kept: the observer takes them (TakeSkipped)
   // while the bytes they were decoded from are still those that ran.
   void SetBeforeCodeStoreHook(std::function<void()> hook) { before_code_store_ = std::move(hook); }
-  bool HasBlockEnds() const { return block_ends_n_ > 0; }
   void BeforeCodeStore() {
     if (block_ends_n_ > 0 && before_code_store_) before_code_store_();
   }

@@ -421,10 +421,6 @@ void Debugger::ApplyPoints() {
 absl::Status Debugger::SetBranchTrace(bool on) { return m_.SetGdbBranchTrace(on); }
 
 std::string Debugger::PmuReport() {
-  // What ran unreported since the last boundary the tracer saw (counted in
-  // bulk, LBR block ends kept: docs/tcg-engine.md) reaches the virtual PMU
-  // first, as before a guest's own RDMSR.
-  m_.FlushTcgBulk();
   const pmu::CpuModel& model = *m_.model_;
   pmu::VirtualPmu& vpmu = *m_.vpmu_;
   auto msr = [&](uint32_t index) -> std::string {

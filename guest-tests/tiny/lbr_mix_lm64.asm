@@ -20,17 +20,10 @@
 %define UITER   50
 
 main:
-        mov eax, 1
-        cpuid
-        test ecx, 1 << 15               ; PDCM
-        jz .skip
-        mov ecx, 0x345
-        rdmsr
-        and eax, 0x3F
+        LBR_REQUIRE64                   ; EAX = the LBR format
         cmp eax, 3                      ; the 16-entry Nehalem/Westmere stack
         je .ok
-.skip:
-        SKIP "LBR: no PDCM / IA32_PERF_CAPABILITIES LBR format"
+        SKIP "LBR: the dump needs LBR format 3 (westmere)"
         ret
 .ok:
         SET_HANDLER 0x40, int40_handler

@@ -24,10 +24,7 @@
 %define UITER   50
 
 main:
-        LBR_REQUIRE
-        mov ecx, 0x345
-        rdmsr
-        and eax, 0x3F
+        LBR_REQUIRE                     ; EAX = the LBR format
         cmp eax, 3                      ; the 16-entry Nehalem/Westmere stack
         je .ok
         SKIP "LBR: the dump needs LBR format 3 (westmere)"
