@@ -1340,6 +1340,13 @@ void VirtualPmu::CountSequential(uint64_t n, uint8_t cpl, uint64_t loads, uint64
   }
 }
 
+void VirtualPmu::ObserveKeptBranch(const Branch& b) {
+  State& s = *s_;
+  if (!b.taken()) return;
+  s.stats.branches++;
+  s.PushLbr(b);
+}
+
 absl::StatusOr<PmuEffects> VirtualPmu::Observe(const Branch& b, LinearMemory& mem, bool guest_tf,
                                                const GuestRegs* after) {
   State& s = *s_;

@@ -155,6 +155,10 @@ class VirtualPmu {
   // them read and write memory (Branch::mem bits 0 and 1, for the
   // retired-load and -store events: CountsMemoryInstructions).
   void CountSequential(uint64_t n, uint8_t cpl, uint64_t loads = 0, uint64_t stores = 0);
+  // A branch that ended a block while only the LBRs tell branches apart
+  // (LbrOnly): it goes to the LBR stack as Observe would put it there; the
+  // instruction itself is counted with CountSequential.
+  void ObserveKeptBranch(const Branch& b);
   // True when nothing observed tells branches from other instructions: no
   // LBR, BTS or BTF, no counter of branch instructions.  Then any
   // instructions at one CPL, branches included, may be counted in bulk.

@@ -40,6 +40,11 @@ thread_local bool t_align16 = false;
 constexpr int kMoAmask = 7 << 4, kMoAlign16 = 4 << 4;
 // QEMU's x86 translate_insn (i386_tr_translate_insn), which vbts's wraps.
 void (*t_translate_insn)(void*, void*) = nullptr;
+// The return address in translated code of the QEMU helper running now for
+// a device access (port I/O, or a load or store through QEMU's slow path,
+// which every MMIO access takes); 0 outside one. In a block run with one
+// hook, the device's time needs the instruction there (TcgCpu::SettleForDevice).
+thread_local uintptr_t t_access_ra = 0;
 // Every flush of QEMU's TLB (by any TcgCpu) counts here.
 std::atomic<uint64_t> g_paging_generation{0};
 // Host nanoseconds spent translating guest code (translator_loop) and
@@ -241,8 +246,14 @@ Fn Original(const char* name) {
 
 // Unicorn's callbacks, with access to the engine's insides.
 struct TcgCallbacks {
+  // The block being translated with one hook (BeginTranslation), and the
+  // code hook hidden from the translator while it translates an instruction.
+  static inline thread_local TcgCpu::HooklessTb* t_translating_tb = nullptr;
+  static inline thread_local uabi::HookPrefix* t_translating_hook = nullptr;
+  static inline thread_local uabi::HookPrefix* t_hidden_hook = nullptr;
   static void Intr(uc_engine* uc, uint32_t intno, void* user) {
     auto* self = static_cast<TcgCpu*>(user);
+    RestoreHiddenHook();  // (a fault while translating left QEMU's translator by longjmp)
     // Unicorn reports every exception and INT n here and delivers none;
     // QEMU's own delivery (x86_cpu_do_interrupt) uses the exception number,
     // error code and next EIP QEMU recorded when it raised it.  A fault
@@ -317,11 +328,13 @@ struct TcgCallbacks {
   }
   static uint32_t In(uc_engine*, uint32_t port, int size, void* user) {
     auto* self = static_cast<TcgCpu*>(user);
+    SettleForDevice(self);
     self->stats_.port_io++;
     return self->config_.devices->PortIn(static_cast<uint16_t>(port), size);
   }
   static void Out(uc_engine*, uint32_t port, int size, uint32_t value, void* user) {
     auto* self = static_cast<TcgCpu*>(user);
+    SettleForDevice(self);
     self->stats_.port_io++;
     self->config_.devices->PortOut(static_cast<uint16_t>(port), size, value);
   }
@@ -338,11 +351,13 @@ struct TcgCallbacks {
   }
   static uint64_t MmioRead(uc_engine*, uint64_t offset, unsigned size, void* user) {
     auto* self = static_cast<TcgCpu*>(user);
+    SettleForDevice(self);
     self->stats_.mmio++;
     return self->config_.devices->MmioRead(self->mmio_base() + offset, static_cast<int>(size));
   }
   static void MmioWrite(uc_engine*, uint64_t offset, unsigned size, uint64_t value, void* user) {
     auto* self = static_cast<TcgCpu*>(user);
+    SettleForDevice(self);
     self->stats_.mmio++;
     self->config_.devices->MmioWrite(self->mmio_base() + offset, static_cast<int>(size), value);
     self->mmio_written_ = true;  // the store helper looks at the machine afterwards (AfterStore)
@@ -402,7 +417,10 @@ struct TcgCallbacks {
       Skip(self, address);
       return;
     }
-    CodeBoundary(uc, address, size, user);
+    // With one code hook Unicorn compiles a direct call of it into the
+    // translation (its "inline hook"): where it returns to identifies the
+    // block (TcgCpu::HooklessLookup).
+    CodeBoundary(address, user, reinterpret_cast<uintptr_t>(__builtin_return_address(0)));
   }
   // The instruction at `address` starts unreported (block-level observation).
   static void Skip(TcgCpu* self, uint64_t address) {
@@ -413,8 +431,17 @@ struct TcgCallbacks {
     self->last_start_ = address;
     self->last_start_skipped_ = true;
   }
-  __attribute__((noinline)) static void CodeBoundary(uc_engine*, uint64_t address, uint32_t, void* user) {
+  __attribute__((noinline)) static void CodeBoundary(uint64_t address, void* user, uintptr_t ra) {
     auto* self = static_cast<TcgCpu*>(user);
+    if (self->env_->hflags & uabi::kHfHookless) {
+      self->HooklessStart(address, ra);
+      return;
+    }
+    AtBoundary(self, address);
+  }
+  // The instruction hook's work at a boundary (one hook a block: at the
+  // block's first instruction, TcgCpu::HooklessStart).
+  static void AtBoundary(TcgCpu* self, uint64_t address) {
     if (!self->insn_hook_ && !self->exec_bp_mask_ && !self->debug_code_) {
       // Lingering: only counted, and a run that must end before this
       // instruction (the timer's deadline) ends here; it runs, and is
@@ -434,7 +461,10 @@ struct TcgCallbacks {
     // observer's store changed its code (below): the instruction runs now
     // from the new translation, without a second report.
     const bool reentered = self->reenter_at_ == address;
-    self->reenter_at_ = TcgCpu::kNoReentry;
+    if (!reentered) {
+      self->reenter_at_ = TcgCpu::kNoReentry;
+      self->hookless_reentry_ = false;
+    }
     if (reentered) {
       self->block_start_ = false;
       self->first_hook_of_run_ = false;
@@ -468,6 +498,7 @@ struct TcgCallbacks {
       }
       if (skip) {
         Skip(self, address);
+        self->MaybeEnterHookless(address);
         return;
       }
       self->skipping_ = false;
@@ -494,8 +525,14 @@ struct TcgCallbacks {
     // during the previous one.
     // (A debugger's watchpoint ends the run after the tracer has seen this
     // boundary, in DebugCheck, as its breakpoints do.)
+    // (A run that ends here at a re-entered boundary resumes through
+    // reenter_at_ when one hook a block set it: Run keeps it.)
     if ((self->stop_requested_ || self->time_up_) && self->debug_stop_.kind != TcgCpu::DebugStop::kWatch)
       self->Boundary(address);
+    if (reentered) {
+      self->reenter_at_ = TcgCpu::kNoReentry;
+      self->hookless_reentry_ = false;
+    }
     if (self->insn_hook_ && !reentered) {
       self->in_code_hook_ = true;
       self->hook_linear_ = address;
@@ -531,6 +568,7 @@ struct TcgCallbacks {
       self->allow_delivery_ = true;
       cpu_loop_exit_x86_64(self->cpu_);
     }
+    if (!(self->env_->hflags & uabi::kHfHookless)) self->MaybeEnterHookless(address);
   }
   // Every block start (a hook that costs a few ns per block): where runs
   // end and queued events are noticed.  Unicorn 2.0.1 cannot be stopped
@@ -541,6 +579,7 @@ struct TcgCallbacks {
   // QEMU's loop, which ends the run or takes the event.
   static void Block(uc_engine*, uint64_t address, uint32_t size, void* user) {
     auto* self = static_cast<TcgCpu*>(user);
+    self->CloseBlock();  // the block before ran to its end
     self->block_start_ = true;
     self->current_block_ = {address, size};
     self->blocks_in_run_++;
@@ -555,6 +594,9 @@ struct TcgCallbacks {
   // events: a queued exception first, then NMI, then the LAPIC's interrupt.
   static bool ExecInterrupt(TcgCpu* self, int request) {
     uabi::EnvPrefix* env = self->env_;
+    // Between blocks: the last one ran to its end (vbts's own exits in the
+    // middle of one settle first, LeavePast).
+    self->CloseBlock();
     uint32_t& ir = At<uint32_t>(self->cpu_, uabi::kCpuInterruptRequest);
     // While every instruction is reported, events come only at reported
     // boundaries (TcgCallbacks::Code), as under KVM where the stepped guest
@@ -598,9 +640,40 @@ struct TcgCallbacks {
   }
   // A guest store into a page with translations is about to land
   // (tb_invalidate_phys_page_fast): the engine on this thread is told.
-  static void BeforeCodeStore(void* uc) {
+  static void BeforeCodeStore(void* uc, uintptr_t retaddr) {
     TcgCpu* self = t_running;
-    if (self != nullptr && static_cast<void*>(self->uc_) == uc) self->BeforeCodeStore();
+    if (self == nullptr || static_cast<void*>(self->uc_) != uc) return;
+    // In a block with one hook EIP is where that hook left it: QEMU finds
+    // the store's instruction from its return address in the translated code.
+    if (self->open_ != nullptr && retaddr != 0 && self->block_ends_n_ > 0)
+      cpu_restore_state_x86_64(self->cpu_, retaddr, /*will_exit=*/false);
+    self->BeforeCodeStore();
+  }
+  // Translating a block: with one hook a block (kHfHookless in the flags it
+  // is made for), the code hook is hidden from QEMU's translator after the
+  // first instruction, and each instruction's address is kept.
+  static void BeginTranslation(void* cpu, const void* tb) {
+    TcgCpu* self = t_running;
+    RestoreHiddenHook();
+    if (self == nullptr || self->cpu_ != cpu) return;
+    if (!(self->env_->hflags & uabi::kHfHookless) || self->code_hook_ == 0) return;
+    t_translating_tb = &self->hookless_tbs_[tb];
+    t_translating_tb->pcs.clear();
+    t_translating_hook = reinterpret_cast<uabi::HookPrefix*>(self->code_hook_);
+  }
+  static void EndTranslation() {
+    RestoreHiddenHook();
+    t_translating_tb = nullptr;
+    t_translating_hook = nullptr;
+  }
+  static void RestoreHiddenHook() {
+    if (t_hidden_hook != nullptr) t_hidden_hook->to_delete = false;
+    t_hidden_hook = nullptr;
+  }
+  static void TbAllocated(TcgCpu* self, const void* tb) {
+    // QEMU allocates blocks upwards in its code buffer until it empties it.
+    if (tb < self->last_tb_alloc_) self->DropHooklessRecords();
+    self->last_tb_alloc_ = tb;
   }
   // QEMU linked the first translation into the RAM page at `ram_addr`
   // (tlb_protect_code) or dropped its last one (tlb_unprotect_code).
@@ -702,7 +775,15 @@ struct TcgCallbacks {
       case TcgCpu::TranslateAs::kAsIs:
         break;
     }
+    if (TcgCpu::HooklessTb* h = t_translating_tb) {
+      h->pcs.push_back(pc);
+      if (h->pcs.size() > 1 && !t_translating_hook->to_delete) {
+        t_translating_hook->to_delete = true;  // read by the translator only: restored below
+        t_hidden_hook = t_translating_hook;
+      }
+    }
     t_translate_insn(db, cpu);
+    RestoreHiddenHook();
     t_substitute_at = kNoSubstitute;
     t_align16 = false;
   }
@@ -726,6 +807,8 @@ struct TcgCallbacks {
   static void TcgContext(TcgCpu* self, void* s) { self->tcg_ctx_ = s; }
   static void Restarted(TcgCpu* self) {
     const uint64_t at = self->env_->segs[uabi::kCs].base + self->env_->eip;
+    self->SettleAt(at);  // in a block with one hook: the store has started, what follows it has not
+    self->CloseBlock();
     if (self->last_start_ != at) return;
     self->stats_.restarts++;
     if (self->last_start_skipped_ && self->skipped_ > 0) {
@@ -754,10 +837,24 @@ struct TcgCallbacks {
     return (self->env_->eflags & (1u << 9)) && self->config_.devices->InterruptPending();
   }
   static bool TrapsOwned(TcgCpu* self) { return self->own_single_step_; }
+  // A device is accessed from a block run with one hook: the devices that
+  // keep time (LAPIC timer, 8254, PM timer...) read the instructions retired
+  // up to this one, so EIP must be this instruction's (QEMU finds it from
+  // the helper's return address in the translated code).
+  static void SettleForDevice(TcgCpu* self) {
+    if (self->open_ != nullptr && t_access_ra != 0) {
+      cpu_restore_state_x86_64(self->cpu_, t_access_ra, /*will_exit=*/false);
+      t_access_ra = 0;
+    }
+  }
+  // Instructions of a block run with one hook follow the current one.
+  static bool InsideOneHookBlock(TcgCpu* self) { return self->open_ != nullptr && self->open_pretend_ > 0; }
   // Performs the instruction at EIP (synced by QEMU before the helper) with
   // the completion engine and leaves the block with the new state; a fault
   // it finds is raised at the instruction.
   [[noreturn]] static void CompleteHere(TcgCpu* self, uintptr_t ra) {
+    self->SettleAt(self->env_->segs[uabi::kCs].base + self->env_->eip);  // the block is left at it
+    self->CloseBlock();
     CpuState st = self->GetState(/*with_msrs=*/true);
     RamView ram(self->config_.ram, self->config_.ram_bytes);
     absl::StatusOr<DecodedInsn> insn = DecodeCurrent(st, ram);
@@ -888,6 +985,8 @@ struct TcgCallbacks {
   // done its work) stepped past it: the next instruction starts a new block.
   [[noreturn]] static void LeavePast(TcgCpu* self, uint64_t length) {
     uabi::EnvPrefix* env = self->env_;
+    self->SettleAt(env->segs[uabi::kCs].base + env->eip);  // what follows it in the block does not run
+    self->CloseBlock();
     env->eip += length;
     if (!(env->hflags & kHfCs64)) env->eip &= 0xFFFFFFFFu;
     cpu_loop_exit_x86_64(self->cpu_);
@@ -906,7 +1005,11 @@ struct TcgCallbacks {
   // helper in the block). Other stops (the PIT on instruction time) wait for
   // the next block start, as AfterStore's do.
   static void AfterOut(TcgCpu* self, uintptr_t ra) {
-    if (!self->config_.devices->GuestEndsRun() && !InterruptTakenNext(self)) return;
+    // (In a block run with one hook, any stop asked for: the instruction
+    // hook would have ended the run at the next instruction.)
+    if (!self->config_.devices->GuestEndsRun() && !InterruptTakenNext(self) &&
+        !(InsideOneHookBlock(self) && StopRequested(self)))
+      return;
     if (!cpu_restore_state_x86_64(self->cpu_, ra, false)) return;
     const uint64_t at = self->env_->segs[uabi::kCs].base + self->env_->eip;
     const uint64_t prefixes = self->PrefixBytes(at);
@@ -930,7 +1033,7 @@ struct TcgCallbacks {
   // instructions the block ran unreported not yet counted; not understood yet.)
   static void AfterStore(TcgCpu* self, uintptr_t ra) {
     if (!std::exchange(self->mmio_written_, false)) return;
-    if (!InterruptTakenNext(self)) return;
+    if (!InterruptTakenNext(self) && !(InsideOneHookBlock(self) && StopRequested(self))) return;
     if (!cpu_restore_state_x86_64(self->cpu_, ra, false)) return;
     const CpuState st = self->GetState(/*with_msrs=*/false);
     RamView ram(self->config_.ram, self->config_.ram_bytes);
@@ -1017,7 +1120,11 @@ __attribute__((noinline)) void helper_wrmsr_x86_64(void* env) {
       // The machine wants the run to end here (tracing turned on or off):
       // QEMU would finish the translation block first, so the WRMSR retires
       // now and the block is left at the next instruction.
-      if (TcgCallbacks::StopRequested(self) || TcgCallbacks::InterruptTakenNext(self))
+      // So too in a block run with one hook (docs/tcg-engine.md): the tracer
+      // reported the WRMSR as retired, and the next instruction is reported
+      // on its own.
+      if (TcgCallbacks::StopRequested(self) || TcgCallbacks::InterruptTakenNext(self) ||
+          TcgCallbacks::InsideOneHookBlock(self))
         TcgCallbacks::LeaveAfterWrmsr(self);
       return;
     case TcgDevices::Msr::kCpu:
@@ -1211,7 +1318,9 @@ void helper_rechecking_single_step_x86_64(void* env) {
   void name##_x86_64(void* env, uint64_t addr, type val, uint32_t oi, uintptr_t retaddr) {                  \
     using Fn = void (*)(void*, uint64_t, type, uint32_t, uintptr_t);                                        \
     static const auto original = vbts::vcpu::Original<Fn>(#name "_x86_64");                                \
+    vbts::vcpu::t_access_ra = retaddr;                                                                      \
     original(env, addr, val, oi, retaddr);                                                                  \
+    vbts::vcpu::t_access_ra = 0;                                                                            \
     if (vbts::vcpu::TcgCpu* self = TcgCallbacks::Running(env)) TcgCallbacks::AfterStore(self, retaddr);    \
   }
 VBTS_STORE_HELPER(helper_ret_stb_mmu, uint32_t)
@@ -1220,6 +1329,41 @@ VBTS_STORE_HELPER(helper_le_stl_mmu, uint32_t)
 VBTS_STORE_HELPER(helper_le_stq_mmu, uint64_t)
 #undef VBTS_STORE_HELPER
 
+// Loads through QEMU's slow path (MMIO among them): the return address for
+// TcgCallbacks::SettleForDevice.
+#define VBTS_LOAD_HELPER(name)                                                        \
+  uint64_t name##_x86_64(void* env, uint64_t addr, uint32_t oi, uintptr_t retaddr) { \
+    using Fn = uint64_t (*)(void*, uint64_t, uint32_t, uintptr_t);                    \
+    static const auto original = vbts::vcpu::Original<Fn>(#name "_x86_64");          \
+    vbts::vcpu::t_access_ra = retaddr;                                                \
+    const uint64_t v = original(env, addr, oi, retaddr);                              \
+    vbts::vcpu::t_access_ra = 0;                                                      \
+    return v;                                                                         \
+  }
+VBTS_LOAD_HELPER(helper_ret_ldub_mmu)
+VBTS_LOAD_HELPER(helper_le_lduw_mmu)
+VBTS_LOAD_HELPER(helper_le_ldul_mmu)
+VBTS_LOAD_HELPER(helper_le_ldq_mmu)
+VBTS_LOAD_HELPER(helper_ret_ldsb_mmu)
+VBTS_LOAD_HELPER(helper_le_ldsw_mmu)
+VBTS_LOAD_HELPER(helper_le_ldsl_mmu)
+#undef VBTS_LOAD_HELPER
+
+// IN: likewise.
+#define VBTS_IN_HELPER(size)                                                                  \
+  uint64_t helper_in##size##_x86_64(void* env, uint32_t port) {                               \
+    using Fn = uint64_t (*)(void*, uint32_t);                                                 \
+    static const auto original = vbts::vcpu::Original<Fn>("helper_in" #size "_x86_64");      \
+    vbts::vcpu::t_access_ra = reinterpret_cast<uintptr_t>(__builtin_return_address(0));       \
+    const uint64_t v = original(env, port);                                                   \
+    vbts::vcpu::t_access_ra = 0;                                                              \
+    return v;                                                                                 \
+  }
+VBTS_IN_HELPER(b)
+VBTS_IN_HELPER(w)
+VBTS_IN_HELPER(l)
+#undef VBTS_IN_HELPER
+
 // OUT: QEMU's helper (the device write, through Unicorn's OUT hook), then
 // TcgCallbacks::AfterOut.
 #define VBTS_OUT_HELPER(size)                                                                 \
@@ -1227,7 +1371,9 @@ VBTS_STORE_HELPER(helper_le_stq_mmu, uint64_t)
     using Fn = void (*)(void*, uint32_t, uint32_t);                                           \
     static const auto original = vbts::vcpu::Original<Fn>("helper_out" #size "_x86_64");     \
     const uintptr_t ra = reinterpret_cast<uintptr_t>(__builtin_return_address(0));            \
+    vbts::vcpu::t_access_ra = ra;                                                             \
     original(env, port, data);                                                                \
+    vbts::vcpu::t_access_ra = 0;                                                              \
     if (vbts::vcpu::TcgCpu* self = TcgCallbacks::Running(env)) TcgCallbacks::AfterOut(self, ra); \
   }
 VBTS_OUT_HELPER(b)
@@ -1319,7 +1465,7 @@ void tb_invalidate_phys_page_fast_x86_64(void* uc, void* pages, uint64_t start, 
   using Fn = void (*)(void*, void*, uint64_t, int, uintptr_t);
   static const auto original = vbts::vcpu::Original<Fn>("tb_invalidate_phys_page_fast_x86_64");
   // The kept block ends are decoded from these bytes: before they change.
-  TcgCallbacks::BeforeCodeStore(uc);
+  TcgCallbacks::BeforeCodeStore(uc, retaddr);
   vbts::vcpu::g_code_bytes_generation.fetch_add(1, std::memory_order_relaxed);
   vbts::vcpu::CodeWorkTimer timer;  // code-cache work, left out of the guest's host time
   original(uc, pages, start, len, retaddr);
@@ -1362,7 +1508,9 @@ void translator_loop_x86_64(const void* ops, void* db, void* cpu, void* tb, int 
     wrapped_from = ops;
   }
   vbts::vcpu::CodeWorkTimer timer;
+  TcgCallbacks::BeginTranslation(cpu, tb);
   original(&wrapped, db, cpu, tb, max_insns);
+  TcgCallbacks::EndTranslation();
 }
 
 // Each translation block QEMU allocates in its code buffer: the engine
@@ -1371,8 +1519,12 @@ void* tcg_tb_alloc_x86_64(void* s) {
   using Fn = void* (*)(void*);
   static const auto original = vbts::vcpu::Original<Fn>("tcg_tb_alloc_x86_64");
   if (vbts::vcpu::TcgCpu* self = vbts::vcpu::t_running) TcgCallbacks::TcgContext(self, s);
-  return original(s);
+  void* tb = original(s);
+  if (vbts::vcpu::TcgCpu* self = vbts::vcpu::t_running; self != nullptr && tb != nullptr)
+    TcgCallbacks::TbAllocated(self, tb);
+  return tb;
 }
+
 
 // Every opcode byte the translator fetches.
 uint32_t cpu_ldub_code_x86_64(void* env, uint64_t addr) {
@@ -1647,6 +1799,16 @@ absl::Status TcgCpu::SelfCheck() {
                                    {"translator_loop_x86_64", reinterpret_cast<void*>(&translator_loop_x86_64)},
                                    {"cpu_ldub_code_x86_64", reinterpret_cast<void*>(&cpu_ldub_code_x86_64)},
                                    {"tcg_tb_alloc_x86_64", reinterpret_cast<void*>(&tcg_tb_alloc_x86_64)},
+                                   {"helper_ret_ldub_mmu_x86_64", reinterpret_cast<void*>(&helper_ret_ldub_mmu_x86_64)},
+                                   {"helper_le_lduw_mmu_x86_64", reinterpret_cast<void*>(&helper_le_lduw_mmu_x86_64)},
+                                   {"helper_le_ldul_mmu_x86_64", reinterpret_cast<void*>(&helper_le_ldul_mmu_x86_64)},
+                                   {"helper_le_ldq_mmu_x86_64", reinterpret_cast<void*>(&helper_le_ldq_mmu_x86_64)},
+                                   {"helper_ret_ldsb_mmu_x86_64", reinterpret_cast<void*>(&helper_ret_ldsb_mmu_x86_64)},
+                                   {"helper_le_ldsw_mmu_x86_64", reinterpret_cast<void*>(&helper_le_ldsw_mmu_x86_64)},
+                                   {"helper_le_ldsl_mmu_x86_64", reinterpret_cast<void*>(&helper_le_ldsl_mmu_x86_64)},
+                                   {"helper_inb_x86_64", reinterpret_cast<void*>(&helper_inb_x86_64)},
+                                   {"helper_inw_x86_64", reinterpret_cast<void*>(&helper_inw_x86_64)},
+                                   {"helper_inl_x86_64", reinterpret_cast<void*>(&helper_inl_x86_64)},
                                    {"tlb_set_page_with_attrs_x86_64", reinterpret_cast<void*>(&tlb_set_page_with_attrs_x86_64)},
                                    {"tlb_flush_by_mmuidx_x86_64", reinterpret_cast<void*>(&tlb_flush_by_mmuidx_x86_64)},
                                    {"helper_iret_protected_x86_64", reinterpret_cast<void*>(&helper_iret_protected_x86_64)},
@@ -2098,6 +2260,8 @@ void TcgCpu::ReclaimCode() {
   CodeWorkTimer timer;
   // QEMU's tb_flush (Unicorn zeroes the whole buffer: ~0.2 s, rare).
   uc_ctl(uc_, UC_CTL_WRITE(UC_CTL_TB_FLUSH, 0));
+  DropHooklessRecords();
+  last_tb_alloc_ = nullptr;
   rep_probe_.linear = ~0ull;
   stats_.code_reclaims++;
 }
@@ -2201,6 +2365,154 @@ void TcgCpu::CheckInstructionBreakpoints(uint64_t linear) {
   raise_exception_err_ra_x86_64(env_, 1, 0, 0);
 }
 
+// --- One hook a block (docs/tcg-engine.md) ---
+
+namespace {
+// Room under the skip limit below which the mode is not entered: near a
+// counter's overflow or the timer's deadline every block would leave it.
+constexpr uint64_t kHooklessMinRoom = 4096;
+constexpr size_t kHooklessHits = 4096;  // a power of two
+}  // namespace
+
+bool TcgCpu::HooklessAllowed() const {
+  // Not with the data-access hook: an access that makes a PMI due ends the
+  // run at the next instruction (SetDataAccessHook), which needs its hook.
+  return config_.hook_per_block && insn_hook_ && code_hook_ != 0 && skipping_ && !exec_bp_mask_ && !debug_code_ &&
+         debug_bps_.empty() && !data_access_hook_ && !deliver_now_ && !stop_requested_ &&
+         skipped_ + kHooklessMinRoom <= skip_limit_;
+}
+
+void TcgCpu::MaybeEnterHookless(uint64_t address) {
+  if ((env_->hflags & uabi::kHfHookless) || !HooklessAllowed()) return;
+  if (address == hookless_not_at_) {
+    hookless_not_at_ = kNoReentry;
+    return;
+  }
+  env_->hflags |= uabi::kHfHookless;
+  stats_.hookless_enters++;
+  reenter_at_ = address;  // reported or skipped already
+  hookless_reentry_ = true;
+  env_->eip = address - env_->segs[uabi::kCs].base;
+  cpu_loop_exit_x86_64(cpu_);
+}
+
+void TcgCpu::LeaveHookless(uint64_t address, bool handled) {
+  env_->hflags &= ~uabi::kHfHookless;
+  stats_.hookless_leaves++;
+  if (handled) {
+    reenter_at_ = address;
+    hookless_reentry_ = true;
+  }
+  env_->eip = address - env_->segs[uabi::kCs].base;
+  cpu_loop_exit_x86_64(cpu_);
+}
+
+const TcgCpu::HooklessTb* TcgCpu::HooklessLookup(uintptr_t ra) {
+  if (hookless_hits_.empty()) hookless_hits_.resize(kHooklessHits);
+  HooklessHit& hit = hookless_hits_[(ra >> 2) & (kHooklessHits - 1)];
+  if (hit.ra == ra && hit.tb != nullptr) return hit.tb;
+  if (tcg_ctx_ == nullptr || ra == 0) return nullptr;
+  const void* tb = tcg_tb_lookup_x86_64(tcg_ctx_, ra);
+  auto it = hookless_tbs_.find(tb);
+  if (tb == nullptr || it == hookless_tbs_.end() || it->second.pcs.empty()) return nullptr;
+  hit = {ra, &it->second};
+  return hit.tb;
+}
+
+void TcgCpu::HooklessStart(uint64_t address, uintptr_t ra) {
+  const HooklessTb* tb = HooklessLookup(ra);
+  // A block without a record (made with the hook before every instruction
+  // and chained to from one of this kind), or one the mode cannot follow.
+  if (tb == nullptr || tb->pcs[0] != address || !block_start_ || !insn_hook_ || exec_bp_mask_ || DebugChecked() ||
+      data_access_hook_) {
+    hookless_not_at_ = address;  // not straight back into the mode here
+    LeaveHookless(address, /*handled=*/false);
+  }
+  const uint64_t n = tb->pcs.size();
+  // Where the hook would let the first instruction run unreported, the
+  // whole block must fit under the limit: otherwise it runs with the hook
+  // before every instruction, from its start.
+  if (reenter_at_ != address && skipping_ && skipped_ + n > skip_limit_) LeaveHookless(address, /*handled=*/false);
+  TcgCallbacks::AtBoundary(this, address);  // skips or reports the first instruction (or leaves the block)
+  stats_.hookless_blocks++;
+  if (n == 1) return;
+  if (!(env_->hflags & uabi::kHfHookless) || !skipping_ || deliver_now_ || stop_requested_ ||
+      skipped_ + (n - 1) > skip_limit_ || exec_bp_mask_ || DebugChecked() || data_access_hook_)
+    LeaveHookless(address, /*handled=*/true);  // the rest, one hook an instruction
+  open_ = tb;
+  open_idx_ = 0;
+  open_prev_ = prev_start_;
+  open_skipped_ = last_start_skipped_;
+  Pretend(0);
+}
+
+void TcgCpu::Pretend(size_t from) {
+  const std::vector<uint64_t>& pcs = open_->pcs;
+  const uint64_t tail = pcs.size() - 1 - from;
+  open_pretend_ = tail;
+  if (tail == 0) return;
+  skipped_ += tail;
+  prev_start_ = pcs[pcs.size() - 2];
+  last_start_ = pcs.back();
+  last_start_skipped_ = true;
+  block_start_ = false;
+}
+
+bool TcgCpu::SettleAt(uint64_t linear) {
+  if (open_ == nullptr) return false;
+  const std::vector<uint64_t>& pcs = open_->pcs;
+  size_t idx = open_idx_;
+  while (idx < pcs.size() && pcs[idx] != linear) idx++;
+  if (idx == pcs.size()) return false;
+  stats_.hookless_settles++;
+  skipped_ -= open_pretend_ - (idx - open_idx_);  // those after `linear` have not started
+  last_start_ = pcs[idx];
+  if (idx == open_idx_) {
+    prev_start_ = open_prev_;
+    last_start_skipped_ = open_skipped_;
+  } else {
+    prev_start_ = pcs[idx - 1];
+    last_start_skipped_ = true;
+  }
+  open_idx_ = idx;
+  open_prev_ = prev_start_;
+  open_skipped_ = last_start_skipped_;
+  open_pretend_ = 0;
+  return true;
+}
+
+void TcgCpu::SettleOpenBlock() {
+  if (open_ == nullptr) return;
+  // CS:EIP inside the block: QEMU synced it before the helper that asks
+  // (RDMSR, WRMSR, RDPMC, RDTSC...) or restored it (a store to code); where it
+  // was not (an MMIO load), EIP is where the block's hook or an earlier
+  // helper left it, so the count lags and never runs ahead.  Elsewhere the
+  // block ran to its end.
+  if (!SettleAt(env_->segs[uabi::kCs].base + env_->eip)) CloseBlock();
+}
+
+uint64_t TcgCpu::skipped() const {
+  if (open_ == nullptr || open_pretend_ == 0) return skipped_;
+  const std::vector<uint64_t>& pcs = open_->pcs;
+  const uint64_t linear = env_->segs[uabi::kCs].base + env_->eip;
+  for (size_t idx = open_idx_; idx < pcs.size(); idx++) {
+    if (pcs[idx] == linear) return skipped_ - (open_pretend_ - (idx - open_idx_));
+  }
+  return skipped_;
+}
+
+void TcgCpu::DetachOpenBlock() {
+  if (open_ == nullptr || open_ == &open_copy_) return;
+  open_copy_ = *open_;
+  open_ = &open_copy_;
+}
+
+void TcgCpu::DropHooklessRecords() {
+  DetachOpenBlock();
+  hookless_tbs_.clear();
+  std::fill(hookless_hits_.begin(), hookless_hits_.end(), HooklessHit{});
+}
+
 void TcgCpu::SkipSequential(uint64_t limit, bool across_blocks, bool block_ends) {
   skipping_ = true;
   skip_limit_ = limit;
@@ -2253,6 +2565,10 @@ bool TcgCpu::IsRepString(uint64_t linear) {
 }
 
 void TcgCpu::AnnounceEvent(std::optional<uint64_t> soft_linear) {
+  // In a block with one hook: the instruction the event comes at (a fault,
+  // INT n) has started, those after it have not.
+  SettleAt(soft_linear ? *soft_linear : env_->segs[uabi::kCs].base + env_->eip);
+  CloseBlock();
   debug_progress_ = true;  // a step ends at the handler's first instruction
   if (event_hook_) event_hook_(soft_linear);
   skipping_ = false;
@@ -2260,6 +2576,8 @@ void TcgCpu::AnnounceEvent(std::optional<uint64_t> soft_linear) {
 
 void TcgCpu::SetInstructionHook(std::function<void(uint64_t)> hook) {
   insn_hook_ = std::move(hook);
+  CloseBlock();
+  if (!insn_hook_) env_->hflags &= ~uabi::kHfHookless;  // (between runs, or leaving no block of the other kind behind)
   observed_valid_ = false;
   skipping_ = false;
   skipped_ = 0;
@@ -2323,6 +2641,13 @@ bool TcgCpu::SyncCodeHook() {
     uc_hook h = 0;
     if (uc_hook_add(uc_, &h, UC_HOOK_CODE, reinterpret_cast<void*>(&TcgCallbacks::Code), this, 1, 0) == UC_ERR_OK) {
       code_hook_ = h;
+      // One hook a block hides this hook from the translator through its
+      // to_delete flag: only where the handle shows the layout
+      // unicorn_abi.h pins (a catch-all code hook to vbts's callback).
+      const auto* hook = reinterpret_cast<const uabi::HookPrefix*>(h);
+      if (hook->type != UC_HOOK_CODE || hook->to_delete || hook->begin != 1 || hook->end != 0 ||
+          hook->callback != reinterpret_cast<void*>(&TcgCallbacks::Code) || hook->user_data != this)
+        config_.hook_per_block = false;
       stats_.code_hook_adds++;
     }
   } else if (!want && code_hook_ != 0) {
@@ -2375,7 +2700,13 @@ absl::StatusOr<TcgStop> TcgCpu::Run(uint64_t timeout_us) {
   delivering_ = -1;
   first_hook_of_run_ = true;
   block_start_at_run_ = block_start_;
-  reenter_at_ = kNoReentry;  // (a run that ended there resumes through first_hook_of_run_)
+  // (a run that ended there resumes through first_hook_of_run_; one that
+  // ended where one hook a block was entered or left, through reenter_at_)
+  if (!hookless_reentry_ || reenter_at_ != env_->segs[uabi::kCs].base + env_->eip) reenter_at_ = kNoReentry;
+  hookless_reentry_ = false;
+  TcgCallbacks::RestoreHiddenHook();
+  if (!config_.hook_per_block || !insn_hook_ || code_hook_ == 0 || exec_bp_mask_ || DebugChecked())
+    env_->hflags &= ~uabi::kHfHookless;
   debug_stop_ = DebugStop{};
   debug_first_ = true;
   debug_progress_ = false;

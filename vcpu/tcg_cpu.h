@@ -23,6 +23,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -129,6 +130,11 @@ struct TcgStats {
   uint64_t data_hook_adds = 0, data_hook_removals = 0;
   // The code buffer emptied before a run (Config::code_reclaim_bytes).
   uint64_t code_reclaims = 0;
+  // One hook a block (Config::hook_per_block): blocks run with the code hook
+  // at their first instruction only; switches into and out of that mode (each
+  // leaves QEMU's block); and the times the instruction QEMU was at inside
+  // such a block had to be found (an event, a PMU access, a store to code).
+  uint64_t hookless_blocks = 0, hookless_enters = 0, hookless_leaves = 0, hookless_settles = 0;
 };
 
 class TcgCpu {
@@ -151,6 +157,12 @@ class TcgCpu {
     // tb_set_jmp_target; docs/tcg-engine.md, "The code buffer").  Unicorn's
     // buffer holds 1 GiB.
     uint64_t code_reclaim_bytes = 512ull << 20;
+    // While the observer lets whole blocks run unreported (SkipSequential),
+    // run translations that call the code hook at their first instruction
+    // only, instead of before every instruction (docs/tcg-engine.md, "One
+    // hook a block"). False: the hook before every instruction throughout
+    // (for comparisons).
+    bool hook_per_block = true;
   };
   // Fails with a clear message when the library is not the one
   // unicorn_abi.h pins, or a self-check of what vbts relies on fails.
@@ -255,7 +267,7 @@ class TcgCpu {
   }
   // How many started unreported since the last TakeSkipped, without taking
   // them (from a callback: the instruction there included).
-  uint64_t skipped() const { return skipped_; }
+  uint64_t skipped() const;
   struct Skipped {
     uint64_t count = 0;   // instructions that started unreported since the last TakeSkipped
     uint64_t last = 0;    // linear address of the last instruction that started before now
@@ -269,6 +281,7 @@ class TcgCpu {
   // the event hook or a callback (RDMSR, ...) it is the instruction there
   // (it has started, and may not run: a fault, an interrupt before it).
   Skipped TakeSkipped() {
+    SettleOpenBlock();
     Skipped s{skipped_, last_start_, hook_block_start_, {}};
     if (block_ends_n_ > 0) {
       s.ends = skip_ends_;
@@ -278,6 +291,10 @@ class TcgCpu {
     }
     skipped_ = 0;
     skipping_ = false;
+    // The rest of a block running with one hook (docs/tcg-engine.md, "One
+    // hook a block") runs on: it counts as started again, to be reported at
+    // the next boundary.
+    if (open_ != nullptr) Pretend(open_idx_);
     return s;
   }
   bool skipping() const { return skipping_; }
@@ -531,6 +548,51 @@ class TcgCpu {
   uint64_t prev_start_ = 0;
   bool block_start_ = false;      // a block started since the last instruction hook
   bool hook_block_start_ = false;  // ... before the instruction being reported
+  // One hook a block (Config::hook_per_block; docs/tcg-engine.md): while
+  // env->hflags has kHfHookless, QEMU looks up and makes translations that
+  // call the code hook at their first instruction only (a flag of their own:
+  // both kinds coexist in QEMU's cache).  The hook there stands for the
+  // whole block: the instructions after the first count as started at once
+  // (Pretend), and where QEMU leaves such a block in its middle (an
+  // exception, vbts leaving after an OUT) or a callback asks in its middle
+  // (a PMU access), the instruction it is at is found (Settle).
+  struct HooklessTb {
+    std::vector<uint64_t> pcs;  // the linear address of each instruction
+  };
+  // By QEMU's TranslationBlock (the pointers are unique until the code
+  // buffer is emptied), and by the hook call's return address in the
+  // translated code (likewise).
+  std::unordered_map<const void*, HooklessTb> hookless_tbs_;
+  struct HooklessHit {
+    uintptr_t ra = 0;
+    const HooklessTb* tb = nullptr;
+  };
+  std::vector<HooklessHit> hookless_hits_;
+  const void* last_tb_alloc_ = nullptr;  // tcg_tb_alloc's last: a lower one means the buffer was emptied
+  const HooklessTb* open_ = nullptr;  // the block whose later instructions count as started
+  HooklessTb open_copy_;              // ... kept here when the translations go first
+  size_t open_idx_ = 0;               // its last instruction known to have started
+  uint64_t open_pretend_ = 0;         // its instructions after that one, counted in skipped_
+  uint64_t open_prev_ = 0;            // prev_start_ and last_start_skipped_ as its instruction
+  bool open_skipped_ = false;         // open_idx_ left them
+  bool hookless_reentry_ = false;     // reenter_at_ was set leaving or entering the mode (kept across runs)
+  uint64_t hookless_not_at_ = ~0ull;  // a block start the mode could not follow: not entered there next
+  bool HooklessAllowed() const;
+  const HooklessTb* HooklessLookup(uintptr_t ra);
+  // The first (only) hook of a block translated with one hook.
+  void HooklessStart(uint64_t address, uintptr_t ra);
+  // Into or out of the mode, at a boundary: leaves QEMU's block (a flag of
+  // the translations changes only with QEMU's loop, so that no block is
+  // chained to one of the other kind). `handled`: the instruction at
+  // `address` was reported or skipped already (re-entered without that).
+  void MaybeEnterHookless(uint64_t address);
+  [[noreturn]] void LeaveHookless(uint64_t address, bool handled);
+  void Pretend(size_t from);  // open_'s instructions after `from` count as started
+  bool SettleAt(uint64_t linear);  // ... only those up to the one at `linear`
+  void SettleOpenBlock();     // ... up to the one at CS:EIP (or all: the block ended)
+  void CloseBlock() { open_ = nullptr; open_pretend_ = 0; }
+  void DetachOpenBlock();     // before the translations' records go
+  void DropHooklessRecords();  // the code buffer was emptied
   // The debugger's stops (SetDebug*).
   std::vector<uint64_t> debug_bps_;  // sorted
   // One Unicorn code hook per breakpoint, bounded to its address: without

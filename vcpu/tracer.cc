@@ -709,6 +709,10 @@ absl::Status Tracer::ReportBlockEnds(const BlockEnds& ends, const CpuState& st, 
   // Ends kept for a sink alone (the counters count branches as any other
   // instruction): once the sink wants no more, the rest are counted only.
   const bool for_sink_alone = !pmu_.LbrOnly();
+  // For the LBRs alone, each end goes to the LBR stack directly and is
+  // counted with the instructions between them: Emit's other work (a sink,
+  // PEBS registers, TF, a PMI) has nothing to do here (VirtualPmu::LbrOnly).
+  const bool lbr_alone = !for_sink_alone && !sink_active_;
   uint64_t before = 0, sequential = 0;
   for (size_t i = 0; i < ends.size; i++) {
     const BlockEnd& e = ends.data[i];
@@ -722,7 +726,18 @@ absl::Status Tracer::ReportBlockEnds(const BlockEnds& ends, const CpuState& st, 
       if (!reported) sequential++;
     } else {
       stats_.boundaries++;
-      if (!reported) VBTS_RETURN_IF_ERROR(ResolveBlockEnd(p, e.from, at, ends.generations));
+      if (reported) {
+      } else if (lbr_alone) {
+        bool rep_iteration = false;
+        if (std::optional<pmu::Branch> b = ClassifyBlockEnd(p, e.from, at, ends.generations, rep_iteration)) {
+          pmu_.ObserveKeptBranch(*b);
+          sequential++;
+        } else if (rep_iteration) {
+          stats_.boundaries--;
+        }
+      } else {
+        VBTS_RETURN_IF_ERROR(ResolveBlockEnd(p, e.from, at, ends.generations));
+      }
     }
     if (i == 0) {
       Light(at, p);
@@ -839,6 +854,17 @@ const DecodedInsn* Tracer::BlockEndInsn(const Boundary& p, uint64_t last, const 
 }
 
 absl::Status Tracer::ResolveBlockEnd(const Boundary& p, uint64_t last, const CpuState& st, CodeGenerations code_generation) {
+  bool rep_iteration = false;
+  std::optional<pmu::Branch> b = ClassifyBlockEnd(p, last, st, code_generation, rep_iteration);
+  if (rep_iteration) stats_.boundaries--;  // one iteration of a REP string: no boundary (as in AtBoundary)
+  if (!b) return absl::OkStatus();
+  // An IRET, POPF or SYSRET may have loaded the guest's TF: the engine keeps
+  // it in RFLAGS (vbts raises the traps).
+  return Emit(*b, st, (st.rflags & kRflagsTf) != 0);
+}
+
+std::optional<pmu::Branch> Tracer::ClassifyBlockEnd(const Boundary& p, uint64_t last, const CpuState& st,
+                                                    CodeGenerations code_generation, bool& rep_iteration) {
   using pmu::BranchKind;
   absl::Status error;
   const DecodedInsn* found =
@@ -847,7 +873,7 @@ absl::Status Tracer::ResolveBlockEnd(const Boundary& p, uint64_t last, const Cpu
     stats_.lost++;
     Warn(absl::StrFormat("tracer: cannot decode the instruction at 0x%x that led to %s: %s", last, st.Describe(),
                          error.message()));
-    return absl::OkStatus();
+    return std::nullopt;
   }
   const DecodedInsn& insn = *found;
   const uint64_t rip = last - (p.lin - p.rip);
@@ -858,8 +884,8 @@ absl::Status Tracer::ResolveBlockEnd(const Boundary& p, uint64_t last, const Cpu
   switch (k) {
     case BranchKind::kNone:
       if (same_cs && st.rip == rip && insn.rep_string) {
-        stats_.boundaries--;  // one iteration of a REP string: no boundary (as in AtBoundary)
-        return absl::OkStatus();
+        rep_iteration = true;
+        return std::nullopt;
       }
       if (same_cs && st.rip == fallthrough) retired = BranchKind::kNone;
       break;
@@ -891,7 +917,7 @@ absl::Status Tracer::ResolveBlockEnd(const Boundary& p, uint64_t last, const Cpu
     stats_.lost++;
     Warn(absl::StrFormat("tracer: cannot explain how `%s` at 0x%x led to %s; records may be missing there",
                          insn.mnemonic, last, st.Describe()));
-    return absl::OkStatus();
+    return std::nullopt;
   }
   pmu::Branch b;
   b.kind = *retired;
@@ -904,9 +930,7 @@ absl::Status Tracer::ResolveBlockEnd(const Boundary& p, uint64_t last, const Cpu
   b.ia32e = st.long_mode_active();
   b.branch_insn = k != BranchKind::kNone && k != BranchKind::kSoftInt;
   if (pmu_.CountsMemoryInstructions()) b.mem = MemKinds(insn);
-  // An IRET, POPF or SYSRET may have loaded the guest's TF: the engine keeps
-  // it in RFLAGS (vbts raises the traps).
-  return Emit(b, st, (st.rflags & kRflagsTf) != 0);
+  return b;
 }
 
 absl::Status Tracer::BulkBoundary(CpuState& st, uint64_t skipped, uint64_t last, bool block_start,

@@ -230,6 +230,10 @@ class Tracer : public StepObserver {
   // Bulk mode: the instruction at `last`, in the block of `p`, ran and the
   // guest is now at `st`: reports it as the branch (or not) it was.
   absl::Status ResolveBlockEnd(const Boundary& p, uint64_t last, const CpuState& st, CodeGenerations code_generation);
+  // ... the transfer it was, or nothing: one iteration of a REP string
+  // instruction (`rep_iteration`), or an end it cannot explain (warned).
+  std::optional<pmu::Branch> ClassifyBlockEnd(const Boundary& p, uint64_t last, const CpuState& st,
+                                              CodeGenerations code_generation, bool& rep_iteration);
   // The decoding of `last` (in p's block), from insn_cache_ when its bytes
   // and the code generation are unchanged; null when it cannot be decoded
   // (`error` says why).

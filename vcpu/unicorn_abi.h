@@ -105,6 +105,12 @@ enum { kEs = 0, kCs, kSs, kDs, kFs, kGs };
 inline constexpr uint32_t kHfCplMask = 3;
 inline constexpr uint32_t kHfInhibitIrq = 1u << 3;
 inline constexpr uint32_t kHf2Nmi = 1u << 2;
+// A bit QEMU 5.0 leaves unused in hflags (its HF_* end at bit 26), which
+// cpu_get_tb_cpu_state copies into every translation's flags: vbts sets it
+// for translations with the code hook at their first instruction only
+// (TcgCpu's "one hook a block"), so that QEMU keeps them apart from those
+// with the hook before every instruction.
+inline constexpr uint32_t kHfHookless = 1u << 31;
 inline constexpr uint32_t kDescP = 1u << 15;
 
 // QEMU's exception numbers beyond the architectural vectors.
@@ -122,6 +128,22 @@ struct TranslatorOps {
   void (*translate_insn)(void* db, void* cpu);
   void (*tb_stop)(void* db, void* cpu);
 };
+// Unicorn 2.0.1's struct hook (include/uc_priv.h), which a uc_hook handle
+// points to: type, insn, refs, op, op_flags (ints), to_delete, begin, end,
+// callback, user_data.  A hook with to_delete set is not compiled into new
+// translations (HOOK_BOUND_CHECK); TcgCpu checks the layout on its own code
+// hook before it uses to_delete.
+struct HookPrefix {
+  int type, insn, refs, op, op_flags;
+  bool to_delete;
+  uint64_t begin, end;
+  void* callback;
+  void* user_data;
+};
+static_assert(offsetof(HookPrefix, to_delete) == 20);
+static_assert(offsetof(HookPrefix, begin) == 24);
+static_assert(offsetof(HookPrefix, callback) == 40);
+
 struct DisasContextBasePrefix {
   void* tb;
   uint64_t pc_first;
@@ -133,6 +155,11 @@ struct DisasContextBasePrefix {
 // QEMU internals exported by libunicorn.so.2.
 extern "C" {
 void x86_update_hflags_x86_64(void* env);
+// The translation block whose translated code holds host address `tc_ptr`.
+void* tcg_tb_lookup_x86_64(void* tcg_ctx, uintptr_t tc_ptr);
+// Sets EIP (and the lazy flags' operation) to the guest instruction whose
+// translated code holds host address `host_pc`.
+bool cpu_restore_state_x86_64(void* cpu, uintptr_t host_pc, bool will_exit);
 void cpu_x86_update_cr4_x86_64(void* env, uint32_t cr4);
 void tlb_flush_x86_64(void* cpu);
 // Clears TLB_NOTDIRTY from the write entries of linear page `vaddr` (every

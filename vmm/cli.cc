@@ -164,7 +164,8 @@ int CliMain(int argc, char** argv) {
   std::string sandbox = "on";
 #endif
   // The options of `vbts run`, which `vbts record` takes too.
-  auto add_run_options = [&config, &mem, &sandbox](CLI::App* cmd) {
+  std::string tcg_hooks = "block";
+  auto add_run_options = [&config, &mem, &sandbox, &tcg_hooks](CLI::App* cmd) {
     cmd->add_option("--mem", mem, "guest RAM size (bytes, or with K/M/G suffix)")->capture_default_str();
     cmd->add_option("--cpu", config.cpu_model, "guest CPU model (" + pmu::CpuModelNames() + ")")
         ->capture_default_str();
@@ -185,6 +186,12 @@ int CliMain(int argc, char** argv) {
                     "moving to tcg while the guest traces itself), or auto (tcg for a run traced from its start: "
                     "record, --branches, --insns; tcg on PVM hosts; kvm-tcg otherwise). docs/tcg-engine.md")
         ->check(CLI::IsMember({"auto", "kvm", "tcg", "kvm-tcg"}))
+        ->capture_default_str();
+    cmd->add_option("--tcg-hooks", tcg_hooks,
+                    "TCG engine: block (call vbts once per translated block where whole blocks run unreported) or "
+                    "instruction (before every instruction while tracing; slower, for comparisons). "
+                    "docs/tcg-engine.md")
+        ->check(CLI::IsMember({"block", "instruction"}))
         ->capture_default_str();
     cmd->add_option("--branches", config.branches_path,
                     "write every control transfer as `0x<from> 0x<to> <kind>` lines to FILE (steps the guest)");
@@ -262,6 +269,7 @@ int CliMain(int argc, char** argv) {
     return rc == 0 ? 0 : kExitUsage;
   }
   config.sandbox = sandbox == "on";
+  config.tcg_hook_per_block = tcg_hooks == "block";
   if (config.gdb_wait && config.gdb.empty()) {
     PrintError("vbts: --gdb-wait needs --gdb=[HOST:]PORT");
     return kExitUsage;

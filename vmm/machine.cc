@@ -553,6 +553,10 @@ RunResult Machine::Finish(RunEnd end, int status, std::string message) {
                           t.runs, t.exceptions, t.port_io, t.mmio, t.msr, t.cpuid, t.halts, t.code_hook_adds,
                           t.code_hook_removals, t.data_hook_adds, t.data_hook_removals, t.code_reclaims, t.performed, t.substituted, t.stack_faults, t.branch_faults,
                           t.alignment_checks, t.alignment_faults, t.restarts);
+    absl::StrAppendFormat(&r.details,
+                          "tcg: one hook a block: %u blocks, entered %u times, left %u times, %u instructions found "
+                          "inside a block\n",
+                          t.hookless_blocks, t.hookless_enters, t.hookless_leaves, t.hookless_settles);
   }
   if (tracer_) {
     const vcpu::TracerStats& t = tracer_->stats();
@@ -667,8 +671,10 @@ void Machine::Mmio(uint64_t gpa, bool write, uint8_t* data, uint32_t len) {
 void Machine::WriteGuestOutput(uint8_t c) { output_.Write(c); }
 
 absl::Status Machine::CreateTcg() {
-  VBTS_ASSIGN_OR_RETURN(tcg_, vcpu::TcgCpu::Create({ram_->host_base(), ram_->size(),
-                                                    vcpu::TcgCpu::UnicornModelFor(config_.cpu_model), this}));
+  vcpu::TcgCpu::Config tcg_config{ram_->host_base(), ram_->size(), vcpu::TcgCpu::UnicornModelFor(config_.cpu_model),
+                                   this};
+  tcg_config.hook_per_block = config_.tcg_hook_per_block;
+  VBTS_ASSIGN_OR_RETURN(tcg_, vcpu::TcgCpu::Create(tcg_config));
   const uint32_t cpuid1_ecx = model_->Cpuid(1, 0).ecx;
   vcpu::LapicConfig lapic_config;
   lapic_config.tsc_deadline = (cpuid1_ecx & pmu::kCpuid1EcxTscDeadline) != 0;

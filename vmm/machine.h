@@ -68,6 +68,11 @@ struct MachineConfig {
   // every instruction from its start (a recording, --branches, --insns) or on
   // a PVM host, kvm-tcg otherwise.
   std::string engine = "auto";
+  // --tcg-hooks: "block" (the TCG engine calls vbts once a translated block
+  // while vbts lets whole blocks run unreported) or "instruction" (before
+  // every instruction, as before 2026-11-27; for comparisons).
+  // docs/tcg-engine.md, "One hook a block".
+  bool tcg_hook_per_block = true;
   // Single-step the whole guest on hosts that rewrite CPUID, so that every
   // CPUID answers from the CPU model (docs/completion.md, "CPUID").
   bool exact_cpuid = false;
