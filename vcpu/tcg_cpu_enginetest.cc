@@ -44,6 +44,7 @@ class FakeDevices : public TcgDevices {
     }
   }
   Msr ReadMsr(uint32_t index, uint64_t& value) override {
+    if (cpu != nullptr) skipped_at_rdmsr.push_back(cpu->skipped());
     if (auto it = msrs.find(index); it != msrs.end()) {
       value = it->second;
       return Msr::kDone;
@@ -87,6 +88,7 @@ class FakeDevices : public TcgDevices {
   std::vector<Access> outs, mmio;
   std::map<uint32_t, uint64_t> msrs = {{0x1d9, 0x1234567890ull}};  // IA32_DEBUGCTL: a machine MSR
   TcgCpu* cpu = nullptr;
+  std::vector<uint64_t> skipped_at_rdmsr;  // the engine's skipped() at each RDMSR
 };
 
 class TcgCpuTest : public CompleterTest {
@@ -96,9 +98,11 @@ class TcgCpuTest : public CompleterTest {
   }
   // A new engine whose unused code hook lingers for `linger` (0 for the
   // tests below but the one of the lingering: a hook let go goes at once).
-  void Recreate(std::chrono::milliseconds linger) {
+  void Recreate(std::chrono::milliseconds linger, bool hook_per_block = true) {
     cpu_.reset();
-    auto cpu = TcgCpu::Create({mem_.bytes().data(), mem_.bytes().size(), UC_CPU_X86_WESTMERE, &devices_, linger});
+    TcgCpu::Config config{mem_.bytes().data(), mem_.bytes().size(), UC_CPU_X86_WESTMERE, &devices_, linger};
+    config.hook_per_block = hook_per_block;
+    auto cpu = TcgCpu::Create(config);
     VBTS_ASSERT_OK(cpu.status());
     cpu_ = std::move(*cpu);
     devices_.cpu = cpu_.get();
@@ -1322,6 +1326,118 @@ TEST_F(TcgSkipTest, BlockEndsAreTakenBeforeAStoreChangesTheirCode) {
   EXPECT_EQ(kept_[1][2].from, kCodeRip + 6);
   EXPECT_EQ(kept_[1][2].to, kCodeRip + 8);
   EXPECT_EQ(mem_.bytes()[0x140], 0x90);
+}
+
+// One hook a block (docs/tcg-engine.md): the same reports, counts and kept
+// ends as with the hook before every instruction.
+TEST_F(TcgSkipTest, OneHookABlockReportsAndCountsAsAHookBeforeEveryInstruction) {
+  // mov ebx, 3000 / L: nop / mov ecx, 0x1d9 / rdmsr / nop / dec ebx / jnz L / hlt:
+  // 3000 blocks of six instructions with an RDMSR (a machine MSR: a device
+  // access) in their middle, which asks the engine how many instructions
+  // started unreported: at the first RDMSR the nop, the mov and the RDMSR
+  // after the reported `mov ebx` (3), at the second 6 more (9).  The ends
+  // are kept, 1024 at most: the hook is called at the block starts that find
+  // them full (after iterations 1025 and 2050: the first block holds the
+  // `mov ebx` too), which are no kept ends: 3000 - 2 are.
+  Code(kCodeRip, {0xbb, 0xb8, 0x0b, 0x00, 0x00,  // mov ebx, 3000
+                  0x90,                          // L: nop
+                  0xb9, 0xd9, 0x01, 0x00, 0x00,  // mov ecx, 0x1d9
+                  0x0f, 0x32,                    // rdmsr
+                  0x90,                          // nop
+                  0x4b,                          // dec ebx
+                  0x75, 0xf4,                    // jnz L
+                  0xf4});                        // hlt
+  struct Outcome {
+    std::vector<std::pair<uint64_t, uint64_t>> reports;  // (at, count)
+    std::vector<BlockEnd> ends;
+    std::vector<uint64_t> at_rdmsr;
+    TcgStats stats;
+  };
+  auto run = [this](bool per_block) {
+    Recreate(std::chrono::milliseconds(0), per_block);
+    devices_.skipped_at_rdmsr.clear();
+    kept_.clear();
+    Outcome o;
+    cpu_->SetInstructionHook([this, &o](uint64_t la) {
+      o.reports.push_back({la, Take().count});
+      cpu_->SkipSequential(UINT64_MAX, /*across=*/true, /*ends=*/true);
+    });
+    CpuState st = RunFrom(Pm32(0));
+    EXPECT_EQ(st.gpr[kRbx], 0u);
+    o.reports.push_back({st.pc_linear(), Take().count});
+    for (const auto& k : kept_) o.ends.insert(o.ends.end(), k.begin(), k.end());
+    o.at_rdmsr = devices_.skipped_at_rdmsr;
+    o.stats = cpu_->stats();
+    return o;
+  };
+  const Outcome each = run(false), block = run(true);
+  EXPECT_EQ(each.stats.hookless_blocks, 0u);
+  EXPECT_GE(block.stats.hookless_blocks, 2900u);  // most blocks ran with one hook
+  ASSERT_EQ(block.reports.size(), each.reports.size());
+  ASSERT_EQ(block.reports.size(), 4u);
+  for (size_t i = 0; i < each.reports.size(); i++) {
+    EXPECT_EQ(block.reports[i], each.reports[i]) << i;
+  }
+  EXPECT_EQ(each.reports[0].first, kCodeRip);
+  EXPECT_EQ(each.reports[1].first, kCodeRip + 5);  // L, after iteration 1025
+  EXPECT_EQ(each.reports[1].second, 6 * 1025u);     // nop..jnz of 1025 iterations, after the mov
+  EXPECT_EQ(each.reports[2].first, kCodeRip + 5);   // L, after 1025 more
+  EXPECT_EQ(each.reports[2].second, 6 * 1025u - 1);  // after the reported L
+  EXPECT_EQ(each.reports[3].first, kCodeRip + 18);    // after the HLT, at the end of the run
+  EXPECT_EQ(each.reports[3].second, 6 * 950u);        // 950 iterations, less the reported L, and the HLT
+  ASSERT_EQ(block.ends.size(), each.ends.size());
+  ASSERT_EQ(each.ends.size(), 2998u);
+  for (size_t i = 0; i < each.ends.size(); i++) {
+    ASSERT_EQ(block.ends[i].from, each.ends[i].from) << i;
+    ASSERT_EQ(block.ends[i].to, each.ends[i].to) << i;
+    ASSERT_EQ(block.ends[i].skipped, each.ends[i].skipped) << i;
+  }
+  ASSERT_EQ(block.at_rdmsr.size(), 3000u);
+  EXPECT_EQ(block.at_rdmsr, each.at_rdmsr);
+  EXPECT_EQ(each.at_rdmsr[0], 3u);
+  EXPECT_EQ(each.at_rdmsr[1], 9u);
+}
+
+TEST_F(TcgSkipTest, AFaultInsideAOneHookBlockCountsWhatStartedUpToIt) {
+  // mov ebx, 100 / L: nop / dec ebx / jnz L / xor edx, edx / xor ecx, ecx /
+  // nop / div ecx / nop / nop / hlt: after 100 blocks of one hook each, the
+  // block that divides by zero is left at the DIV (#DE, a fault: its handler
+  // at 0x600 halts).  The event hook finds the DIV the last instruction that
+  // started, after xor, xor, nop (3 + 1 = 4 after the last block end), and
+  // the two NOPs after it never ran.
+  Gate32(0, MakeGate(kIntGate32, kCode32K, 0x600, 0));
+  Code(0x600, {0xf4});
+  Code(kCodeRip, {0xbb, 0x64, 0x00, 0x00, 0x00,  // mov ebx, 100
+                  0x90,                          // L: nop
+                  0x4b,                          // dec ebx
+                  0x75, 0xfc,                    // jnz L
+                  0x31, 0xd2,                    // xor edx, edx
+                  0x31, 0xc9,                    // xor ecx, ecx
+                  0x90,                          // nop
+                  0xf7, 0xf1,                    // div ecx
+                  0x90, 0x90, 0xf4});            // nop, nop, hlt
+  constexpr uint64_t kDiv = kCodeRip + 14;
+  for (bool per_block : {false, true}) {
+    Recreate(std::chrono::milliseconds(0), per_block);
+    kept_.clear();
+    std::vector<TcgCpu::Skipped> at_event;
+    cpu_->SetInstructionHook([this](uint64_t) {
+      Take();
+      cpu_->SkipSequential(UINT64_MAX, /*across=*/true, /*ends=*/true);
+    });
+    cpu_->SetEventHook([this, &at_event](std::optional<uint64_t>) { at_event.push_back(Take()); });
+    CpuState st = RunFrom(Pm32(0));
+    EXPECT_EQ(st.rip, 0x601u) << per_block;
+    EXPECT_EQ(Read32(kKernelStack - 12), kDiv) << per_block;  // the #DE's frame: at the DIV
+    ASSERT_EQ(at_event.size(), 1u) << per_block;
+    EXPECT_EQ(at_event[0].last, kDiv) << per_block;
+    EXPECT_EQ(at_event[0].count, 3 * 100 + 4u) << per_block;  // 100 iterations, then xor, xor, nop, div
+    EXPECT_EQ(at_event[0].ends.size, 100u) << per_block;
+    if (per_block) {
+      EXPECT_GE(cpu_->stats().hookless_blocks, 90u);
+      EXPECT_GE(cpu_->stats().hookless_settles, 1u);
+    }
+  }
 }
 
 TEST_F(TcgCpuTest, RunsCutByTheirTimeLimitResumeExactly) {

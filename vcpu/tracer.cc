@@ -729,7 +729,9 @@ absl::Status Tracer::ReportBlockEnds(const BlockEnds& ends, const CpuState& st, 
       if (reported) {
       } else if (lbr_alone) {
         bool rep_iteration = false;
-        if (std::optional<pmu::Branch> b = ClassifyBlockEnd(p, e.from, at, ends.generations, rep_iteration)) {
+        // (LbrOnly: no memory events)
+        if (std::optional<pmu::Branch> b =
+                ClassifyBlockEnd(p, e.from, at, ends.generations, /*memory=*/false, rep_iteration)) {
           pmu_.ObserveKeptBranch(*b);
           sequential++;
         } else if (rep_iteration) {
@@ -855,7 +857,8 @@ const DecodedInsn* Tracer::BlockEndInsn(const Boundary& p, uint64_t last, const 
 
 absl::Status Tracer::ResolveBlockEnd(const Boundary& p, uint64_t last, const CpuState& st, CodeGenerations code_generation) {
   bool rep_iteration = false;
-  std::optional<pmu::Branch> b = ClassifyBlockEnd(p, last, st, code_generation, rep_iteration);
+  std::optional<pmu::Branch> b =
+      ClassifyBlockEnd(p, last, st, code_generation, pmu_.CountsMemoryInstructions(), rep_iteration);
   if (rep_iteration) stats_.boundaries--;  // one iteration of a REP string: no boundary (as in AtBoundary)
   if (!b) return absl::OkStatus();
   // An IRET, POPF or SYSRET may have loaded the guest's TF: the engine keeps
@@ -864,7 +867,8 @@ absl::Status Tracer::ResolveBlockEnd(const Boundary& p, uint64_t last, const Cpu
 }
 
 std::optional<pmu::Branch> Tracer::ClassifyBlockEnd(const Boundary& p, uint64_t last, const CpuState& st,
-                                                    CodeGenerations code_generation, bool& rep_iteration) {
+                                                    CodeGenerations code_generation, bool memory,
+                                                    bool& rep_iteration) {
   using pmu::BranchKind;
   absl::Status error;
   const DecodedInsn* found =
@@ -929,7 +933,7 @@ std::optional<pmu::Branch> Tracer::ClassifyBlockEnd(const Boundary& p, uint64_t 
   b.mode_to = ExecModeOf(st);
   b.ia32e = st.long_mode_active();
   b.branch_insn = k != BranchKind::kNone && k != BranchKind::kSoftInt;
-  if (pmu_.CountsMemoryInstructions()) b.mem = MemKinds(insn);
+  if (memory) b.mem = MemKinds(insn);
   return b;
 }
 

@@ -232,8 +232,9 @@ class Tracer : public StepObserver {
   absl::Status ResolveBlockEnd(const Boundary& p, uint64_t last, const CpuState& st, CodeGenerations code_generation);
   // ... the transfer it was, or nothing: one iteration of a REP string
   // instruction (`rep_iteration`), or an end it cannot explain (warned).
+  // `memory`: the loads and stores it made are wanted (CountsMemoryInstructions).
   std::optional<pmu::Branch> ClassifyBlockEnd(const Boundary& p, uint64_t last, const CpuState& st,
-                                              CodeGenerations code_generation, bool& rep_iteration);
+                                              CodeGenerations code_generation, bool memory, bool& rep_iteration);
   // The decoding of `last` (in p's block), from insn_cache_ when its bytes
   // and the code generation are unchanged; null when it cannot be decoded
   // (`error` says why).
