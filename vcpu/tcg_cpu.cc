@@ -441,7 +441,7 @@ struct TcgCallbacks {
   }
   // The instruction hook's work at a boundary (one hook a block: at the
   // block's first instruction, TcgCpu::HooklessStart).
-  static void AtBoundary(TcgCpu* self, uint64_t address) {
+  [[gnu::always_inline]] static inline void AtBoundary(TcgCpu* self, uint64_t address) {
     if (!self->insn_hook_ && !self->exec_bp_mask_ && !self->debug_code_) {
       // Lingering: only counted, and a run that must end before this
       // instruction (the timer's deadline) ends here; it runs, and is
