@@ -2372,6 +2372,7 @@ namespace {
 // counter's overflow or the timer's deadline every block would leave it.
 constexpr uint64_t kHooklessMinRoom = 4096;
 constexpr size_t kHooklessHits = 4096;  // a power of two
+constexpr size_t kMaxHooklessRecords = size_t{1} << 20;
 }  // namespace
 
 bool TcgCpu::HooklessAllowed() const {
@@ -2725,6 +2726,14 @@ absl::StatusOr<TcgStop> TcgCpu::Run(uint64_t timeout_us) {
     watch_cv_.notify_all();
   }
   ReclaimCode();
+  // The records of blocks translated with one hook stay until the code
+  // buffer is emptied; invalidated blocks' among them.  Past a million (~100
+  // MB) all translations go (a few ms) and are made again with new records.
+  if (hookless_tbs_.size() >= kMaxHooklessRecords) {
+    FlushCode();
+    DropHooklessRecords();
+    stats_.hookless_record_drops++;
+  }
   const uc_err e = uc_emu_start(uc_, env_->eip, ~0ull, 0, 0);
   if (timeout_us != 0) {
     std::lock_guard<std::mutex> lock(watch_mu_);

@@ -135,6 +135,8 @@ struct TcgStats {
   // leaves QEMU's block); and the times the instruction QEMU was at inside
   // such a block had to be found (an event, a PMU access, a store to code).
   uint64_t hookless_blocks = 0, hookless_enters = 0, hookless_leaves = 0, hookless_settles = 0;
+  // Their per-block records dropped with all translations (a million kept at most).
+  uint64_t hookless_record_drops = 0;
 };
 
 class TcgCpu {
