@@ -2372,7 +2372,6 @@ namespace {
 // counter's overflow or the timer's deadline every block would leave it.
 constexpr uint64_t kHooklessMinRoom = 4096;
 constexpr size_t kHooklessHits = 4096;  // a power of two
-constexpr size_t kMaxHooklessRecords = size_t{1} << 20;
 }  // namespace
 
 bool TcgCpu::HooklessAllowed() const {
@@ -2729,7 +2728,7 @@ absl::StatusOr<TcgStop> TcgCpu::Run(uint64_t timeout_us) {
   // The records of blocks translated with one hook stay until the code
   // buffer is emptied; invalidated blocks' among them.  Past a million (~100
   // MB) all translations go (a few ms) and are made again with new records.
-  if (hookless_tbs_.size() >= kMaxHooklessRecords) {
+  if (hookless_tbs_.size() >= config_.hook_per_block_records) {
     FlushCode();
     DropHooklessRecords();
     stats_.hookless_record_drops++;

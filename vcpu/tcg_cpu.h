@@ -165,6 +165,9 @@ class TcgCpu {
     // hook a block"). False: the hook before every instruction throughout
     // (for comparisons).
     bool hook_per_block = true;
+    // ... the per-block records it keeps for that at most; past them a run's
+    // start drops them with all translations.
+    size_t hook_per_block_records = size_t{1} << 20;
   };
   // Fails with a clear message when the library is not the one
   // unicorn_abi.h pins, or a self-check of what vbts relies on fails.

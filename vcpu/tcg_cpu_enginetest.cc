@@ -98,10 +98,11 @@ class TcgCpuTest : public CompleterTest {
   }
   // A new engine whose unused code hook lingers for `linger` (0 for the
   // tests below but the one of the lingering: a hook let go goes at once).
-  void Recreate(std::chrono::milliseconds linger, bool hook_per_block = true) {
+  void Recreate(std::chrono::milliseconds linger, bool hook_per_block = true, size_t records = size_t{1} << 20) {
     cpu_.reset();
     TcgCpu::Config config{mem_.bytes().data(), mem_.bytes().size(), UC_CPU_X86_WESTMERE, &devices_, linger};
     config.hook_per_block = hook_per_block;
+    config.hook_per_block_records = records;
     auto cpu = TcgCpu::Create(config);
     VBTS_ASSERT_OK(cpu.status());
     cpu_ = std::move(*cpu);
@@ -1396,6 +1397,28 @@ TEST_F(TcgSkipTest, OneHookABlockReportsAndCountsAsAHookBeforeEveryInstruction) 
   EXPECT_EQ(block.at_rdmsr, each.at_rdmsr);
   EXPECT_EQ(each.at_rdmsr[0], 3u);
   EXPECT_EQ(each.at_rdmsr[1], 9u);
+}
+
+TEST_F(TcgSkipTest, OneHookBlockRecordsAreDroppedWithTheTranslationsAtTheirLimit) {
+  // The loop of LoadLoop (5 iterations: blocks at the MOV, at L, and the HLT's)
+  // run twice with a limit of 2 records: the second run's start finds 2 or
+  // more and drops them with every translation; the run counts the same.
+  LoadLoop();
+  // Blocks run with one hook in each run: the second's are new translations
+  // with new records (without them no block could run so).
+  Recreate(std::chrono::milliseconds(0), /*hook_per_block=*/true, /*records=*/2);
+  uint64_t blocks[2] = {};
+  for (int run = 0; run < 2; run++) {
+    const uint64_t before = cpu_->stats().hookless_blocks;
+    const std::vector<Report> r = RunSkipping(UINT64_MAX, /*across=*/true, /*ends=*/true);
+    ASSERT_EQ(r.size(), 2u) << run;
+    EXPECT_EQ(r[1].skipped.count, 21u) << run;  // as BlockEndsKeepEveryBoundaryPassed
+    EXPECT_EQ(r[1].skipped.ends.size, 5u) << run;
+    blocks[run] = cpu_->stats().hookless_blocks - before;
+  }
+  EXPECT_EQ(cpu_->stats().hookless_record_drops, 1u);
+  EXPECT_GE(blocks[0], 5u);  // L five times (the first block was entered at its report)
+  EXPECT_EQ(blocks[1], blocks[0]);
 }
 
 TEST_F(TcgSkipTest, AFaultInsideAOneHookBlockCountsWhatStartedUpToIt) {
