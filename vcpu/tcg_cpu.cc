@@ -2412,6 +2412,7 @@ const TcgCpu::HooklessTb* TcgCpu::HooklessLookup(uintptr_t ra) {
   HooklessHit& hit = hookless_hits_[(ra >> 2) & (kHooklessHits - 1)];
   if (hit.ra == ra && hit.tb != nullptr) return hit.tb;
   if (tcg_ctx_ == nullptr || ra == 0) return nullptr;
+  stats_.hookless_lookups++;
   const void* tb = tcg_tb_lookup_x86_64(tcg_ctx_, ra);
   auto it = hookless_tbs_.find(tb);
   if (tb == nullptr || it == hookless_tbs_.end() || it->second.pcs.empty()) return nullptr;

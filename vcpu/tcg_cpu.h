@@ -137,6 +137,7 @@ struct TcgStats {
   uint64_t hookless_blocks = 0, hookless_enters = 0, hookless_leaves = 0, hookless_settles = 0;
   // Their per-block records dropped with all translations (a million kept at most).
   uint64_t hookless_record_drops = 0;
+  uint64_t hookless_lookups = 0;  // blocks found by QEMU's search (tcg_tb_lookup), not in the cache
 };
 
 class TcgCpu {

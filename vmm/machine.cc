@@ -555,9 +555,9 @@ RunResult Machine::Finish(RunEnd end, int status, std::string message) {
                           t.alignment_checks, t.alignment_faults, t.restarts);
     absl::StrAppendFormat(&r.details,
                           "tcg: one hook a block: %u blocks, entered %u times, left %u times, %u instructions found "
-                          "inside a block, records dropped %u times\n",
+                          "inside a block, records dropped %u times, %u blocks searched for\n",
                           t.hookless_blocks, t.hookless_enters, t.hookless_leaves, t.hookless_settles,
-                          t.hookless_record_drops);
+                          t.hookless_record_drops, t.hookless_lookups);
   }
   if (tracer_) {
     const vcpu::TracerStats& t = tracer_->stats();
