@@ -712,6 +712,9 @@ absl::Status Tracer::ReportBlockEnds(const BlockEnds& ends, const CpuState& st, 
   // For the LBRs alone, each end goes to the LBR stack directly and is
   // counted with the instructions between them: Emit's other work (a sink,
   // PEBS registers, TF, a PMI) has nothing to do here (VirtualPmu::LbrOnly).
+  // For a sink alone, likewise to the sink: the virtual PMU then only counts
+  // (VirtualPmu::BranchAgnostic: no LBR, BTS or PEBS; counters that count a
+  // branch as any instruction).
   const bool lbr_alone = !for_sink_alone && !sink_active_;
   uint64_t before = 0, sequential = 0;
   for (size_t i = 0; i < ends.size; i++) {
@@ -727,12 +730,13 @@ absl::Status Tracer::ReportBlockEnds(const BlockEnds& ends, const CpuState& st, 
     } else {
       stats_.boundaries++;
       if (reported) {
-      } else if (lbr_alone) {
+      } else if (lbr_alone || for_sink_alone) {
         bool rep_iteration = false;
-        // (LbrOnly: no memory events)
+        // (LbrOnly, BranchAgnostic: no memory events)
         if (std::optional<pmu::Branch> b =
                 ClassifyBlockEnd(p, e.from, at, ends.generations, /*memory=*/false, rep_iteration)) {
-          pmu_.ObserveKeptBranch(*b);
+          if (lbr_alone) pmu_.ObserveKeptBranch(*b);
+          else sink_active_ = sink_(*b);
           sequential++;
         } else if (rep_iteration) {
           stats_.boundaries--;
