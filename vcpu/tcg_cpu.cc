@@ -2407,29 +2407,31 @@ void TcgCpu::LeaveHookless(uint64_t address, bool handled) {
   cpu_loop_exit_x86_64(cpu_);
 }
 
-const TcgCpu::HooklessTb* TcgCpu::HooklessLookup(uintptr_t ra) {
+const TcgCpu::HooklessHit* TcgCpu::HooklessLookup(uintptr_t ra) {
   if (hookless_hits_.empty()) hookless_hits_.resize(kHooklessHits);
   HooklessHit& hit = hookless_hits_[(ra >> 2) & (kHooklessHits - 1)];
-  if (hit.ra == ra && hit.tb != nullptr) return hit.tb;
+  if (hit.ra == ra && hit.tb != nullptr) return &hit;
   if (tcg_ctx_ == nullptr || ra == 0) return nullptr;
   stats_.hookless_lookups++;
   const void* tb = tcg_tb_lookup_x86_64(tcg_ctx_, ra);
   auto it = hookless_tbs_.find(tb);
   if (tb == nullptr || it == hookless_tbs_.end() || it->second.pcs.empty()) return nullptr;
-  hit = {ra, &it->second};
-  return hit.tb;
+  const std::vector<uint64_t>& pcs = it->second.pcs;
+  hit = {ra, &it->second, pcs.front(), pcs.back(), pcs.size() >= 2 ? pcs[pcs.size() - 2] : 0, pcs.size()};
+  return &hit;
 }
 
 void TcgCpu::HooklessStart(uint64_t address, uintptr_t ra) {
-  const HooklessTb* tb = HooklessLookup(ra);
+  // (What the common case needs is in the cache entry, not behind it.)
+  const HooklessHit* hit = HooklessLookup(ra);
   // A block without a record (made with the hook before every instruction
   // and chained to from one of this kind), or one the mode cannot follow.
-  if (tb == nullptr || tb->pcs[0] != address || !block_start_ || !insn_hook_ || exec_bp_mask_ || DebugChecked() ||
+  if (hit == nullptr || hit->first != address || !block_start_ || !insn_hook_ || exec_bp_mask_ || DebugChecked() ||
       data_access_hook_) {
     hookless_not_at_ = address;  // not straight back into the mode here
     LeaveHookless(address, /*handled=*/false);
   }
-  const uint64_t n = tb->pcs.size();
+  const uint64_t n = hit->n;
   // Where the hook would let the first instruction run unreported, the
   // whole block must fit under the limit: otherwise it runs with the hook
   // before every instruction, from its start.
@@ -2440,11 +2442,16 @@ void TcgCpu::HooklessStart(uint64_t address, uintptr_t ra) {
   if (!(env_->hflags & uabi::kHfHookless) || !skipping_ || deliver_now_ || stop_requested_ ||
       skipped_ + (n - 1) > skip_limit_ || exec_bp_mask_ || DebugChecked() || data_access_hook_)
     LeaveHookless(address, /*handled=*/true);  // the rest, one hook an instruction
-  open_ = tb;
+  open_ = hit->tb;
   open_idx_ = 0;
   open_prev_ = prev_start_;
   open_skipped_ = last_start_skipped_;
-  Pretend(0);
+  open_pretend_ = n - 1;
+  skipped_ += n - 1;
+  prev_start_ = hit->before_last;
+  last_start_ = hit->last;
+  last_start_skipped_ = true;
+  block_start_ = false;
 }
 
 void TcgCpu::Pretend(size_t from) {

@@ -572,6 +572,8 @@ class TcgCpu {
   struct HooklessHit {
     uintptr_t ra = 0;
     const HooklessTb* tb = nullptr;
+    uint64_t first = 0, last = 0, before_last = 0;  // tb's first, last and last but one instruction
+    size_t n = 0;                                    // ... and how many it has
   };
   std::vector<HooklessHit> hookless_hits_;
   const void* last_tb_alloc_ = nullptr;  // tcg_tb_alloc's last: a lower one means the buffer was emptied
@@ -584,7 +586,7 @@ class TcgCpu {
   bool hookless_reentry_ = false;     // reenter_at_ was set leaving or entering the mode (kept across runs)
   uint64_t hookless_not_at_ = ~0ull;  // a block start the mode could not follow: not entered there next
   bool HooklessAllowed() const;
-  const HooklessTb* HooklessLookup(uintptr_t ra);
+  const HooklessHit* HooklessLookup(uintptr_t ra);
   // The first (only) hook of a block translated with one hook.
   void HooklessStart(uint64_t address, uintptr_t ra);
   // Into or out of the mode, at a boundary: leaves QEMU's block (a flag of
