@@ -42,14 +42,6 @@ std::vector<DataAccess> DataAccessesOf(const DecodedInsn& insn, const CpuState& 
   return out;
 }
 
-bool GuestBreakpoints::AnyData() const {
-  for (int i = 0; i < 4; i++) {
-    const bool enabled = (dr7 >> (2 * i)) & 3;
-    const uint64_t rw = (dr7 >> (16 + 4 * i)) & 3;
-    if (enabled && (rw == 1 || rw == 3)) return true;
-  }
-  return false;
-}
 
 uint32_t DataBreakpointHits(const GuestBreakpoints& bp, const std::vector<DataAccess>& accesses) {
   static constexpr uint64_t kLenBytes[4] = {1, 2, 8, 4};

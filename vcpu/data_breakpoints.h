@@ -33,8 +33,13 @@ std::vector<DataAccess> DataAccessesOf(const DecodedInsn& insn, const CpuState& 
 struct GuestBreakpoints {
   std::array<uint64_t, 4> dr{};
   uint64_t dr7 = 0;
-  // True if some breakpoint is enabled (L or G) with R/W 01 or 11.
-  bool AnyData() const;
+  // True if some breakpoint is enabled (L or G) with R/W 01 or 11 (bit 0 of
+  // R/W set).  (Inline: the tracer asks at every boundary it reports.)
+  bool AnyData() const {
+    const uint64_t enabled = (dr7 | (dr7 >> 1)) & 0x55;  // L or G of breakpoint i at bit 2i
+    const uint64_t at4 = (enabled & 1) | ((enabled & 4) << 2) | ((enabled & 16) << 4) | ((enabled & 64) << 6);
+    return (at4 & (dr7 >> 16) & 0x1111) != 0;  // ... and bit 0 of its R/W at bit 4i
+  }
 };
 
 // DR6 B0-B3 bits of the enabled data breakpoints `accesses` touch: R/W=01

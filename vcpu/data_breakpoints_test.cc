@@ -135,5 +135,27 @@ TEST(DataBreakpointHitsTest, Dr7RulesLengthsAndAlignment) {
   EXPECT_EQ(DataBreakpointHits(q, {{0x2000, 1, true, false}}), 0x0u);
 }
 
+
+TEST(DataBreakpointHitsTest, AnyDataIsTheDr7RuleForEveryEnableAndRwCombination) {
+  // AnyData computes the rule with bit operations: a breakpoint i counts when
+  // L_i or G_i (DR7 bits 2i, 2i+1) is set and its R/W field (bits 16+4i,
+  // 17+4i) is 01 or 11 (SDM vol. 3B 17.2.4).  Every combination of the 8
+  // enable bits and the four R/W fields, against the rule written out; the
+  // LEN fields and GD/LE/GE bits set, which must not matter.
+  for (uint32_t enables = 0; enables < 256; enables++) {
+    for (uint32_t rws = 0; rws < 256; rws++) {
+      GuestBreakpoints bp;
+      bp.dr7 = enables | (0x3ull << 8) | (1ull << 13);
+      bool expect = false;
+      for (int i = 0; i < 4; i++) {
+        const uint64_t rw = (rws >> (2 * i)) & 3;
+        bp.dr7 |= (rw << (16 + 4 * i)) | (0x3ull << (18 + 4 * i));
+        if (((enables >> (2 * i)) & 3) && (rw == 1 || rw == 3)) expect = true;
+      }
+      ASSERT_EQ(bp.AnyData(), expect) << std::hex << bp.dr7;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace vbts::vcpu

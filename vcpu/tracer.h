@@ -121,6 +121,8 @@ class Tracer : public StepObserver {
   // next Bulk* call reports each as BulkBoundary would have at it
   // (BulkBlockEnds).
   bool BulkAcrossBlocks() const;
+  // ... for counting alone, BulkBlockEnds aside.
+  bool BulkAcrossBlocksWithoutEnds() const;
   bool BulkBlockEnds() const;
   // A boundary in bulk mode, before the instruction at `st`: since the last
   // reported boundary `skipped` more instructions started unreported, and
