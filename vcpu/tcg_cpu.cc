@@ -642,12 +642,7 @@ struct TcgCallbacks {
   // (tb_invalidate_phys_page_fast): the engine on this thread is told.
   static void BeforeCodeStore(void* uc, uintptr_t retaddr) {
     TcgCpu* self = t_running;
-    if (self == nullptr || static_cast<void*>(self->uc_) != uc) return;
-    // In a block with one hook EIP is where that hook left it: QEMU finds
-    // the store's instruction from its return address in the translated code.
-    if (self->open_ != nullptr && retaddr != 0 && self->block_ends_n_ > 0)
-      cpu_restore_state_x86_64(self->cpu_, retaddr, /*will_exit=*/false);
-    self->BeforeCodeStore();
+    if (self != nullptr && static_cast<void*>(self->uc_) == uc) self->BeforeCodeStore(retaddr);
   }
   // Translating a block: with one hook a block (kHfHookless in the flags it
   // is made for), the code hook is hidden from QEMU's translator after the
@@ -807,8 +802,7 @@ struct TcgCallbacks {
   static void TcgContext(TcgCpu* self, void* s) { self->tcg_ctx_ = s; }
   static void Restarted(TcgCpu* self) {
     const uint64_t at = self->env_->segs[uabi::kCs].base + self->env_->eip;
-    self->SettleAt(at);  // in a block with one hook: the store has started, what follows it has not
-    self->CloseBlock();
+    self->LeaveBlockAt(at);  // in a block with one hook: the store has started, what follows it has not
     if (self->last_start_ != at) return;
     self->stats_.restarts++;
     if (self->last_start_skipped_ && self->skipped_ > 0) {
@@ -849,12 +843,18 @@ struct TcgCallbacks {
   }
   // Instructions of a block run with one hook follow the current one.
   static bool InsideOneHookBlock(TcgCpu* self) { return self->open_ != nullptr && self->open_pretend_ > 0; }
+  // After a device access (OUT, a store to MMIO): the block is left right
+  // after the instruction for an interrupt the guest takes now, or, in a
+  // block run with one hook, for any stop asked for (the instruction hook
+  // would have ended the run at the next instruction).
+  static bool LeavesAfterDeviceAccess(TcgCpu* self) {
+    return InterruptTakenNext(self) || (InsideOneHookBlock(self) && StopRequested(self));
+  }
   // Performs the instruction at EIP (synced by QEMU before the helper) with
   // the completion engine and leaves the block with the new state; a fault
   // it finds is raised at the instruction.
   [[noreturn]] static void CompleteHere(TcgCpu* self, uintptr_t ra) {
-    self->SettleAt(self->env_->segs[uabi::kCs].base + self->env_->eip);  // the block is left at it
-    self->CloseBlock();
+    self->LeaveBlockAt(self->env_->segs[uabi::kCs].base + self->env_->eip);
     CpuState st = self->GetState(/*with_msrs=*/true);
     RamView ram(self->config_.ram, self->config_.ram_bytes);
     absl::StatusOr<DecodedInsn> insn = DecodeCurrent(st, ram);
@@ -985,8 +985,7 @@ struct TcgCallbacks {
   // done its work) stepped past it: the next instruction starts a new block.
   [[noreturn]] static void LeavePast(TcgCpu* self, uint64_t length) {
     uabi::EnvPrefix* env = self->env_;
-    self->SettleAt(env->segs[uabi::kCs].base + env->eip);  // what follows it in the block does not run
-    self->CloseBlock();
+    self->LeaveBlockAt(env->segs[uabi::kCs].base + env->eip);  // what follows it in the block does not run
     env->eip += length;
     if (!(env->hflags & kHfCs64)) env->eip &= 0xFFFFFFFFu;
     cpu_loop_exit_x86_64(self->cpu_);
@@ -1005,11 +1004,7 @@ struct TcgCallbacks {
   // helper in the block). Other stops (the PIT on instruction time) wait for
   // the next block start, as AfterStore's do.
   static void AfterOut(TcgCpu* self, uintptr_t ra) {
-    // (In a block run with one hook, any stop asked for: the instruction
-    // hook would have ended the run at the next instruction.)
-    if (!self->config_.devices->GuestEndsRun() && !InterruptTakenNext(self) &&
-        !(InsideOneHookBlock(self) && StopRequested(self)))
-      return;
+    if (!self->config_.devices->GuestEndsRun() && !LeavesAfterDeviceAccess(self)) return;
     if (!cpu_restore_state_x86_64(self->cpu_, ra, false)) return;
     const uint64_t at = self->env_->segs[uabi::kCs].base + self->env_->eip;
     const uint64_t prefixes = self->PrefixBytes(at);
@@ -1033,7 +1028,7 @@ struct TcgCallbacks {
   // instructions the block ran unreported not yet counted; not understood yet.)
   static void AfterStore(TcgCpu* self, uintptr_t ra) {
     if (!std::exchange(self->mmio_written_, false)) return;
-    if (!InterruptTakenNext(self) && !(InsideOneHookBlock(self) && StopRequested(self))) return;
+    if (!LeavesAfterDeviceAccess(self)) return;
     if (!cpu_restore_state_x86_64(self->cpu_, ra, false)) return;
     const CpuState st = self->GetState(/*with_msrs=*/false);
     RamView ram(self->config_.ram, self->config_.ram_bytes);
@@ -2446,24 +2441,30 @@ void TcgCpu::HooklessStart(uint64_t address, uintptr_t ra) {
   open_idx_ = 0;
   open_prev_ = prev_start_;
   open_skipped_ = last_start_skipped_;
-  open_pretend_ = n - 1;
-  skipped_ += n - 1;
-  prev_start_ = hit->before_last;
-  last_start_ = hit->last;
+  Pretend(n - 1, hit->before_last, hit->last);  // (from the cache entry, not behind it)
+}
+
+void TcgCpu::Pretend(uint64_t tail, uint64_t before_last, uint64_t last) {
+  open_pretend_ = tail;
+  if (tail == 0) return;
+  skipped_ += tail;
+  prev_start_ = before_last;
+  last_start_ = last;
   last_start_skipped_ = true;
   block_start_ = false;
 }
 
-void TcgCpu::Pretend(size_t from) {
+void TcgCpu::PretendFrom(size_t from) {
   const std::vector<uint64_t>& pcs = open_->pcs;
-  const uint64_t tail = pcs.size() - 1 - from;
-  open_pretend_ = tail;
-  if (tail == 0) return;
-  skipped_ += tail;
-  prev_start_ = pcs[pcs.size() - 2];
-  last_start_ = pcs.back();
-  last_start_skipped_ = true;
-  block_start_ = false;
+  Pretend(pcs.size() - 1 - from, pcs.size() >= 2 ? pcs[pcs.size() - 2] : 0, pcs.back());
+}
+
+void TcgCpu::BeforeCodeStore(uintptr_t retaddr) {
+  if (block_ends_n_ == 0 || !before_code_store_) return;
+  // In a block with one hook EIP is where that hook left it: QEMU finds the
+  // store's instruction from its return address in the translated code.
+  if (open_ != nullptr && retaddr != 0) cpu_restore_state_x86_64(cpu_, retaddr, /*will_exit=*/false);
+  before_code_store_();
 }
 
 bool TcgCpu::SettleAt(uint64_t linear) {
@@ -2575,8 +2576,7 @@ bool TcgCpu::IsRepString(uint64_t linear) {
 void TcgCpu::AnnounceEvent(std::optional<uint64_t> soft_linear) {
   // In a block with one hook: the instruction the event comes at (a fault,
   // INT n) has started, those after it have not.
-  SettleAt(soft_linear ? *soft_linear : env_->segs[uabi::kCs].base + env_->eip);
-  CloseBlock();
+  LeaveBlockAt(soft_linear ? *soft_linear : env_->segs[uabi::kCs].base + env_->eip);
   debug_progress_ = true;  // a step ends at the handler's first instruction
   if (event_hook_) event_hook_(soft_linear);
   skipping_ = false;

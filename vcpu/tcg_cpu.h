@@ -268,9 +268,8 @@ class TcgCpu {
   // lands, while block ends are kept: the observer takes them (TakeSkipped)
   // while the bytes they were decoded from are still those that ran.
   void SetBeforeCodeStoreHook(std::function<void()> hook) { before_code_store_ = std::move(hook); }
-  void BeforeCodeStore() {
-    if (block_ends_n_ > 0 && before_code_store_) before_code_store_();
-  }
+  // `retaddr`: the store's return address in translated code (0: unknown).
+  void BeforeCodeStore(uintptr_t retaddr);
   // How many started unreported since the last TakeSkipped, without taking
   // them (from a callback: the instruction there included).
   uint64_t skipped() const;
@@ -300,7 +299,7 @@ class TcgCpu {
     // The rest of a block running with one hook (docs/tcg-engine.md, "One
     // hook a block") runs on: it counts as started again, to be reported at
     // the next boundary.
-    if (open_ != nullptr) Pretend(open_idx_);
+    if (open_ != nullptr) PretendFrom(open_idx_);
     return s;
   }
   bool skipping() const { return skipping_; }
@@ -595,10 +594,17 @@ class TcgCpu {
   // `address` was reported or skipped already (re-entered without that).
   void MaybeEnterHookless(uint64_t address);
   [[noreturn]] void LeaveHookless(uint64_t address, bool handled);
-  void Pretend(size_t from);  // open_'s instructions after `from` count as started
+  // open_'s last `tail` instructions (the last but one and the last at
+  // `before_last` and `last`) count as started.
+  void Pretend(uint64_t tail, uint64_t before_last, uint64_t last);
+  void PretendFrom(size_t from);  // ... those after its instruction `from`
   bool SettleAt(uint64_t linear);  // ... only those up to the one at `linear`
   void SettleOpenBlock();     // ... up to the one at CS:EIP (or all: the block ended)
   void CloseBlock() { open_ = nullptr; open_pretend_ = 0; }
+  void LeaveBlockAt(uint64_t linear) {  // the block is left at `linear`, which has started
+    SettleAt(linear);
+    CloseBlock();
+  }
   void DetachOpenBlock();     // before the translations' records go
   void DropHooklessRecords();  // the code buffer was emptied
   // The debugger's stops (SetDebug*).

@@ -676,8 +676,7 @@ bool Tracer::BulkAllowed() const {
          !pmu_.CountsLoadLatency();
 }
 
-bool Tracer::BulkAcrossBlocks() const { return BulkBlockEnds() || BulkAcrossBlocksWithoutEnds(); }
-bool Tracer::BulkAcrossBlocksWithoutEnds() const { return !sink_active_ && pmu_.BranchAgnostic(); }
+bool Tracer::BulkCountsAcrossBlocks() const { return !sink_active_ && pmu_.BranchAgnostic(); }
 // A sink (`vbts record`, --branches, GDB's branch trace) sees the kept ends
 // in order too; it keeps no state of the guest's beyond each transfer.
 bool Tracer::BulkBlockEnds() const {

@@ -112,17 +112,16 @@ class Tracer : public StepObserver {
   // next one after them may overflow a counter (VirtualPmu::SequentialLimit).
   uint64_t BulkLimit() const;
   // In bulk mode, instructions may also run unreported past block
-  // boundaries (at one CPL): nothing observed tells a branch from another
-  // instruction (VirtualPmu::BranchAgnostic) and no sink wants transfers.
-  // Or: the LBRs are all that tells branches apart (VirtualPmu::LbrOnly), or
-  // nothing does but a sink that wants transfers, not every instruction
-  // (`vbts record`, --branches, GDB's branch trace); then the engine keeps
-  // the block ends it passes (TcgCpu::SkipSequential's `block_ends`), and the
-  // next Bulk* call reports each as BulkBoundary would have at it
-  // (BulkBlockEnds).
-  bool BulkAcrossBlocks() const;
-  // ... for counting alone, BulkBlockEnds aside.
-  bool BulkAcrossBlocksWithoutEnds() const;
+  // boundaries (at one CPL) when BulkCountsAcrossBlocks or BulkBlockEnds.
+  // Counting: nothing observed tells a branch from another instruction
+  // (VirtualPmu::BranchAgnostic) and no sink wants transfers.
+  bool BulkCountsAcrossBlocks() const;
+  // Block ends kept: the LBRs are all that tells branches apart
+  // (VirtualPmu::LbrOnly), or nothing does but a sink that wants transfers,
+  // not every instruction (`vbts record`, --branches, GDB's branch trace);
+  // then the engine keeps the block ends it passes (TcgCpu::SkipSequential's
+  // `block_ends`), and the next Bulk* call reports each as BulkBoundary would
+  // have at it.
   bool BulkBlockEnds() const;
   // A boundary in bulk mode, before the instruction at `st`: since the last
   // reported boundary `skipped` more instructions started unreported, and

@@ -945,9 +945,8 @@ void Machine::UpdateTcgObservation() {
       else limit = std::min(limit, *timer_deadline_ticks_ - ticks - 1);
     }
     if (tcg_bulk_) {
-      // (BulkAcrossBlocks asks BulkBlockEnds first: once here.)
       const bool ends = tracer_->BulkBlockEnds();
-      tcg_->SkipSequential(limit, ends || tracer_->BulkAcrossBlocksWithoutEnds(), ends);
+      tcg_->SkipSequential(limit, ends || tracer_->BulkCountsAcrossBlocks(), ends);
     }
     // Stop observing between runs (this instruction runs unobserved then).
     if (!s.ok() || !tracer_->WantsEveryInstruction()) tcg_->RequestStop();
