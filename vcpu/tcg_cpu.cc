@@ -44,6 +44,11 @@ void (*t_translate_insn)(void*, void*) = nullptr;
 // a device access (port I/O, or a load or store through QEMU's slow path,
 // which every MMIO access takes); 0 outside one. In a block run with one
 // hook, the device's time needs the instruction there (TcgCpu::SettleForDevice).
+// A helper left by longjmp (a fault, QEMU's restart after a store into its
+// own block) does not clear it: the exception hook, the restart and the
+// translator do (TcgCallbacks::ForgetAccess), so that no device access outside
+// such a helper (a page walk through a device, a frame pushed there) finds
+// an old one.
 thread_local uintptr_t t_access_ra = 0;
 // Every flush of QEMU's TLB (by any TcgCpu) counts here.
 std::atomic<uint64_t> g_paging_generation{0};
@@ -254,6 +259,7 @@ struct TcgCallbacks {
   static void Intr(uc_engine* uc, uint32_t intno, void* user) {
     auto* self = static_cast<TcgCpu*>(user);
     RestoreHiddenHook();  // (a fault while translating left QEMU's translator by longjmp)
+    ForgetAccess();       // (... or a helper's)
     // Unicorn reports every exception and INT n here and delivers none;
     // QEMU's own delivery (x86_cpu_do_interrupt) uses the exception number,
     // error code and next EIP QEMU recorded when it raised it.  A fault
@@ -650,6 +656,7 @@ struct TcgCallbacks {
   static void BeginTranslation(void* cpu, const void* tb) {
     TcgCpu* self = t_running;
     RestoreHiddenHook();
+    ForgetAccess();  // no helper runs while QEMU translates
     if (self == nullptr || self->cpu_ != cpu) return;
     if (!(self->env_->hflags & uabi::kHfHookless) || self->code_hook_ == 0) return;
     t_translating_tb = &self->hookless_tbs_[tb];
@@ -661,6 +668,7 @@ struct TcgCallbacks {
     t_translating_tb = nullptr;
     t_translating_hook = nullptr;
   }
+  static void ForgetAccess() { t_access_ra = 0; }
   static void RestoreHiddenHook() {
     if (t_hidden_hook != nullptr) t_hidden_hook->to_delete = false;
     t_hidden_hook = nullptr;
@@ -801,6 +809,7 @@ struct TcgCallbacks {
   // boundary); a reported one is re-entered without a second report.
   static void TcgContext(TcgCpu* self, void* s) { self->tcg_ctx_ = s; }
   static void Restarted(TcgCpu* self) {
+    ForgetAccess();  // the store helper is left by longjmp
     const uint64_t at = self->env_->segs[uabi::kCs].base + self->env_->eip;
     self->LeaveBlockAt(at);  // in a block with one hook: the store has started, what follows it has not
     if (self->last_start_ != at) return;
