@@ -126,56 +126,9 @@ msr64:  rdmsr
         or rax, rdx
         ret
 
-leaf:   add edi, 0
-        ret
-
-int40_handler:
-        inc dword [int_count]
-        ret
-
-ud_handler:
-        add qword [rbx + F64_RIP], 2    ; past the UD2
-        ret
-
-int41_handler:
-        mov eax, 7
-        RETURN_TO_KERNEL
-
-; Ring 3: UITER iterations of CALL/RET and a Jcc taken on odd counts.
-user_main:
-        mov ecx, UITER
-        xor edx, edx
-.uloop: call uleaf
-        test ecx, 1
-        jnz .uskip
-        inc edx
-.uskip: dec ecx
-        jnz .uloop
-        mov [user_sum], edx
-        int 0x41
-
-uleaf:  ret
-
-patchme:
-        jmp short .a                    ; rewritten to jmp short .b
-.a:     mov eax, 1
-        ret
-.b:     mov eax, 2
-        ret
-
-align 8
-jtab:   dq main.even, main.odd
-code_data:
-        dd 0                            ; stored to in the loop: a page with code
-src:    db "12345"
-dst:    db "....."
-
-section .bss
-int_count:      resd 1
-user_ret:       resd 1
-user_sum:       resd 1
-smc_ret:        resd 1
-tos:            resd 1
-idx:            resd 1
+%define LBR_MIX_FRAME_IP qword [rbx + F64_RIP]
+%define LBR_MIX_PTR dq
+%define LBR_MIX_PTR_SIZE 8
+%include "lbr_mix.inc"
 
 %include "end.inc"
