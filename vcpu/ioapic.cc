@@ -19,9 +19,11 @@ constexpr uint64_t kRemoteIrr = 1ull << 14;
 constexpr uint64_t kLevel = 1ull << 15;
 constexpr uint64_t kMasked = 1ull << 16;
 // Writable: vector, delivery mode, destination mode, polarity, trigger
-// mode, mask (low half); destination (high half).
+// mode, mask (low half); destination and extended destination ID (high
+// half: bits 63:48, ICH9 datasheet 13.5.7; the remappable format's
+// interrupt index, VT-d spec 5.1.5.1).
 constexpr uint64_t kLowWritable = 0x1AFFF;
-constexpr uint64_t kHighWritable = 0xFF000000;
+constexpr uint64_t kHighWritable = 0xFFFF0000;
 
 constexpr uint32_t kDeliveryFixed = 0, kDeliveryLowest = 1, kDeliveryNmi = 4;
 
@@ -111,7 +113,12 @@ void Ioapic::Service(int pin) {
   const uint8_t dest = static_cast<uint8_t>(e >> 56);
   const bool logical = (e & kDestLogical) != 0;
   bool accepted = false;
-  switch ((e >> kDeliveryShift) & 7) {
+  const uint64_t mode = (e >> kDeliveryShift) & 7;
+  if (remap_ && (mode == kDeliveryFixed || mode == kDeliveryLowest || mode == kDeliveryNmi)) {
+    if (remap_(e) && level) e |= kRemoteIrr;
+    return;
+  }
+  switch (mode) {
     case kDeliveryFixed:
     case kDeliveryLowest:
       accepted = deliver_ && deliver_(Delivery{static_cast<uint8_t>(e & kVector), level, dest, logical});

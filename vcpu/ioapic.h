@@ -37,6 +37,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <utility>
 
 namespace vbts::vcpu {
 
@@ -67,6 +68,14 @@ class Ioapic {
 
   Ioapic(DeliverFn deliver, NmiFn nmi);
 
+  // An interrupt remapping unit (vmm/intel_iommu.h) between the I/O APIC
+  // and the LAPICs: while set, every request of a fixed, lowest-priority or
+  // NMI entry goes to it as the whole redirection entry instead (the
+  // remappable format's interrupt index is in bits 63:48 and 11); it
+  // returns whether a LAPIC accepted the interrupt.
+  using RemapFn = std::function<bool(uint64_t entry)>;
+  void SetRemapper(RemapFn remap) { remap_ = std::move(remap); }
+
   // Reset (datasheet 3.2.4): every entry masked, everything else 0.
   void Reset();
 
@@ -95,6 +104,7 @@ class Ioapic {
 
   DeliverFn deliver_;
   NmiFn nmi_;
+  RemapFn remap_;
   IoapicState s_;
 };
 

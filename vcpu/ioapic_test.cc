@@ -141,9 +141,10 @@ TEST_F(IoapicTest, ReadOnlyEntryBitsAndEdgeModeClearingRemoteIrr) {
   // polarity, level) and keeps Remote IRR: 0xA040 | 0x4000.
   SetReg(0x10 + 2 * 3, 0xFFFC7040 | kLevel);
   EXPECT_EQ(EntryLow(3), 0xE040u);
-  // The high half holds only the destination.
-  SetReg(0x11 + 2 * 3, 0xAB00FFFF);
-  EXPECT_EQ(Reg(0x11 + 2 * 3), 0xAB000000u);
+  // The high half holds only the destination (bits 63:56) and the extended
+  // destination ID (55:48); 47:32 are reserved.
+  SetReg(0x11 + 2 * 3, 0xAB12FFFF);
+  EXPECT_EQ(Reg(0x11 + 2 * 3), 0xAB120000u);
   // Edge trigger mode: Remote IRR goes.
   SetReg(0x10 + 2 * 3, 0x40);
   EXPECT_EQ(EntryLow(3), 0x40u);

@@ -201,6 +201,12 @@ int CliMain(int argc, char** argv) {
     cmd->add_flag("--exact-cpuid", config.exact_cpuid,
                   "single-step the whole guest so that every CPUID answers from the CPU model, even where this "
                   "host's KVM cannot be guarded (slow; see docs/completion.md)");
+    cmd->add_option("--device", config.devices,
+                    "add a device (repeatable, or comma-separated): edu (QEMU's educational PCI device: DMA, INTx, "
+                    "MSI) or intel-iommu (a VT-d remapping unit at 0xfed90000: DMA and interrupt remapping); "
+                    "needs the TCG engine. docs/guest-abi.md")
+        ->delimiter(',')
+        ->check(CLI::IsMember({"edu", "intel-iommu"}));
     cmd->add_option("--gdb", config.gdb,
                     "serve the GDB remote protocol on [HOST:]PORT (default host 127.0.0.1); the run uses the TCG "
                     "engine. docs/gdb.md");

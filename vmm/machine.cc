@@ -306,6 +306,19 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
   fw_cfg_ = std::make_unique<FwCfg>(ram_->size(), /*cpus=*/1);
   VBTS_RETURN_IF_ERROR(pio_.Register(FwCfg::kPort, FwCfg::kSize, fw_cfg_.get(), "fw_cfg"));
 
+  for (const std::string& d : config_.devices) {
+    if (d != "edu" && d != "intel-iommu")
+      return absl::InvalidArgumentError(absl::StrFormat("--device=%s: expected edu or intel-iommu", d));
+  }
+  if (!config_.devices.empty()) {
+    // The devices' interrupts reach vbts's interrupt controllers, which run
+    // with the TCG engine (KVM's in-kernel I/O APIC cannot remap).
+    if (config_.engine == "auto") config_.engine = "tcg";
+    if (config_.engine != "tcg")
+      return absl::InvalidArgumentError(absl::StrFormat("--device needs the TCG engine: --engine=%s has KVM's "
+                                                        "interrupt controllers (use auto or tcg)",
+                                                        config_.engine));
+  }
   if (!config_.gdb.empty()) {
     // The debugger's stops (breakpoints the guest cannot see, exact steps,
     // watchpoints) are the TCG engine's (docs/gdb.md).
@@ -374,6 +387,7 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
   // Only the TCG engine caches translated code; KVM fetches from RAM.  Under
   // kvm-tcg the engine's translations are flushed when it takes the vCPU back.
   tracer_ram_ = std::make_unique<vcpu::CodeCoherentMemory>(*ram_, [this] { return in_tcg_ ? tcg_.get() : nullptr; });
+  VBTS_RETURN_IF_ERROR(AddDevices());
   {  // The virtual PMU, its MSR filter and the tracer, in every --vpmu mode.
     feature_msrs_ = std::make_unique<pmu::FeatureMsrs>(*model_);
     vpmu_ = std::make_unique<pmu::VirtualPmu>(
@@ -535,6 +549,7 @@ RunResult Machine::Finish(RunEnd end, int status, std::string message) {
     absl::StrAppendFormat(&r.details, "unclaimed port 0x%04x: %u reads, %u writes\n", p.port, p.reads, p.writes);
   if (uint64_t n = pio_.untracked_unclaimed_accesses())
     absl::StrAppendFormat(&r.details, "unclaimed ports beyond the first 64: %u accesses\n", n);
+  if (dma_faults_) absl::StrAppendFormat(&r.details, "DMA refused: %u accesses\n", dma_faults_);
   if (mmio_unclaimed_reads_ || mmio_unclaimed_writes_)
     absl::StrAppendFormat(&r.details, "unclaimed MMIO: %u reads, %u writes\n", mmio_unclaimed_reads_,
                           mmio_unclaimed_writes_);
@@ -648,6 +663,31 @@ RunResult Machine::Run() {
 }
 
 void Machine::Mmio(uint64_t gpa, bool write, uint8_t* data, uint32_t len) {
+  const auto device = [&](auto& dev, uint64_t offset) {
+    uint64_t v = 0;
+    if (write) {
+      std::memcpy(&v, data, std::min<uint32_t>(len, 8));
+      dev.MmioWrite(offset, static_cast<int>(len), v);
+    } else {
+      v = dev.MmioRead(offset, static_cast<int>(len));
+      std::memcpy(data, &v, std::min<uint32_t>(len, 8));
+    }
+  };
+  if (iommu_ && gpa >= IntelIommu::kBase && gpa < IntelIommu::kBase + IntelIommu::kSize) {
+    struct Regs {  // the unit's register interface under the device's names
+      IntelIommu& u;
+      uint64_t MmioRead(uint64_t off, int size) { return u.Read(static_cast<uint32_t>(off), size); }
+      void MmioWrite(uint64_t off, int size, uint64_t v) { u.Write(static_cast<uint32_t>(off), size, v); }
+    } regs{*iommu_};
+    device(regs, gpa - IntelIommu::kBase);
+    return;
+  }
+  if (edu_) {
+    if (std::optional<uint64_t> bar = edu_->MemoryBar(0); bar && gpa >= *bar && gpa - *bar < PciEdu::kBarSize) {
+      device(*edu_, gpa - *bar);
+      return;
+    }
+  }
   if (gpa >= kTestdevIomem && len <= 8 && gpa + len <= kTestdevIomem + testdev_iomem_.size()) {
     // QEMU pc-testdev's "iomem": 64 KiB at 0xFF000000 that read back what
     // was written, at any size, but through MMIO exits (kvm-unit-tests'
@@ -1446,6 +1486,108 @@ absl::StatusOr<bool> Machine::HandleExit(RunResult* result) {
     default:
       *result = Finish(RunEnd::kError, kExitVbtsError,
                        absl::StrFormat("vbts: unhandled KVM exit reason %u", run->exit_reason));
+      return false;
+  }
+}
+
+}  // namespace vbts::vmm
+
+namespace vbts::vmm {
+
+absl::Status Machine::AddDevices() {
+  for (const std::string& d : config_.devices) {
+    if (d == "intel-iommu" && !iommu_) {
+      iommu_ = std::make_unique<IntelIommu>(*tracer_ram_, [this](const MsiMessage& m) { DeliverMsi(m); });
+      // Every I/O APIC interrupt goes through interrupt remapping (VT-d spec
+      // 5.1): the entry becomes the message the I/O APIC would send.
+      ioapic_->SetRemapper([this](uint64_t e) {
+        constexpr uint64_t kRemappable = 1ull << 48, kLevel = 1ull << 15;
+        MsiMessage m;
+        if (e & kRemappable) {  // index[14:0] in 63:49, format in 48, index[15] in 11
+          m.address = 0xFEE00000ull | ((e >> 48) & 0xFFFF) << 4 | ((e >> 11) & 1) << 2;
+          m.data = static_cast<uint32_t>((e & 0xFF) | (e & kLevel));
+        } else {  // destination, destination mode; vector, delivery mode, trigger mode
+          m.address = 0xFEE00000ull | ((e >> 56) & 0xFF) << 12 | ((e >> 11) & 1) << 2;
+          m.data = static_cast<uint32_t>((e & 0x7FF) | (e & kLevel));
+        }
+        std::optional<MsiMessage> out = iommu_->RemapInterrupt(std::nullopt, m);
+        return out && DeliverMsi(*out);
+      });
+    } else if (d == "edu" && !edu_) {
+      // Where firmware (SeaBIOS on QEMU's i440FX) would put it: slot 3 of
+      // bus 0, INTA# routed to line 11, BAR0 in the PCI hole below the I/O
+      // APIC; memory decoding on, bus mastering left to the driver.
+      constexpr uint8_t kDevfn = 3 << 3;
+      constexpr uint32_t kBar = 0xFE000000;
+      edu_ = std::make_unique<PciEdu>(static_cast<PciPlatform&>(*this), kDevfn, kBar, /*line=*/11);
+      uint8_t command[2] = {PciFunction::kCommandMemory, 0};
+      edu_->WriteConfig(0x04, absl::MakeConstSpan(command));
+      pci_host_->Attach(kDevfn, edu_.get());
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Machine::Dma(uint16_t requester, uint64_t address, uint64_t len, bool write,
+                          const std::function<absl::Status(uint64_t gpa, uint64_t offset, uint64_t n)>& access) {
+  for (uint64_t done = 0; done < len;) {
+    const uint64_t at = address + done;
+    const uint64_t n = std::min(len - done, 0x1000 - (at & 0xFFF));
+    std::optional<uint64_t> gpa = iommu_ ? iommu_->TranslateDma(requester, at, write) : at;
+    if (!gpa) {
+      dma_faults_++;
+      return absl::PermissionDeniedError(absl::StrFormat("DMA %s 0x%x: IOMMU fault", write ? "write" : "read", at));
+    }
+    if (absl::Status st = access(*gpa, done, n); !st.ok()) {
+      dma_faults_++;
+      return st;
+    }
+    done += n;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Machine::DmaRead(uint16_t requester, uint64_t address, absl::Span<uint8_t> out) {
+  return Dma(requester, address, out.size(), /*write=*/false, [&](uint64_t gpa, uint64_t offset, uint64_t n) {
+    return tracer_ram_->Read(Gpa(gpa), out.subspan(offset, n));
+  });
+}
+
+absl::Status Machine::DmaWrite(uint16_t requester, uint64_t address, absl::Span<const uint8_t> data) {
+  // Through the code-coherent view: a DMA write over translated code drops
+  // the TCG engine's translations of it.
+  return Dma(requester, address, data.size(), /*write=*/true, [&](uint64_t gpa, uint64_t offset, uint64_t n) {
+    return tracer_ram_->Write(Gpa(gpa), data.subspan(offset, n));
+  });
+}
+
+void Machine::SetIntx(uint16_t requester, uint8_t line, bool level) { SetIsaLine(line, level); }
+
+void Machine::SignalMsi(uint16_t requester, const MsiMessage& message) {
+  std::optional<MsiMessage> m = iommu_ ? iommu_->RemapInterrupt(requester, message) : message;
+  if (m) DeliverMsi(*m);
+}
+
+bool Machine::DeliverMsi(const MsiMessage& m) {
+  // Address: FEEH in 31:20, destination ID 19:12, destination mode 2; data:
+  // vector 7:0, delivery mode 10:8, trigger mode 15 (SDM vol. 3A 10.11.1-2).
+  // A message elsewhere is no interrupt: dropped.
+  if ((m.address >> 20) != 0xFEE || !lapic_) return false;
+  const uint8_t dest = static_cast<uint8_t>(m.address >> 12);
+  const bool logical = (m.address >> 2) & 1;
+  switch ((m.data >> 8) & 7) {
+    case 0:  // fixed
+    case 1: {  // lowest priority (one LAPIC)
+      if (!lapic_->Accepts(dest, logical)) return false;
+      const bool accepted = lapic_->Raise(static_cast<uint8_t>(m.data), (m.data >> 15) & 1);
+      tcg_control_->Notify();
+      return accepted;
+    }
+    case 4:  // NMI
+      if (!lapic_->Accepts(dest, logical)) return false;
+      tcg_->QueueNmi();
+      return true;
+    default:  // SMI, INIT, ExtINT, reserved: not modelled
       return false;
   }
 }

@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "pmu/cpu_model.h"
@@ -36,6 +37,9 @@
 #include "vmm/kvm_vm.h"
 #include "vmm/loader.h"
 #include "vmm/pio_bus.h"
+#include "vmm/intel_iommu.h"
+#include "vmm/pci_edu.h"
+#include "vmm/pci_function.h"
 #include "vmm/pci_host.h"
 #include "vmm/reset_line.h"
 #include "vmm/uart16550.h"
@@ -88,6 +92,11 @@ struct MachineConfig {
   // "x86-64".
   std::string gdb;
   bool gdb_wait = false;
+  // --device=NAME (repeatable): PCI devices and platform units beyond the
+  // PC every guest gets: "edu" (vmm/pci_edu.h) and "intel-iommu"
+  // (vmm/intel_iommu.h); docs/guest-abi.md, "Optional devices". They need
+  // the TCG engine (auto chooses it).
+  std::vector<std::string> devices;
   // --sandbox=on: the syscall filter after setup (vmm/sandbox.h).
   bool sandbox = true;
   std::string gdb_arch = "auto";
@@ -112,7 +121,7 @@ struct PreparedVm {
 };
 absl::StatusOr<PreparedVm> PrepareVm(const Kvm& kvm, const std::string& vpmu);
 
-class Machine : private vcpu::TcgDevices {
+class Machine : private vcpu::TcgDevices, private PciPlatform {
  public:
   friend class Debugger;
   // Builds the machine and loads the image; errors name the file/field at fault.
@@ -238,6 +247,21 @@ class Machine : private vcpu::TcgDevices {
   // An MMIO access outside RAM (both engines): the pc-testdev window, or
   // nothing (reads all ones, writes dropped).
   void Mmio(uint64_t gpa, bool write, uint8_t* data, uint32_t len);
+  // --device: creates and attaches the devices config_.devices names.
+  absl::Status AddDevices();
+  // PciPlatform: a PCI function's DMA (through the IOMMU, page by page) and
+  // interrupts (INTx on an ISA/IOAPIC line; MSI through interrupt remapping).
+  absl::Status DmaRead(uint16_t requester, uint64_t address, absl::Span<uint8_t> out) override;
+  absl::Status DmaWrite(uint16_t requester, uint64_t address, absl::Span<const uint8_t> data) override;
+  void SetIntx(uint16_t requester, uint8_t line, bool level) override;
+  void SignalMsi(uint16_t requester, const MsiMessage& message) override;
+  // A DMA access of `len` bytes at `address` split at 4-KiB pages, each
+  // page translated by the IOMMU (if any): calls `access(gpa, offset, n)`.
+  absl::Status Dma(uint16_t requester, uint64_t address, uint64_t len, bool write,
+                   const std::function<absl::Status(uint64_t gpa, uint64_t offset, uint64_t n)>& access);
+  // A compatibility-format MSI to the LAPIC (SDM vol. 3A 10.11): whether it
+  // accepted the interrupt.
+  bool DeliverMsi(const MsiMessage& m);
   // The end of the run a supervisor verdict means, if any.
   std::optional<RunResult> FromVerdict(const vcpu::Supervisor::Verdict& v);
 
@@ -289,6 +313,9 @@ class Machine : private vcpu::TcgDevices {
   std::unique_ptr<DebugExit> debug_exit_;
   std::unique_ptr<ResetLine> reset_line_;
   std::unique_ptr<PciHost> pci_host_;
+  std::unique_ptr<IntelIommu> iommu_;  // --device=intel-iommu
+  std::unique_ptr<PciEdu> edu_;        // --device=edu
+  uint64_t dma_faults_ = 0;            // DMA refused (no RAM, IOMMU fault)
   std::unique_ptr<CmosRtc> cmos_rtc_;
   std::unique_ptr<AcpiPm> acpi_pm_;
   bool acpi_tables_ = false;  // WriteAcpiTables wrote them (the image left the page free)

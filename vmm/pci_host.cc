@@ -15,11 +15,17 @@ PciHost::PciHost() {
   bridge_[0x0E] = 0x00;  // header type 0, single function
 }
 
+PciFunction* PciHost::Addressed() const {
+  if (!(address_ & kEnable) || ((address_ >> 16) & 0xFF) != 0) return nullptr;
+  return functions_[(address_ >> 8) & 0xFF];
+}
+
 uint8_t PciHost::ConfigByte(uint32_t reg) const {
-  if (!(address_ & kEnable)) return 0xFF;
-  const uint32_t bus = (address_ >> 16) & 0xFF, dev = (address_ >> 11) & 0x1F, fn = (address_ >> 8) & 7;
-  if (bus != 0 || dev != 0 || fn != 0) return 0xFF;
-  return bridge_[reg & 0xFF];
+  if (!(address_ & kEnable) || ((address_ >> 16) & 0xFF) != 0) return 0xFF;
+  const uint32_t devfn = (address_ >> 8) & 0xFF;
+  if (devfn == 0) return bridge_[reg & 0xFF];
+  const PciFunction* f = functions_[devfn];
+  return f ? f->ConfigByte(reg) : 0xFF;
 }
 
 void PciHost::Read(uint16_t offset, absl::Span<uint8_t> data) {
@@ -30,7 +36,7 @@ void PciHost::Read(uint16_t offset, absl::Span<uint8_t> data) {
       data[i] = data.size() == 4 && offset == 0 ? static_cast<uint8_t>(address_ >> (8 * i)) : 0xFF;
     return;
   }
-  const uint32_t reg = (address_ & 0xFC) + (offset - 4);
+  const uint32_t reg = Register(offset);
   for (size_t i = 0; i < data.size(); i++) data[i] = ConfigByte(reg + static_cast<uint32_t>(i));
 }
 
@@ -38,9 +44,15 @@ void PciHost::Write(uint16_t offset, absl::Span<const uint8_t> data) {
   if (offset == 0 && data.size() == 4) {
     // Bits 1:0 are reserved and read as 0 (PCI 3.0 3.2.2.3.2), as are
     // 30:24 on QEMU's host bridges.
-    address_ = (data[0] | (data[1] << 8) | (data[2] << 16) | (uint32_t{data[3]} << 24)) & 0x80FFFFFCu;
+    const uint32_t v = data[0] | (data[1] << 8) | (data[2] << 16) | (uint32_t{data[3]} << 24);
+    address_ = v & 0x80FFFFFCu;
+    low_bits_ = v & 3;
   }
-  // Configuration writes: the bridge's registers are read-only here.
+  // Configuration writes reach an attached function; the bridge's
+  // registers are read-only here.
+  if (offset >= 4) {
+    if (PciFunction* f = Addressed()) f->WriteConfig(Register(offset), data);
+  }
 }
 
 }  // namespace vbts::vmm

@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 
+#include "vmm/pci_function.h"
 #include "vmm/pio_bus.h"
 
 namespace vbts::vmm {
@@ -27,6 +28,9 @@ namespace vbts::vmm {
 // bridge). Linux's type-1 probe (arch/x86/pci/direct.c, pci_sanity_check
 // looks for a host bridge on bus 0) then finds PCI instead of "PCI: Fatal:
 // No config space access function found".
+//
+// Other functions on bus 0 are the devices --device adds (Attach); their
+// configuration spaces are theirs (vmm/pci_function.h).
 class PciHost : public PioDevice {
  public:
   static constexpr uint16_t kPort = 0xCF8;
@@ -38,14 +42,27 @@ class PciHost : public PioDevice {
   void Write(uint16_t offset, absl::Span<const uint8_t> data) override;
 
   uint32_t config_address() const { return address_; }
+  // The configuration register a CONFIG_DATA access at `offset` (4-7)
+  // reaches: CONFIG_ADDRESS's register, plus the port's offset in the
+  // dword, plus CONFIG_ADDRESS bits 1:0 as QEMU adds them
+  // (hw/pci/pci_host.c: config_reg | (addr & 3)); kvm-unit-tests'
+  // pci_config_read*/write* put a register's low bits there and access
+  // 0xCFC.
+  uint32_t Register(uint16_t offset) const { return ((address_ & 0xFC) | low_bits_) + (offset - 4u); }
+  // Puts `function` at device:function `devfn` of bus 0 (not 0: the bridge).
+  void Attach(uint8_t devfn, PciFunction* function) { functions_[devfn] = function; }
 
  private:
   // The configuration space byte at `reg` of the function CONFIG_ADDRESS
   // names (0xFF where no function answers).
   uint8_t ConfigByte(uint32_t reg) const;
+  // The attached function CONFIG_ADDRESS names, if any.
+  PciFunction* Addressed() const;
 
   uint32_t address_ = 0;
+  uint32_t low_bits_ = 0;  // CONFIG_ADDRESS bits 1:0 as written (they read 0)
   std::array<uint8_t, 256> bridge_{};
+  std::array<PciFunction*, 256> functions_{};
 };
 
 }  // namespace vbts::vmm
