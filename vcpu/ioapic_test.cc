@@ -150,6 +150,38 @@ TEST_F(IoapicTest, ReadOnlyEntryBitsAndEdgeModeClearingRemoteIrr) {
   EXPECT_EQ(EntryLow(3), 0x40u);
 }
 
+TEST_F(IoapicTest, ARemapperTakesFixedLowestAndNmiEntriesWhole) {
+  std::vector<uint64_t> remapped;
+  bool accept = true;
+  io_.SetRemapper([&](uint64_t e) {
+    remapped.push_back(e);
+    return accept;
+  });
+  // Remappable format (VT-d spec 5.1.5.1): index 1 in bits 63:49, format
+  // bit 48, vector 0xED, edge. The entry reaches the remapper as written.
+  SetEntry(11, 0xED, 0x00030000);
+  io_.SetLine(11, true);
+  ASSERT_EQ(remapped.size(), 1u);
+  EXPECT_EQ(remapped[0], 0x00030000000000EDull);
+  EXPECT_TRUE(delivered_.empty());
+  // Level triggered and accepted: Remote IRR is set as for a direct delivery.
+  SetEntry(12, 0x40 | kLevel, 0x00050000);
+  io_.SetLine(12, true);
+  EXPECT_EQ(EntryLow(12) & kRemoteIrr, kRemoteIrr);
+  // Refused: no Remote IRR.
+  accept = false;
+  SetEntry(13, 0x41 | kLevel, 0x00070000);
+  io_.SetLine(13, true);
+  EXPECT_EQ(EntryLow(13) & kRemoteIrr, 0u);
+  // NMI (delivery mode 4) goes to the remapper too; ExtINT (7) does not.
+  SetEntry(14, 0x400);
+  io_.SetLine(14, true);
+  SetEntry(15, 0x700);
+  io_.SetLine(15, true);
+  EXPECT_EQ(remapped.size(), 4u);
+  EXPECT_TRUE(nmis_.empty());
+}
+
 TEST_F(IoapicTest, RefusedDeliveryLeavesRemoteIrrClear) {
   accept_ = false;  // e.g. the LAPIC is software disabled
   SetEntry(5, 0x50 | kLevel);

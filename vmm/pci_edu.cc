@@ -25,6 +25,11 @@ PciEdu::PciEdu(PciPlatform& platform, uint16_t requester, uint32_t bar, uint8_t 
 
 uint64_t PciEdu::MmioRead(uint64_t offset, int size) {
   if (!SizeAllowed(offset, size)) return ~0ull;
+  const uint64_t v = Register(offset);
+  return size == 4 ? v & 0xFFFFFFFFu : v;
+}
+
+uint64_t PciEdu::Register(uint64_t offset) const {
   switch (offset) {
     case kRegId: return kId;
     case kRegLiveness: return liveness_;

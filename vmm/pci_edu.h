@@ -66,6 +66,7 @@ class PciEdu : public PciFunction {
 
  private:
   void ConfigWritten(uint32_t reg, uint32_t len) override;
+  uint64_t Register(uint64_t offset) const;
   void Raise(uint32_t bits);
   void Lower(uint32_t bits);
   void UpdateIntx();
