@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""make_seeds.py: regenerates the seed corpora of vpmu_fuzz and completer_fuzz
-(fuzz/corpus/vpmu/, fuzz/corpus/completer/) in the input encodings those
+"""make_seeds.py: regenerates the seed corpora of vpmu_fuzz, completer_fuzz and
+pci_fuzz (fuzz/corpus/vpmu/, fuzz/corpus/completer/, fuzz/corpus/pci/) in the input encodings those
 targets decode (fuzz/fuzz_input.h: little-endian fields, zeros past the end):
 guest programming that reaches each part of the virtual PMU (BTS, PEBS, LBR,
 counters, BTF, paging, pointers beyond RAM) and each instruction the completer
@@ -127,6 +127,40 @@ COMPLETER = {
 }
 
 
+# ---- pci_fuzz: U16 length + RAM bytes (tables), then operations (kind & 7:
+# 0 configuration cycle, 1 edu write, 2 edu read, 3 VT-d write, 4 VT-d read,
+# 5 a request; kind bit 4: 8-byte VT-d access, bit 6: configuration write).
+def pci_ram(entries):
+    mem = bytearray(0x8000)
+    for at, v in entries:
+        mem[at:at + 8] = u64(v)
+    return u16(len(mem)) + bytes(mem)
+def cfg_write(reg, v, n=4): return u8(0x40) + u8(reg) + u8({1: 0, 2: 1, 4: 2}[n]) + u8(0) + u32(v)
+def edu_w(off, v, size=4): return u8(1) + u16(off) + u8(size) + val(v)
+def vtd_w(off, v, size=4): return u8(3 | (0x10 if size == 8 else 0)) + u16(off) + u16(0) + val(v)
+def vtd_r(off): return u8(4) + u16(off)
+GCMD_TE, GCMD_SRTP, GCMD_QIE, GCMD_IRE, GCMD_SIRTP = 1 << 31, 1 << 30, 1 << 26, 1 << 25, 1 << 24
+DMA_TABLES = pci_ram([(0x1000, 0x2000 | 1), (0x2000 + 16 * 0x18, 0x3000 | 1), (0x2000 + 16 * 0x18 + 8, 1),
+                      (0x3000, 0x4000 | 3), (0x4000, 0x5000 | 3), (0x5000, 0x6000 | 3)])
+EDU_DMA = (cfg_write(0x04, 6) + edu_w(0x80, 0) + edu_w(0x88, 0x40000) + edu_w(0x90, 16) + edu_w(0x98, 1) +
+           edu_w(0x80, 0x40000) + edu_w(0x88, 0x1008) + edu_w(0x98, 7))
+PCI = {
+    'dma_remapped': DMA_TABLES + vtd_w(0x20, 0x1000, 8) + vtd_w(0x18, GCMD_SRTP) + vtd_w(0x18, GCMD_TE) + EDU_DMA +
+                    vtd_r(0x34) + vtd_r(0x22C) + vtd_w(0x22C, 1 << 31),
+    'dma_untranslated': DMA_TABLES + EDU_DMA,
+    'msi_remapped': pci_ram([(0x7000 + 32, 1 | 0x71 << 16), (0x7000 + 40, 0x18 | 1 << 18)]) +
+                    vtd_w(0xB8, 0x7000 | 3, 8) + vtd_w(0x18, GCMD_SIRTP) + vtd_w(0x18, GCMD_IRE) +
+                    cfg_write(0x44, 0xFEE00050) + cfg_write(0x48, 0) + cfg_write(0x4C, 0) +
+                    cfg_write(0x40, 0x10005) + edu_w(0x60, 1) + edu_w(0x64, 1) + edu_w(0x60, 0x100),
+    'invalidation_queue': pci_ram([(0x6000, 2 | 1 << 4), (0x6010, 5 | 1 << 4 | 1 << 5 | 0xCAFE << 32),
+                                   (0x6018, 0x6800)]) +
+                          vtd_w(0x90, 0x6000, 8) + vtd_w(0x18, GCMD_QIE) + vtd_w(0xA0, 0) + vtd_w(0x88, 32, 8) +
+                          vtd_r(0x80) + vtd_r(0x9C),
+    'intx_config': cfg_write(0x04, 0x406) + edu_w(0x60, 1) + cfg_write(0x3C, 5, 1) + edu_w(0x20, 0x80) +
+                   edu_w(0x08, 12) + edu_w(0x64, 0xFFFFFFFF) + cfg_write(0x10, 0xFFFFFFFF),
+}
+
+
 def write(kind, seeds):
     d = os.path.join(HERE, 'corpus', kind)
     os.makedirs(d, exist_ok=True)
@@ -138,3 +172,4 @@ def write(kind, seeds):
 
 write('vpmu', VPMU)
 write('completer', COMPLETER)
+write('pci', PCI)
