@@ -41,7 +41,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       for (const vbts::vmm::GpaRange& r : pvh->reserved)
         if (r.end > ram.size()) __builtin_trap();
   }
-  if (!vbts::vmm::WriteAcpiTables(ram).ok()) __builtin_trap();
+  if (!vbts::vmm::WriteAcpiTables(ram, {.dmar = (split & 1) != 0, .pci_root = (split & 2) != 0}).ok()) __builtin_trap();
   // The rest: 4-byte port accesses (device and port, size, direction, value),
   // on clocks that the input moves.
   int64_t now_ns = 1795671801LL * 1000000000;

@@ -12,7 +12,8 @@ namespace vbts::vmm {
 namespace {
 
 constexpr uint64_t kRsdp = 0x000, kFacs = kAcpiFacsGpa - kAcpiTablesGpa, kDsdt = 0x080, kFadt = 0x100, kMadt = 0x200, kRsdt = 0x280,
-                   kXsdt = 0x2C0;
+                   kXsdt = 0x2C0, kDmar = 0x320, kSsdt = 0x380;
+constexpr uint64_t kVtdBase = 0xFED90000;  // IntelIommu::kBase (vmm/intel_iommu.h)
 
 class Page {
  public:
@@ -56,9 +57,54 @@ class Page {
   std::vector<uint8_t> b_;
 };
 
+// AML (ACPI 6.4 chapter 20): `body` after its PkgLength (one byte below 64
+// bytes in all, two up to 4095).
+std::vector<uint8_t> Pkg(uint8_t op, const std::vector<uint8_t>& body, bool ext = false) {
+  std::vector<uint8_t> out;
+  if (ext) out.push_back(0x5B);
+  out.push_back(op);
+  const size_t n = body.size() + 1;
+  if (n < 64) {
+    out.push_back(static_cast<uint8_t>(n));
+  } else {
+    out.push_back(static_cast<uint8_t>(0x40 | ((n + 1) & 0xF)));
+    out.push_back(static_cast<uint8_t>((n + 1) >> 4));
+  }
+  out.insert(out.end(), body.begin(), body.end());
+  return out;
+}
+
+// Scope (\_SB) { Device (PCI0) { Name (_HID, EisaId ("PNP0A03")) Name (_UID, Zero)
+// Name (_CRS, ResourceTemplate () {...}) } }
+std::vector<uint8_t> PciRootAml() {
+  static constexpr uint8_t kCrs[] = {
+      // Word address space descriptors (6.4.3.5.3): bus numbers 00-FF; I/O
+      // 0000-0CF7 and 0D00-FFFF (not the configuration ports); fixed ranges.
+      0x88, 0x0D, 0x00, 0x02, 0x0C, 0x00, 0x00, 0x00, 0x00, 0x00, 0xFF, 0x00, 0x00, 0x00, 0x00, 0x01,
+      0x88, 0x0D, 0x00, 0x01, 0x0C, 0x03, 0x00, 0x00, 0x00, 0x00, 0xF7, 0x0C, 0x00, 0x00, 0xF8, 0x0C,
+      0x88, 0x0D, 0x00, 0x01, 0x0C, 0x03, 0x00, 0x00, 0x00, 0x0D, 0xFF, 0xFF, 0x00, 0x00, 0x00, 0xF3,
+      // DWord memory descriptor (6.4.3.5.2): read/write, C0000000-FEBFFFFF.
+      0x87, 0x17, 0x00, 0x00, 0x0C, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xC0, 0xFF, 0xFF, 0xBF, 0xFE,
+      0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xC0, 0x3E,
+      0x79, 0x00};  // end tag
+  std::vector<uint8_t> buffer = {0x0A, sizeof kCrs};  // BufferSize: ByteConst
+  buffer.insert(buffer.end(), std::begin(kCrs), std::end(kCrs));
+  std::vector<uint8_t> dev = {'P', 'C', 'I', '0',
+                              0x08, '_', 'H', 'I', 'D', 0x0C, 0x41, 0xD0, 0x0A, 0x03,  // EisaId ("PNP0A03")
+                              0x08, '_', 'U', 'I', 'D', 0x00,
+                              0x08, '_', 'C', 'R', 'S'};
+  const std::vector<uint8_t> crs = Pkg(0x11, buffer);  // BufferOp
+  dev.insert(dev.end(), crs.begin(), crs.end());
+  std::vector<uint8_t> scope = {0x5C, '_', 'S', 'B', '_'};
+  const std::vector<uint8_t> device = Pkg(0x82, dev, /*ext=*/true);  // DeviceOp
+  scope.insert(scope.end(), device.begin(), device.end());
+  return Pkg(0x10, scope);  // ScopeOp
+}
+
 }  // namespace
 
-absl::Status WriteAcpiTables(PhysMemory& ram) {
+absl::Status WriteAcpiTables(PhysMemory& ram, AcpiOptions options) {
+  const bool dmar = options.dmar;
   if (kAcpiTablesGpa + kAcpiTablesSize > ram.size()) return absl::OkStatus();  // no RAM there: no tables
   const uint64_t at = kAcpiTablesGpa;
   Page p;
@@ -119,14 +165,42 @@ absl::Status WriteAcpiTables(PhysMemory& ram) {
   p.Header(kMadt, "APIC", static_cast<uint32_t>(e - kMadt), 3);
   p.TableChecksum(kMadt);
 
-  // RSDT and XSDT: FADT, MADT.
-  p.Header(kRsdt, "RSDT", 36 + 2 * 4, 1);
-  p.Put(kRsdt + 36, at + kFadt, 4);
-  p.Put(kRsdt + 40, at + kMadt, 4);
+  // DMAR (VT-d spec 8.1): host address width - 1, flags; then a DRHD (8.3):
+  // type 0, length, INCLUDE_PCI_ALL, segment 0, register base; its one device
+  // scope (8.3.1): type 3 (I/O APIC), length 8, enumeration ID 0, start bus
+  // FFH, path device 0 function 0.
+  if (dmar) {
+    p.Put(kDmar + 36, 38, 1);
+    p.Put(kDmar + 37, (1u << 0) | (1u << 1), 1);  // INTR_REMAP, X2APIC_OPT_OUT
+    const uint64_t d = kDmar + 48;
+    p.Put(d, 0, 2), p.Put(d + 2, 16 + 8, 2), p.Put(d + 4, 1, 1), p.Put(d + 6, 0, 2), p.Put(d + 8, kVtdBase, 8);
+    const uint64_t sc = d + 16;
+    p.Put(sc, 3, 1), p.Put(sc + 1, 8, 1), p.Put(sc + 4, 0, 1), p.Put(sc + 5, kIoapicSourceId >> 8, 1);
+    p.Put(sc + 6, (kIoapicSourceId >> 3) & 0x1F, 1), p.Put(sc + 7, kIoapicSourceId & 7, 1);
+    p.Header(kDmar, "DMAR", static_cast<uint32_t>(sc + 8 - kDmar), 1);
+    p.TableChecksum(kDmar);
+  }
+
+  // SSDT: the PCI root.
+  if (options.pci_root) {
+    const std::vector<uint8_t> aml = PciRootAml();
+    p.Header(kSsdt, "SSDT", static_cast<uint32_t>(36 + aml.size()), 2);
+    p.Bytes(kSsdt + 36, std::string_view(reinterpret_cast<const char*>(aml.data()), aml.size()));
+    p.TableChecksum(kSsdt);
+  }
+
+  // RSDT and XSDT: FADT, MADT (, DMAR) (, SSDT).
+  std::vector<uint64_t> tables = {kFadt, kMadt};
+  if (dmar) tables.push_back(kDmar);
+  if (options.pci_root) tables.push_back(kSsdt);
+  const uint32_t n = static_cast<uint32_t>(tables.size());
+  p.Header(kRsdt, "RSDT", 36 + n * 4, 1);
+  p.Header(kXsdt, "XSDT", 36 + n * 8, 1);
+  for (uint32_t i = 0; i < n; i++) {
+    p.Put(kRsdt + 36 + 4 * i, at + tables[i], 4);
+    p.Put(kXsdt + 36 + 8 * i, at + tables[i], 8);
+  }
   p.TableChecksum(kRsdt);
-  p.Header(kXsdt, "XSDT", 36 + 2 * 8, 1);
-  p.Put(kXsdt + 36, at + kFadt, 8);
-  p.Put(kXsdt + 44, at + kMadt, 8);
   p.TableChecksum(kXsdt);
 
   // RSDP (5.2.5.3): checksum over the first 20 bytes, extended over all 36.

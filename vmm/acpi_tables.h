@@ -1,5 +1,5 @@
 // acpi_tables.h: the ACPI tables vbts's PC describes itself with (RSDP, RSDT,
-// XSDT, FADT, FACS, DSDT, MADT), in the BIOS area where firmware puts them.
+// XSDT, FADT, FACS, DSDT, MADT; DMAR and SSDT with --device), in the BIOS area where firmware puts them.
 #ifndef VBTS_VMM_ACPI_TABLES_H_
 #define VBTS_VMM_ACPI_TABLES_H_
 
@@ -45,8 +45,24 @@ inline constexpr uint64_t kAcpiFacsGpa = kAcpiTablesGpa + 0x40;
 //        base 0), the SCI's override (IRQ 9 -> GSI 9, level, active high), LINT1
 //        as NMI. ISA IRQs 0-15 are GSIs 0-15 (KVM's default routing, which
 //        vbts's own controllers follow): no other override.
-//  +280H RSDT, +2C0H XSDT: FADT and MADT.
-absl::Status WriteAcpiTables(PhysMemory& ram);
+//  +280H RSDT, +2C0H XSDT: FADT and MADT (then the DMAR, then the SSDT).
+//  +320H DMAR, with `dmar` (--device=intel-iommu; Intel VT-d spec 8.1-8.3):
+//        host address width 39 bits, INTR_REMAP and X2APIC_OPT_OUT (the unit
+//        remaps in xAPIC format only); one DRHD for segment 0 with
+//        INCLUDE_PCI_ALL at IntelIommu::kBase, whose device scope names the
+//        I/O APIC (enumeration ID 0) at source-id kIoapicSourceId.
+//  +380H SSDT, with `pci_root` (a PCI device from --device): the host
+//        bridge as ACPI's PCI root, \_SB.PCI0 (_HID PNP0A03, _UID 0, _CRS:
+//        buses 00-FF, I/O 0000-0CF7 and 0D00-FFFF, memory C0000000-FEBFFFFF
+//        (above the largest RAM, below the I/O APIC), so that an OS scans bus
+//        0 and finds the devices and their BARs in a window. No _PRT: INTx is
+//        not routed through ACPI.
+inline constexpr uint16_t kIoapicSourceId = 0xFF00;  // bus FFH, device 0, function 0 (QEMU's Q35 choice)
+struct AcpiOptions {
+  bool dmar = false;
+  bool pci_root = false;
+};
+absl::Status WriteAcpiTables(PhysMemory& ram, AcpiOptions options = {});
 
 }  // namespace vbts::vmm
 

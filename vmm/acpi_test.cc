@@ -100,6 +100,56 @@ TEST_F(AcpiTablesTest, MadtHasOneCpuTheIoApicTheSciOverrideAndLint1Nmi) {
   EXPECT_EQ(R(e + 30, 6), 0x010000FF0604ull);        // type 4, length 6, all CPUs, LINT1
 }
 
+class AcpiDeviceTablesTest : public AcpiTablesTest {
+ protected:
+  void SetUp() override { VBTS_ASSERT_OK(WriteAcpiTables(ram_, AcpiOptions{.dmar = true, .pci_root = true})); }
+};
+
+TEST_F(AcpiDeviceTablesTest, DmarDescribesTheRemappingUnitAndTheIoapicScope) {
+  const uint64_t xsdt = R(0xF0000 + 24, 8);
+  EXPECT_EQ(R(xsdt + 4, 4), 36u + 4 * 8);  // FADT, MADT, DMAR, SSDT
+  const uint64_t rsdt = R(0xF0000 + 16, 4);
+  EXPECT_EQ(R(rsdt + 4, 4), 36u + 4 * 4);
+  const uint64_t dmar = R(xsdt + 52, 8);
+  EXPECT_EQ(R(rsdt + 44, 4), dmar);
+  ExpectTable(dmar, "DMAR");
+  // VT-d spec 8.1: 48-byte header then one 24-byte DRHD: 72 bytes.
+  EXPECT_EQ(R(dmar + 4, 4), 72u);
+  EXPECT_EQ(R(dmar + 36, 1), 38u);    // host address width 39 - 1
+  EXPECT_EQ(R(dmar + 37, 1), 0x3u);   // INTR_REMAP, X2APIC_OPT_OUT
+  // DRHD (8.3): type 0, length 24, INCLUDE_PCI_ALL, segment 0, base.
+  EXPECT_EQ(R(dmar + 48, 8), 0x0000'0001'0018'0000ull);
+  EXPECT_EQ(R(dmar + 56, 8), 0xFED90000u);
+  // Device scope (8.3.1): I/O APIC (3), length 8, enumeration ID 0, bus FFH, path 00.0.
+  EXPECT_EQ(R(dmar + 64, 8), 0x0000'FF00'0000'0803ull);
+}
+
+TEST_F(AcpiDeviceTablesTest, SsdtHoldsThePciRootInAml) {
+  const uint64_t ssdt = R(R(0xF0000 + 24, 8) + 60, 8);
+  ExpectTable(ssdt, "SSDT");
+  // Scope (\_SB) { Device (PCI0) { Name (_HID, EisaId ("PNP0A03")) ...: a
+  // one-byte PkgLength for the scope would not hold the 76-byte _CRS, so it
+  // is two bytes (ACPI 6.4 20.2.4): 0x40 | (n & 0xF), n >> 4.
+  const uint64_t aml = ssdt + 36;
+  const uint64_t n = R(ssdt + 4, 4) - 36;  // the scope, all of the AML
+  EXPECT_EQ(R(aml, 1), 0x10u);                                         // ScopeOp
+  EXPECT_EQ(R(aml + 1, 1), 0x40u | ((n - 1) & 0xF));                   // its PkgLength
+  EXPECT_EQ(R(aml + 2, 1), (n - 1) >> 4);
+  EXPECT_EQ(S(aml + 3, 5), "\\_SB_");
+  EXPECT_EQ(R(aml + 8, 2), 0x825Bu);                                   // DeviceOp
+  EXPECT_EQ(S(aml + 12, 4), "PCI0");
+  EXPECT_EQ(S(aml + 16, 5), "\x08_HID");
+  EXPECT_EQ(R(aml + 21, 5), 0x030AD0410Cull);                           // DWordConst EisaId ("PNP0A03")
+  // _CRS's memory window: C0000000-FEBFFFFF, length 3EC00000H.
+  const std::string all = S(aml, static_cast<int>(n));
+  const size_t mem = all.find(std::string("\x87\x17\x00\x00\x0C\x01", 6));
+  ASSERT_NE(mem, std::string::npos);
+  EXPECT_EQ(R(aml + mem + 10, 4), 0xC0000000u);
+  EXPECT_EQ(R(aml + mem + 14, 4), 0xFEBFFFFFu);
+  EXPECT_EQ(R(aml + mem + 22, 4), 0x3EC00000u);
+  EXPECT_EQ(R(aml + n - 2, 2), 0x0079u);  // the end tag closes the template
+}
+
 TEST(AcpiTablesSmallRamTest, NoTablesWithoutRamThere) {
   FakePhysMemory ram(0x80000);
   VBTS_EXPECT_OK(WriteAcpiTables(ram));

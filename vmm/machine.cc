@@ -190,7 +190,10 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
   if (std::none_of(img.ranges.begin(), img.ranges.end(),
                    [](const GpaRange& r) { return r.Overlaps(kAcpiTablesGpa, kAcpiTablesGpa + kAcpiTablesSize); }) &&
       MultibootInfoPage(img.ranges) != kAcpiTablesGpa && kAcpiTablesGpa + kAcpiTablesSize <= ram_->size()) {
-    VBTS_RETURN_IF_ERROR(WriteAcpiTables(*ram_));
+    const auto wants = [&](const char* d) {
+      return std::find(config_.devices.begin(), config_.devices.end(), d) != config_.devices.end();
+    };
+    VBTS_RETURN_IF_ERROR(WriteAcpiTables(*ram_, AcpiOptions{.dmar = wants("intel-iommu"), .pci_root = wants("edu")}));
     rsdp = kAcpiTablesGpa;
     acpi_tables_ = true;
   }

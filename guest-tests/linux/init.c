@@ -334,6 +334,44 @@ __asm__(".text\n"
         "sweep_load:\n\tmov %rsi, %rcx\n\txor %eax, %eax\n"
         "sweep_load_insn:\n\tadd (%rdi), %rax\n\tadd $128, %rdi\n\tdec %rcx\n\tjnz sweep_load_insn\n\tret\n");
 
+// `/init edu-dma IOVA`: the edu PCI device (vbts --device=edu; vmm/pci_edu.h)
+// moves 4 bytes from its buffer to IOVA, then 4 bytes from IOVA into its
+// buffer, as a user-space driver would: bus mastering on through the
+// configuration file, the registers through its BAR (resource0). With the
+// device in a DMA domain of Linux's VT-d driver and nothing mapped at IOVA,
+// both transfers fault: the kernel logs a write fault and then a read fault.
+static int edu_dma(uint64_t iova) {
+  const char* dev = "/sys/bus/pci/devices/0000:00:03.0";
+  char path[128];
+  snprintf(path, sizeof path, "%s/config", dev);
+  int cfg = open(path, O_RDWR);
+  uint16_t command = 0;
+  if (cfg < 0 || pread(cfg, &command, 2, 4) != 2) {
+    printf("edu-dma: %s: %s\n", path, strerror(errno));
+    return 1;
+  }
+  command |= 0x6;  // memory space, bus master
+  if (pwrite(cfg, &command, 2, 4) != 2) return printf("edu-dma: cannot enable bus mastering\n"), 1;
+  close(cfg);
+  snprintf(path, sizeof path, "%s/resource0", dev);
+  int bar = open(path, O_RDWR | O_SYNC);
+  volatile uint32_t* r = bar < 0 ? MAP_FAILED : mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, bar, 0);
+  if (r == MAP_FAILED) return printf("edu-dma: %s: %s\n", path, strerror(errno)), 1;
+  printf("edu-dma: id %#x\n", r[0]);
+  for (int to_ram = 1; to_ram >= 0; to_ram--) {
+    const uint64_t src = to_ram ? 0x40000 : iova, dst = to_ram ? iova : 0x40000;
+    r[0x80 / 4] = (uint32_t)src, r[0x84 / 4] = (uint32_t)(src >> 32);
+    r[0x88 / 4] = (uint32_t)dst, r[0x8C / 4] = (uint32_t)(dst >> 32);
+    r[0x90 / 4] = 4, r[0x94 / 4] = 0;
+    r[0x98 / 4] = to_ram ? 3 : 1;  // start; bit 1: buffer to RAM
+    while (r[0x98 / 4] & 1) {
+    }
+    printf("edu-dma: %s IOVA %#llx done\n", to_ram ? "to" : "from", (unsigned long long)iova);
+    usleep(100000);  // the fault interrupt's handler logs before the next transfer
+  }
+  return 0;
+}
+
 // `-- run CMD ARGS` on the kernel command line: CMD's exit status is the
 // verdict (0 all passed, 77 skipped, anything else, or a signal, failed).
 static void run_command(char** argv) {
@@ -371,6 +409,7 @@ int main(int argc, char** argv) {
     chain_outer(strtoull(argv[2], NULL, 0));
     return 0;
   }
+  if (argc > 2 && strcmp(argv[1], "edu-dma") == 0 && getpid() != 1) return edu_dma(strtoull(argv[2], NULL, 0));
   // `/init where`: the addresses perf-tool.sh looks for in `perf script -F ip`.
   if (argc > 1 && strcmp(argv[1], "where") == 0 && getpid() != 1) {
     printf("%lx %lx %lx %lx\n", (unsigned long)tool_loop_head, (unsigned long)tool_loop_jnz, (unsigned long)tool_loop_ret,

@@ -2,7 +2,7 @@
 """run-linux.py: boot Debian's kernel with guest-tests/linux/init.c as PID 1.
 
     run-linux.py (--vbts PATH | --qemu PATH) --kernel VMLINUX --initrd CPIO [--cpu MODEL]
-                 [--record-max N] [--perf-tool]
+                 [--record-max N] [--perf-tool] [--iommu]
 
 The kernel is not ours: scripts/fetch-linux.sh puts Debian's cloud kernel
 (linux-image-cloud-amd64) there; without it the test is skipped (77) with a
@@ -29,6 +29,13 @@ perf-tool.sh (`-- run /bin/sh /perf-tool.sh`): Debian's own perf tool, ten
 PASS lines (PERF_TOOL_CHECKS) and "SUMMARY: 11 passed, 0 failed"; without that
 initramfs (the build found no perf) the test is skipped (77) with a line
 saying how to get it.
+With --iommu (vbts only) the machine has `--device=intel-iommu,edu` and init
+runs iommu.sh from linux-iommu.cpio: Linux's VT-d driver enables interrupt
+remapping and DMA remapping on vbts's unit, finds the edu device through the
+ACPI PCI root, and user space makes the device DMA to an unmapped IOVA twice:
+six PASS lines (IOMMU_CHECKS), "SUMMARY: 6 passed, 0 failed", and the kernel's
+lines in IOMMU_LINES, among them the two faults as Linux decodes the unit's
+fault records (reason 5 for the write, 6 for the read).
 Under QEMU's TCG (no PMU): status 155 and init's (or perf-tool.sh's) SKIP line.
 Exit status: 0 as expected, 1 not, 77 no kernel.
 """
@@ -53,6 +60,24 @@ PERF_TOOL_CHECKS = ("perf stat", "perf stat L1-dcache", "perf stat task-clock", 
                     "branches -c 1", "perf record -b", "instructions:upp", "call-graph lbr")
 
 
+IOMMU_CHECKS = ("timer through interrupt remapping", "COM1 through interrupt remapping", "dmar0 registers",
+                "edu on the PCI bus", "edu in an IOMMU group", "DMA faults signalled")
+IOMMU_LINES = (
+    "DMAR: dmar0: reg_base_addr fed90000 ver 1:0 cap c222f0606 ecap f00f4b",
+    "DMAR-IR: IOAPIC id 0 under DRHD base  0xfed90000 IOMMU 0",
+    "DMAR-IR: Enabled IRQ remapping in xapic mode",
+    "ACPI: PCI Root Bridge [PCI0] (domain 0000 [bus 00-ff])",
+    "pci 0000:00:03.0: BAR 0 [mem 0xfe000000-0xfe0fffff]",
+    "DMAR: dmar0: Using Queued invalidation",
+    "pci 0000:00:03.0: Adding to iommu group 1",
+    "DMAR: Intel(R) Virtualization Technology for Directed I/O",
+    "DMAR: [DMA Write NO_PASID] Request device [00:03.0] fault addr 0x1000 [fault reason 0x05] "
+    "PTE Write access is not set",
+    "DMAR: [DMA Read NO_PASID] Request device [00:03.0] fault addr 0x1000 [fault reason 0x06] "
+    "PTE Read access is not set",
+)
+
+
 def main():
     ap = argparse.ArgumentParser()
     mon = ap.add_mutually_exclusive_group(required=True)
@@ -65,6 +90,8 @@ def main():
                     help="vbts record the boot with --max-records=N, then check the trace too")
     ap.add_argument("--perf-tool", action="store_true",
                     help="the initramfs of perf-tool.sh: check its perf checks (PERF_TOOL_CHECKS)")
+    ap.add_argument("--iommu", action="store_true",
+                    help="--device=intel-iommu,edu and the initramfs of iommu.sh: IOMMU_CHECKS, IOMMU_LINES")
     a = ap.parse_args()
     if not os.path.exists(a.kernel):
         print("SKIP: no kernel at %s: run scripts/fetch-linux.sh %s (scripts/test.sh does)"
@@ -74,13 +101,15 @@ def main():
         print("SKIP: no %s: the build found no `perf` (Debian's linux-perf; scripts/setup.sh installs it)"
               % a.initrd)
         return 77
-    append = APPEND + (" -- run /bin/sh /perf-tool.sh" if a.perf_tool else "")
-    checks = PERF_TOOL_CHECKS if a.perf_tool else INIT_CHECKS
+    script = "/perf-tool.sh" if a.perf_tool else "/iommu.sh" if a.iommu else ""
+    append = APPEND + (" -- run /bin/sh " + script if script else "")
+    checks = PERF_TOOL_CHECKS if a.perf_tool else IOMMU_CHECKS if a.iommu else INIT_CHECKS
     tmp = tempfile.TemporaryDirectory()
     trace = os.path.join(tmp.name, "boot.vbtr")
     if a.vbts:
         mode = ["record", "-o", trace, "--max-records=%d" % a.record_max] if a.record_max else ["run"]
-        cmd = [a.vbts, *mode, "--cpu=" + a.cpu, "--mem=512M", "--timeout=120",
+        devices = ["--device=intel-iommu,edu"] if a.iommu else []
+        cmd = [a.vbts, *mode, *devices, "--cpu=" + a.cpu, "--mem=512M", "--timeout=120",
                "--initrd=" + a.initrd, "--append=" + append, a.kernel]
     else:
         cmd = [a.qemu, "-accel", "tcg", "-cpu", "Westmere", "-m", "512", "-no-reboot",
@@ -101,9 +130,9 @@ def main():
         summary = "SUMMARY: %d passed, 0 failed" % len(checks)
         if summary not in lines:
             errors.append("no '%s' line" % summary)
-        want = PMU_LINES.get(a.cpu)
-        if want and not any(l.endswith("] " + want) for l in out):
-            errors.append("the kernel did not say %r" % want)
+        for want in [PMU_LINES.get(a.cpu)] + (list(IOMMU_LINES) if a.iommu else []):
+            if want and not any(l.endswith("] " + want) for l in out):
+                errors.append("the kernel did not say %r" % want)
         if a.record_max:
             if "--max-records=%d reached" % a.record_max not in p.stderr:
                 errors.append("vbts record did not say --max-records=%d was reached" % a.record_max)
