@@ -1493,10 +1493,6 @@ absl::StatusOr<bool> Machine::HandleExit(RunResult* result) {
   }
 }
 
-}  // namespace vbts::vmm
-
-namespace vbts::vmm {
-
 absl::Status Machine::AddDevices() {
   for (const std::string& d : config_.devices) {
     if (d == "intel-iommu" && !iommu_) {
