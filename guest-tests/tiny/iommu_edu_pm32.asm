@@ -21,33 +21,7 @@
 ; and firmware that assigns other addresses).
 %include "rt.inc"
 
-%define VTD             0xFED90000
-%define GCMD            (VTD + 0x18)
-%define GSTS            (VTD + 0x1C)
-%define RTADDR          (VTD + 0x20)
-%define FSTS            (VTD + 0x34)
-%define FECTL           (VTD + 0x38)
-%define FEDATA          (VTD + 0x3C)
-%define FEADDR          (VTD + 0x40)
-%define IRTA            (VTD + 0xB8)
-%define FRCD            (VTD + 0x220)
-%define TE              (1 << 31)
-%define SRTP            (1 << 30)
-%define IRE             (1 << 25)
-%define SIRTP           (1 << 24)
-%define CFI             (1 << 23)
-
-%define ROOT            0x400000
-%define CTX             0x401000
-%define L3              0x402000
-%define L2              0x403000
-%define L1              0x404000
-%define IRT             0x405000
-%define DATA            0x406000
-%define EDU_SID         0x0018          ; bus 0, device 3, function 0
-
-%define IOREGSEL        0xFEC00000
-%define IOWIN           0xFEC00010
+%include "edu_vtd.inc"
 
 main:
         SET_HANDLER 0x70, isr70
@@ -107,16 +81,19 @@ main:
         mov eax, 0                      ; IOVA 0 -> buffer
         mov edx, 0x40000
         mov ecx, 1
+        mov esi, 4
         call edu_dma
         mov eax, 0x40000                ; buffer -> IOVA 4
         mov edx, 4
         mov ecx, 1 | 2
+        mov esi, 4
         call edu_dma
         CHECK_EQ dword [DATA + 4], 0x12345678, "DMA through the IOMMU: DATA[4] = DATA[0]"
         CHECK_EQ dword [FSTS], 0, "no fault yet"
         mov eax, 0x40000                ; buffer -> IOVA 1000H: not mapped
         mov edx, 0x1000
         mov ecx, 1 | 2
+        mov esi, 4
         call edu_dma
         CHECK_EQ dword [FSTS], 2, "DMA write to an unmapped page: FSTS.PPF"
         CHECK_EQ dword [FRCD], 0x1000, "fault record: FI = 1000H"
@@ -213,89 +190,6 @@ main:
         cli
         ret
 
-; PCI configuration of 00:03.0: EAX = register -> EAX; pci_write: ECX = value.
-pci_read:
-        push edx
-        or eax, 0x80001800
-        mov dx, 0xCF8
-        out dx, eax
-        mov dx, 0xCFC
-        in eax, dx
-        pop edx
-        ret
-pci_write:
-        push edx
-        or eax, 0x80001800
-        mov dx, 0xCF8
-        out dx, eax
-        mov dx, 0xCFC
-        mov eax, ecx
-        out dx, eax
-        pop edx
-        ret
-
-; GCMD: the current status (one-shot bits left out) with EAX's command set; waits for it in GSTS.
-vtd_command:
-        push ecx
-        mov ecx, [GSTS]
-        and ecx, ~(SRTP | SIRTP)
-        or ecx, eax
-        mov [GCMD], ecx
-.wait:  test [GSTS], eax
-        jz .wait
-        pop ecx
-        ret
-
-; IRTE EAX: present, fixed, physical, edge, vector EDX, destination 0, SID ECX with SVT 1.
-irte:
-        shl eax, 4
-        add eax, IRT
-        shl edx, 16
-        or edx, 1
-        mov [eax], edx
-        mov dword [eax + 4], 0
-        or ecx, 1 << 18
-        mov [eax + 8], ecx
-        mov dword [eax + 12], 0
-        ret
-
-; edu DMA: source EAX, destination EDX, 4 bytes, command ECX (bit 0 start, bit 1 to RAM).
-edu_dma:
-        push ebx
-        mov ebx, [edu]
-        mov [ebx + 0x80], eax
-        mov [ebx + 0x88], edx
-        mov dword [ebx + 0x90], 4
-        mov [ebx + 0x98], ecx
-.wait:  test dword [ebx + 0x98], 1
-        jnz .wait
-        pop ebx
-        ret
-
-; Raise edu interrupt-status bit 0, then let an interrupt arrive.
-edu_raise:
-        push ebx
-        mov ebx, [edu]
-        mov dword [ebx + 0x60], 1
-        pop ebx
-settle:                                 ; a bounded wait with IF=1
-        push ecx
-        mov ecx, 1000
-.spin:  pause
-        loop .spin
-        pop ecx
-        ret
-
-edu_ack:
-        push ebx
-        push eax
-        mov ebx, [edu]
-        mov eax, [ebx + 0x24]
-        mov [ebx + 0x64], eax
-        pop eax
-        pop ebx
-        ret
-
 isr70:  inc dword [count70]
         jmp edu_isr
 isr71:  inc dword [count71]
@@ -313,8 +207,6 @@ fault_isr:
 
 section .data
 align 4
-edu:            dd 0
-line:           dd 0
 count70:        dd 0
 count71:        dd 0
 count72:        dd 0
