@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 namespace vbts::fuzz {
 
@@ -20,8 +21,9 @@ class FuzzInput {
   bool Bool() { return U8() & 1; }
   // Up to `max` bytes (fewer at the end of the input), into out; returns how many.
   size_t Bytes(uint8_t* out, size_t max) {
-    size_t n = 0;
-    while (n < max && !empty()) out[n++] = U8();
+    const size_t n = max < remaining() ? max : remaining();
+    if (n != 0) std::memcpy(out, data_ + pos_, n);  // (byte by byte it was most of pci_fuzz's time)
+    pos_ += n;
     return n;
   }
   // A value in the shapes guest programming takes: any 64 bits, a small

@@ -86,7 +86,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   vbts::vmm::PciEdu edu(platform, 0x18, kBar, 11);
   vbts::vmm::PciHost host;
   host.Attach(0x18, &edu);
-  for (int op = 0; op < 4096 && !in.empty(); op++) {
+  for (int op = 0; op < 1024 && !in.empty(); op++) {
     const uint8_t kind = in.U8();
     const int size = (kind & 0x10) ? 8 : 4;
     switch (kind & 7) {  // bits 4-6: size and direction flags
