@@ -93,6 +93,8 @@ if [[ $monitor == qemu ]]; then
   cmd=(timeout "$timeout_s" "$qemu" -kernel "$image" -device isa-debug-exit,iobase=0xf4,iosize=4
        -serial stdio -display none -accel tcg -no-reboot -m 128M)
   [[ -n $initrd_abs ]] && cmd+=(-initrd "$initrd_abs")
+  read -r -a qargs <<< "$(cfg_one qemu_args "")"
+  cmd+=("${qargs[@]}")
 else
   read -r -a vargs <<< "$(cfg_one vbts_args "")"
   [[ -n $initrd_abs ]] && vargs+=("--initrd=$initrd_abs")

@@ -4,9 +4,10 @@
 ; interrupt remapping, and the faults of both (docs/guest-abi.md, "Optional devices";
 ; vmm/pci_edu.h, vmm/intel_iommu.h). Ring 0, pm32, no paging: the tables are at fixed
 ; physical addresses 0x400000-0x406FFF (in the default 128 MiB).
-; 1. PCI: 00:03.0 is 1234:11E8, BAR0 0xFE000000, interrupt line 11; memory decoding and then
-;    bus mastering on.
-; 2. edu: ID 010000EDH, liveness (NOT of the value written), 10! = 3628800.
+; 1. PCI: 00:03.0 is 1234:11E8, BAR0 a 1 MiB-aligned memory BAR (vbts: 0xFE000000), interrupt
+;    line 11; memory decoding and then bus mastering on.
+; 2. edu: ID 010000EDH, liveness (NOT of the value written), 10! = 3628800 once status bit 0
+;    (computing) reads clear.
 ; 3. DMA remapping: root entry (bus 0) -> context entry (devfn 18H: AW 1, 3 levels) -> L3 -> L2
 ;    -> L1; IOVA page 0 -> DATA, page 1 unmapped. DMA of DATA[0..3] into the buffer and back to
 ;    IOVA 4: DATA[4..7] = 12345678H. A DMA write to IOVA 1000H faults: FSTS = PPF (2), the
@@ -17,11 +18,17 @@
 ;    one interrupt. MSI handle 3 -> IRTE 3, whose source-id is 0020H: blocked, reason 26H, FI
 ;    bits 63:48 = 3 (FRCD dword 1 = 00030000H). A compatibility-format MSI (vector 72H) with
 ;    CFIS clear: blocked, reason 25H; with CFI set: delivered.
-; Expected: status 1, 28 checks. QEMU is not run (its edu and intel-iommu need the q35 machine
-; and firmware that assigns other addresses).
+; Expected: status 1, 28 checks. QEMU 7.2 (q35, intel-iommu with intremap, edu at 00:03.0) is
+; the oracle for the rest and agrees on all but 5, its own departures from the VT-d spec: it
+; records no interrupt-remapping fault (FI index, reasons 26H and 25H) and passes
+; compatibility-format interrupts while CFIS is clear (so vector 72H arrives twice): status 3.
 %include "rt.inc"
 
 %include "edu_vtd.inc"
+
+; FRCD bits 127:96: F, T and the reason; PV (123:104) is undefined without PP (QEMU puts
+; its no-PASID value there, vbts 0).
+%define FRCD_F_T_FR     0xC00000FF
 
 main:
         SET_HANDLER 0x70, isr70
@@ -36,7 +43,8 @@ main:
         mov eax, 0x10
         call pci_read
         mov [edu], eax
-        CHECK_EQ eax, 0xFE000000, "BAR0 at FE000000H"
+        and eax, 0xFFFFF
+        CHECK_EQ eax, 0, "BAR0: a 32-bit memory BAR, 1 MiB aligned"
         mov eax, 0x3C
         call pci_read
         and eax, 0xFF
@@ -55,6 +63,9 @@ main:
         mov dword [ebx + 0x04], 0x12345678
         CHECK_EQ dword [ebx + 0x04], 0xEDCBA987, "edu liveness: NOT of the value written"
         mov dword [ebx + 0x08], 10
+.computing:
+        test dword [ebx + 0x20], 1      ; status bit 0: computing (QEMU: a thread; vbts: done)
+        jnz .computing
         CHECK_EQ dword [ebx + 0x08], 3628800, "edu factorial of 10"
         ; ---- 3. DMA remapping
         cld
@@ -98,7 +109,9 @@ main:
         CHECK_EQ dword [FSTS], 2, "DMA write to an unmapped page: FSTS.PPF"
         CHECK_EQ dword [FRCD], 0x1000, "fault record: FI = 1000H"
         CHECK_EQ dword [FRCD + 8], EDU_SID, "fault record: SID = 0018H"
-        CHECK_EQ dword [FRCD + 12], 0x80000005, "fault record: F, a write, reason 5"
+        mov eax, [FRCD + 12]
+        and eax, FRCD_F_T_FR
+        CHECK_EQ eax, 0x80000005, "fault record: F, a write, reason 5"
         mov dword [FEDATA], 0x73
         mov dword [FEADDR], 0xFEE00000
         sti
@@ -167,7 +180,9 @@ main:
         CHECK_EQ dword [count72], 0, "source-id mismatch: no interrupt"
         CHECK_EQ dword [FRCD + 4], 0x00030000, "fault record: index 3 in FI bits 63:48"
         CHECK_EQ dword [FRCD + 8], EDU_SID, "fault record: SID = 0018H"
-        CHECK_EQ dword [FRCD + 12], 0x80000026, "fault record: reason 26H (source-id)"
+        mov eax, [FRCD + 12]
+        and eax, FRCD_F_T_FR
+        CHECK_EQ eax, 0x80000026, "fault record: reason 26H (source-id)"
         mov dword [FRCD + 12], 0x80000000
         call edu_ack
         ; Compatibility format (address bit 4 clear), vector 72H in the data.
@@ -179,7 +194,9 @@ main:
         call pci_write
         call edu_raise
         CHECK_EQ dword [count72], 0, "compatibility format with CFIS clear: no interrupt"
-        CHECK_EQ dword [FRCD + 12], 0x80000025, "fault record: reason 25H (compatibility format)"
+        mov eax, [FRCD + 12]
+        and eax, FRCD_F_T_FR
+        CHECK_EQ eax, 0x80000025, "fault record: reason 25H (compatibility format)"
         mov dword [FRCD + 12], 0x80000000
         call edu_ack
         mov eax, CFI
