@@ -166,6 +166,11 @@ class Lapic {
   // physical mode (SDM 10.6.2.1) or logical, flat or cluster model (10.6.2.2);
   // FFH is a broadcast in both.
   bool Accepts(uint8_t dest, bool logical) const { return MatchesDestination(dest, logical); }
+  // A 32-bit destination (an MSI's through x2APIC interrupt remapping): the
+  // x2APIC rules in x2APIC mode, its low 8 bits otherwise.
+  bool AcceptsWide(uint32_t dest, bool logical) const {
+    return x2apic_mode_ ? MatchesX2apicDestination(dest, logical) : MatchesDestination(uint8_t(dest), logical);
+  }
 
   // Called with the vector of each EOI of a level-triggered interrupt
   // (SDM 10.8.5: the EOI broadcast to the I/O APICs).

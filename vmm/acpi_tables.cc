@@ -171,7 +171,7 @@ absl::Status WriteAcpiTables(PhysMemory& ram, AcpiOptions options) {
   // FFH, path device 0 function 0.
   if (dmar) {
     p.Put(kDmar + 36, 38, 1);
-    p.Put(kDmar + 37, (1u << 0) | (1u << 1), 1);  // INTR_REMAP, X2APIC_OPT_OUT
+    p.Put(kDmar + 37, 1u << 0, 1);  // INTR_REMAP (not X2APIC_OPT_OUT: the unit has EIM)
     const uint64_t d = kDmar + 48;
     p.Put(d, 0, 2), p.Put(d + 2, 16 + 8, 2), p.Put(d + 4, 1, 1), p.Put(d + 6, 0, 2), p.Put(d + 8, kVtdBase, 8);
     const uint64_t sc = d + 16;

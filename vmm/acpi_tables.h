@@ -47,8 +47,8 @@ inline constexpr uint64_t kAcpiFacsGpa = kAcpiTablesGpa + 0x40;
 //        vbts's own controllers follow): no other override.
 //  +280H RSDT, +2C0H XSDT: FADT and MADT (then the DMAR, then the SSDT).
 //  +320H DMAR, with `dmar` (--device=intel-iommu; Intel VT-d spec 8.1-8.3):
-//        host address width 39 bits, INTR_REMAP and X2APIC_OPT_OUT (the unit
-//        remaps in xAPIC format only); one DRHD for segment 0 with
+//        host address width 39 bits, INTR_REMAP (not X2APIC_OPT_OUT: the
+//        unit remaps in x2APIC format too); one DRHD for segment 0 with
 //        INCLUDE_PCI_ALL at IntelIommu::kBase, whose device scope names the
 //        I/O APIC (enumeration ID 0) at source-id kIoapicSourceId.
 //  +380H SSDT, with `pci_root` (a PCI device from --device): the host

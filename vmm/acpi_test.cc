@@ -116,7 +116,7 @@ TEST_F(AcpiDeviceTablesTest, DmarDescribesTheRemappingUnitAndTheIoapicScope) {
   // VT-d spec 8.1: 48-byte header then one 24-byte DRHD: 72 bytes.
   EXPECT_EQ(R(dmar + 4, 4), 72u);
   EXPECT_EQ(R(dmar + 36, 1), 38u);    // host address width 39 - 1
-  EXPECT_EQ(R(dmar + 37, 1), 0x3u);   // INTR_REMAP, X2APIC_OPT_OUT
+  EXPECT_EQ(R(dmar + 37, 1), 0x1u);   // INTR_REMAP; not X2APIC_OPT_OUT (the unit has EIM)
   // DRHD (8.3): type 0, length 24, INCLUDE_PCI_ALL, segment 0, base.
   EXPECT_EQ(R(dmar + 48, 8), 0x0000'0001'0018'0000ull);
   EXPECT_EQ(R(dmar + 56, 8), 0xFED90000u);

@@ -15,9 +15,11 @@ constexpr uint32_t kVer = 0x00, kCap = 0x08, kEcap = 0x10, kGcmd = 0x18, kRtaddr
 // CAP (10.4.2): ND = 6 (64 K domains), SAGAW = 39- and 48-bit, MGAW = 47,
 // FRO = 22H (220H / 16), SLLPS = 2 MiB and 1 GiB, NFR = 0 (one register).
 constexpr uint64_t kCapValue = 6ull | (0x6ull << 8) | (47ull << 16) | (0x22ull << 24) | (0x3ull << 34);
-// ECAP (10.4.3): C, QI, IR, PT, IRO = FH (F0H / 16), MHMV = FH.
-constexpr uint64_t kEcapC = 1ull << 0, kEcapQi = 1ull << 1, kEcapIr = 1ull << 3, kEcapPt = 1ull << 6;
-constexpr uint64_t kEcapValue = kEcapC | kEcapQi | kEcapIr | kEcapPt | (0xFull << 8) | (0xFull << 20);
+// ECAP (10.4.3): C, QI, IR, EIM, PT, IRO = FH (F0H / 16), MHMV = FH.
+constexpr uint64_t kEcapC = 1ull << 0, kEcapQi = 1ull << 1, kEcapIr = 1ull << 3, kEcapEim = 1ull << 4,
+                   kEcapPt = 1ull << 6;
+constexpr uint64_t kEcapValue = kEcapC | kEcapQi | kEcapIr | kEcapEim | kEcapPt | (0xFull << 8) | (0xFull << 20);
+constexpr uint64_t kIrtaEime = 1ull << 11;
 constexpr uint32_t kVersion = 0x10;
 
 // GCMD/GSTS bits (10.4.4-10.4.5).
@@ -103,10 +105,11 @@ void IntelIommu::Write(uint32_t offset, int size, uint64_t value) {
         fectl_ = (fectl_ & kIp) | (lo32 & kIm);
         if (!(fectl_ & kIm) && (fectl_ & kIp)) Event(fectl_, fedata_, feaddr_, feuaddr_);
       }
-      if (high) fedata_ = hi32 & 0xFFFF;  // (bits 31:16 need EIM)
+      if (high) fedata_ = hi32 & 0xFFFF;
       break;
     case kFeaddrSlot:
-      if (low) feaddr_ = lo32 & ~3u;  // FEUADDR needs EIM: reads 0
+      if (low) feaddr_ = lo32 & ~3u;
+      if (high) feuaddr_ = hi32 & ~0xFFu;  // x2APIC destination bits 31:8 (EIM)
       break;
     case kIqt:
       merge(iqt_, 0x7FFF0);
@@ -130,10 +133,11 @@ void IntelIommu::Write(uint32_t offset, int size, uint64_t value) {
       break;
     case kIeaddrSlot:
       if (low) ieaddr_ = lo32 & ~3u;
+      if (high) ieuaddr_ = hi32 & ~0xFFu;
       break;
     case kIrta:
-      // Address and size; EIME (bit 11) needs ECAP.EIM, which is clear.
-      merge(irta_, kPageMask | 0xF);
+      // Address, EIME (x2APIC destinations: ECAP.EIM) and size.
+      merge(irta_, kPageMask | kIrtaEime | 0xF);
       break;
     case kIva:
       merge(iva_, ~0ull);
@@ -300,8 +304,11 @@ std::optional<MsiMessage> IntelIommu::RemapInterrupt(std::optional<uint16_t> req
 std::optional<MsiMessage> IntelIommu::Remap(std::optional<uint16_t> requester, const MsiMessage& request,
                                             Reason& reason, bool& fpd) {
   if (!ire_) return request;
+  const bool eime = (irt_ & kIrtaEime) != 0;
   if (!(request.address & (1u << 4))) {
-    if (cfi_) return request;
+    // Compatibility format: only while CFIS is set, and never in x2APIC
+    // mode (5.1.2.1: EIME blocks them whatever CFI says).
+    if (cfi_ && !eime) return request;
     return reason = kIrCompatBlocked, std::nullopt;
   }
   uint32_t index = static_cast<uint32_t>(((request.address >> 5) & 0x7FFF) | ((request.address >> 2) & 1) << 15);
@@ -318,10 +325,10 @@ std::optional<MsiMessage> IntelIommu::Remap(std::optional<uint16_t> requester, c
   if (!lo.ok() || !hi.ok()) return reason = kIrTableInvalid, std::nullopt;
   if (!(*lo & 1)) return reason = kIrEntryNotPresent, std::nullopt;
   fpd = (*lo & 2) != 0;
-  // Reserved in this mode: 14:12, IM (posted), 31:24, DST outside 47:40,
-  // 127:84.
-  if ((*lo & 0x0000'FFFF'FF00'F000ull & ~(0xFFull << 40)) || (*lo & 0xFFFF'0000'0000'0000ull) || (*hi >> 20))
-    return reason = kIrEntryReserved, std::nullopt;
+  // Reserved: 14:12, IM (posted), 31:24, 127:84; in xAPIC mode also DST
+  // outside 47:40 (x2APIC mode: all 32 bits are the destination).
+  const uint64_t dst_reserved = eime ? 0 : 0xFFFF'00FF'0000'0000ull;
+  if ((*lo & 0xFF00'F000ull) || (*lo & dst_reserved) || (*hi >> 20)) return reason = kIrEntryReserved, std::nullopt;
   const uint64_t svt = (*hi >> 18) & 3, sq = (*hi >> 16) & 3, sid = *hi & 0xFFFF;
   if (svt == 3) return reason = kIrEntryReserved, std::nullopt;
   if (requester && svt == 1) {
@@ -331,8 +338,12 @@ std::optional<MsiMessage> IntelIommu::Remap(std::optional<uint16_t> requester, c
     const uint16_t bus = *requester >> 8;  // between SID[15:8] and SID[7:0]
     if (bus < (sid >> 8) || bus > (sid & 0xFF)) return reason = kIrSourceId, std::nullopt;
   }
-  const uint64_t dest = (*lo >> 40) & 0xFF;
-  const uint64_t address = 0xFEE00000ull | dest << 12 | ((*lo >> 3) & 1) << 3 | ((*lo >> 2) & 1) << 2;
+  // The destination: 8 bits (xAPIC) in address bits 19:12; an x2APIC one's
+  // bits 31:8 in address bits 63:40 (the upper address, as FEUADDR holds
+  // them).
+  const uint64_t dest = eime ? (*lo >> 32) : (*lo >> 40) & 0xFF;
+  const uint64_t address = 0xFEE00000ull | (dest & 0xFF) << 12 | (dest >> 8) << 40 | ((*lo >> 3) & 1) << 3 |
+                           ((*lo >> 2) & 1) << 2;
   const uint32_t data = static_cast<uint32_t>(((*lo >> 16) & 0xFF) | ((*lo >> 5) & 7) << 8 | ((*lo >> 4) & 1) << 15);
   return MsiMessage{address, data};
 }

@@ -24,7 +24,8 @@ namespace vbts::vmm {
 //    guest address width) and 4 levels (48-bit); 2-MiB and 1-GiB
 //    superpages; one fault recording register at 220H; the IOTLB registers
 //    at F0H; coherent table walks (ECAP.C); queued invalidation,
-//    interrupt remapping (xAPIC format: no EIM) and pass-through.
+//    interrupt remapping (xAPIC format, and x2APIC format with EIM) and
+//    pass-through.
 //  - Legacy-mode root and context tables (3.4.2-3.4.3; no scalable mode,
 //    no PASIDs, no device TLBs, no first-level tables, no protected memory
 //    regions, no advanced fault logging, no posted interrupts).
@@ -49,8 +50,10 @@ namespace vbts::vmm {
 // (address bit 4) is looked up in the interrupt remapping table latched by
 // SIRTP: handle = address[19:5] | address[2] << 15, plus data[15:0] when
 // SHV; its IRTE gives vector, delivery mode, trigger mode, destination mode
-// and the xAPIC destination (DST bits 15:8). Compatibility-format requests
-// pass only while CFIS is set. Faults 20H-26H are recorded as above unless
+// and the destination: DST bits 15:8 (xAPIC), or all 32 bits with IRTA.EIME
+// (x2APIC; the message then carries bits 31:8 in address bits 63:40, as the
+// upper address registers hold them). Compatibility-format requests pass
+// only while CFIS is set and EIME clear (5.1.2.1). Faults 20H-26H are recorded as above unless
 // the IRTE's FPD says not; the interrupt is then dropped. Source-id
 // validation (SVT 1 and 2) applies to requests that carry a requester ID
 // (PCI functions); the I/O APIC's carry none (no DMAR device scope gives it
@@ -124,7 +127,7 @@ class IntelIommu {
   // Registers as software wrote them.
   uint64_t rtaddr_ = 0, ccmd_ = 0, iva_ = 0, iotlb_ = 0, iqt_ = 0, iqa_ = 0, irta_ = 0;
   uint64_t iqh_ = 0;
-  uint32_t fsts_ = 0, fectl_ = 1u << 31, fedata_ = 0, feaddr_ = 0, feuaddr_ = 0;  // (upper: 0 without EIM)
+  uint32_t fsts_ = 0, fectl_ = 1u << 31, fedata_ = 0, feaddr_ = 0, feuaddr_ = 0;
   uint32_t ics_ = 0, iectl_ = 1u << 31, iedata_ = 0, ieaddr_ = 0, ieuaddr_ = 0;
   uint64_t frcd_lo_ = 0, frcd_hi_ = 0;  // the fault recording register
 };

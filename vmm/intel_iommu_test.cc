@@ -64,8 +64,8 @@ TEST_F(IntelIommuTest, CapabilitiesAsDocumented) {
   // ND 6 | SAGAW 0x6 << 8 | MGAW 47 << 16 | FRO 0x22 << 24 | SLLPS 3 << 34.
   EXPECT_EQ(iommu_.Read(0x08, 8), 0x0000000C222F0606ull);
   EXPECT_EQ(iommu_.Read(0x0C, 4), 0x0000000Cu);  // the upper half alone
-  // C | QI | IR | PT | IRO 0xF << 8 | MHMV 0xF << 20.
-  EXPECT_EQ(iommu_.Read(0x10, 8), 0x0000000000F00F4Bull);
+  // C | QI | IR | EIM | PT | IRO 0xF << 8 | MHMV 0xF << 20.
+  EXPECT_EQ(iommu_.Read(0x10, 8), 0x0000000000F00F5Bull);
   // Reset: nothing enabled, no fault, both event interrupts masked.
   EXPECT_EQ(iommu_.Read(kGsts, 4), 0u);
   EXPECT_EQ(iommu_.Read(kFsts, 4), 0u);
@@ -229,6 +229,24 @@ TEST_F(InterruptRemapTest, AnIrteBecomesACompatibilityMessage) {
   EXPECT_EQ(iommu_.RemapInterrupt(kSid, Remappable(0, true, 2)), m);
   // The I/O APIC's requests carry no source-id: not validated.
   EXPECT_EQ(iommu_.RemapInterrupt(std::nullopt, Remappable(2)), m);
+}
+
+TEST_F(InterruptRemapTest, X2apicModeTakesAll32DestinationBits) {
+  // IRTA.EIME: DST is a 32-bit x2APIC ID (here logical cluster 2, member
+  // bit 5: 0x00020020); its bits 7:0 go to address bits 19:12, 31:8 to
+  // address bits 63:40.
+  iommu_.Write(kIrta, 8, kIrt | (1 << 11) | 3);
+  Command(kSirtp);
+  EXPECT_EQ(iommu_.Read(kIrta, 8), kIrt | (1 << 11) | 3);
+  Irte(1, 1 | (1 << 2) | (0x40ull << 16) | (0x00020020ull << 32), 0);
+  std::optional<MsiMessage> m = iommu_.RemapInterrupt(kSid, Remappable(1));
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ(m->address, 0xFEE20004ull | (0x000200ull << 40));
+  EXPECT_EQ(m->data, 0x40u);
+  // In x2APIC mode compatibility-format requests are blocked even with CFI.
+  Command(kCfi);
+  EXPECT_EQ(iommu_.RemapInterrupt(kSid, MsiMessage{0xFEE00000, 0x30}), std::nullopt);
+  EXPECT_EQ((iommu_.Read(kFrcd + 8, 8) >> 32) & 0xFF, 0x25u);
 }
 
 TEST_F(InterruptRemapTest, FaultsOfInterruptRemapping) {

@@ -37,8 +37,8 @@ check "COM1 through interrupt remapping" "$([ "$chip" = IR-IO-APIC ] && [ "$coun
 
 u=/sys/class/iommu/dmar0/intel-iommu
 regs="$(cat $u/version $u/address $u/cap $u/ecap 2>&1 | tr '\n' ' ')"
-check "dmar0 registers" "$([ "$regs" = "1:0 fed90000 c222f0606 f00f4b " ] && echo 1)" \
-  "version, address, cap, ecap: $regs(expected 1:0 fed90000 c222f0606 f00f4b)"
+check "dmar0 registers" "$([ "$regs" = "1:0 fed90000 c222f0606 f00f5b " ] && echo 1)" \
+  "version, address, cap, ecap: $regs(expected 1:0 fed90000 c222f0606 f00f5b)"
 
 d=/sys/bus/pci/devices/0000:00:03.0
 ids="$(cat $d/vendor $d/device $d/class 2>&1 | tr '\n' ' ')"

@@ -35,7 +35,9 @@ remapping and DMA remapping on vbts's unit, finds the edu device through the
 ACPI PCI root, and user space makes the device DMA to an unmapped IOVA twice:
 six PASS lines (IOMMU_CHECKS), "SUMMARY: 6 passed, 0 failed", and the kernel's
 lines in IOMMU_LINES, among them the two faults as Linux decodes the unit's
-fault records (reason 5 for the write, 6 for the read).
+fault records (reason 5 for the write, 6 for the read), and in
+IOMMU_MODE_LINES: remapping in xAPIC format on westmere, in x2APIC format (EIM)
+with the x2APIC in cluster mode on skylake.
 Under QEMU's TCG (no PMU): status 155 and init's (or perf-tool.sh's) SKIP line.
 Exit status: 0 as expected, 1 not, 77 no kernel.
 """
@@ -63,9 +65,8 @@ PERF_TOOL_CHECKS = ("perf stat", "perf stat L1-dcache", "perf stat task-clock", 
 IOMMU_CHECKS = ("timer through interrupt remapping", "COM1 through interrupt remapping", "dmar0 registers",
                 "edu on the PCI bus", "edu in an IOMMU group", "DMA faults signalled")
 IOMMU_LINES = (
-    "DMAR: dmar0: reg_base_addr fed90000 ver 1:0 cap c222f0606 ecap f00f4b",
+    "DMAR: dmar0: reg_base_addr fed90000 ver 1:0 cap c222f0606 ecap f00f5b",
     "DMAR-IR: IOAPIC id 0 under DRHD base  0xfed90000 IOMMU 0",
-    "DMAR-IR: Enabled IRQ remapping in xapic mode",
     "ACPI: PCI Root Bridge [PCI0] (domain 0000 [bus 00-ff])",
     "pci 0000:00:03.0: BAR 0 [mem 0xfe000000-0xfe0fffff]",
     "DMAR: dmar0: Using Queued invalidation",
@@ -76,6 +77,14 @@ IOMMU_LINES = (
     "DMAR: [DMA Read NO_PASID] Request device [00:03.0] fault addr 0x1000 [fault reason 0x06] "
     "PTE Read access is not set",
 )
+
+
+# Interrupt remapping's mode: x2APIC (EIM) where the CPU model has an x2APIC.
+IOMMU_MODE_LINES = {
+    "westmere": ("DMAR-IR: Enabled IRQ remapping in xapic mode",),
+    "skylake": ("DMAR-IR: Enabled IRQ remapping in x2apic mode", "x2apic enabled",
+                "Switched APIC routing to cluster x2apic."),
+}
 
 
 def main():
@@ -130,7 +139,8 @@ def main():
         summary = "SUMMARY: %d passed, 0 failed" % len(checks)
         if summary not in lines:
             errors.append("no '%s' line" % summary)
-        for want in [PMU_LINES.get(a.cpu)] + (list(IOMMU_LINES) if a.iommu else []):
+        iommu_lines = list(IOMMU_LINES) + list(IOMMU_MODE_LINES.get(a.cpu, ())) if a.iommu else []
+        for want in [PMU_LINES.get(a.cpu)] + iommu_lines:
             if want and not any(l.endswith("] " + want) for l in out):
                 errors.append("the kernel did not say %r" % want)
         if a.record_max:
