@@ -48,9 +48,12 @@ class Platform : public vbts::vmm::PciPlatform {
   }
   void Check(const MsiMessage& request, const std::optional<MsiMessage>& out) {
     // With remapping on, a remappable request that passes comes out of an
-    // IRTE: compatibility format (bit 4 clear) at FEExxxxxH, 16-bit data.
+    // IRTE: compatibility format (bit 4 clear) at FEExxxxxH (an x2APIC
+    // destination's bits 31:8 in address bits 63:40, 39:32 clear), 16-bit
+    // data.
     if (out && iommu_.remapping_enabled() && (request.address & (1u << 4)) &&
-        ((out->address >> 20) != 0xFEE || (out->address & (1u << 4)) || (out->data >> 16)))
+        (((out->address >> 20) & 0xFFF) != 0xFEE || ((out->address >> 32) & 0xFF) || (out->address & (1u << 4)) ||
+         (out->data >> 16)))
       __builtin_trap();
   }
 
