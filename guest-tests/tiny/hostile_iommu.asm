@@ -124,21 +124,9 @@ main:
         call vtd_command
         mov eax, IRE
         call vtd_command
-        mov eax, 0x44                   ; MSI: handle 0, remappable
-        mov ecx, 0xFEE00000 | (1 << 4)
-        call pci_write
-        mov eax, 0x48
-        xor ecx, ecx
-        call pci_write
-        mov eax, 0x4C
-        xor ecx, ecx
-        call pci_write
-        mov eax, 0x40
-        call pci_read
-        mov ecx, eax
-        or ecx, 1 << 16
-        mov eax, 0x40
-        call pci_write
+        mov ecx, 0xFEE00000 | (1 << 4)  ; MSI: handle 0, remappable
+        xor edx, edx
+        call edu_msi
         sti
         call edu_raise
         CHECK_EQ dword [FRCD + 12], 0x80000023, "remapping table beyond RAM: reason 23H"

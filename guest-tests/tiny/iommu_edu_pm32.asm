@@ -153,22 +153,9 @@ main:
         mov dword [IOWIN], 0x70
         call edu_raise
         CHECK_EQ dword [count70], 1, "INTx through the I/O APIC, remapped by IRTE 1: vector 70H"
-        ; MSI: 64-bit capability at 40H; address handle 2, remappable; enabled.
-        mov eax, 0x44
-        mov ecx, 0xFEE00000 | (2 << 5) | (1 << 4)
-        call pci_write
-        mov eax, 0x48
-        xor ecx, ecx
-        call pci_write
-        mov eax, 0x4C
-        xor ecx, ecx
-        call pci_write
-        mov eax, 0x40
-        call pci_read
-        mov ecx, eax
-        or ecx, 1 << 16                 ; message control bit 0: MSI enable
-        mov eax, 0x40
-        call pci_write
+        mov ecx, 0xFEE00000 | (2 << 5) | (1 << 4)  ; MSI: handle 2, remappable
+        xor edx, edx
+        call edu_msi
         call edu_raise
         CHECK_EQ dword [count71], 1, "MSI remapped by IRTE 2: vector 71H"
         CHECK_EQ dword [count70], 1, "no INTx while MSI is on"
