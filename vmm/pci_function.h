@@ -36,9 +36,10 @@ class PciPlatform {
 };
 
 // The 256-byte configuration space (PCI Local Bus Specification 3.0, 6.1)
-// with, per byte, the bits software may write and the bits a write of 1
-// clears (the status register's error bits). Reads return the bytes as
-// kept; writes change only writable bits. Registers are little-endian.
+// with, per byte, the bits software may write. Reads return the bytes as
+// kept; writes change only writable bits. Registers are little-endian. The
+// status register is read only: no function here signals an error, so its
+// write-1-to-clear bits are never set.
 //
 // Common rules every function here follows (PCI 3.0 6.2):
 //  - Command (04H): I/O space (bit 0), memory space (1), bus master (2) and
