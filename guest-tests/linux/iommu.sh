@@ -8,18 +8,7 @@
 # signals (the kernel logs them; run-linux.py checks those lines). Run by
 # init.c (`-- run /bin/sh /iommu.sh`), whose verdict is this script's status.
 export PATH=/usr/bin:/bin
-passes=0
-failures=0
-
-check() {  # NAME OK DETAIL
-  if [ "$2" = 1 ]; then
-    echo "PASS: $1: $3"
-    passes=$((passes + 1))
-  else
-    echo "FAIL: $1: $3"
-    failures=$((failures + 1))
-  fi
-}
+. /check.sh
 
 # /proc/interrupts line of IRQ $1: "count chip ..." -> $count $chip
 irq() {
@@ -54,5 +43,4 @@ irq 24
 check "DMA faults signalled" "$([ "$chip" = DMAR-MSI ] && [ "$before" = 0 ] && [ "$count" = 2 ] && echo 1)" \
   "IRQ 24 on $chip: $before fault interrupts before the transfers, $count after (expected DMAR-MSI, 0, 2)"
 
-echo "SUMMARY: $passes passed, $failures failed"
-[ "$failures" = 0 ]
+summary

@@ -14,18 +14,7 @@
 # C libraries, so each check looks only at the loop, or at a difference.
 export PATH=/usr/bin:/bin
 cd /tmp || exit 1
-passes=0
-failures=0
-
-check() {  # NAME OK DETAIL
-  if [ "$2" = 1 ]; then
-    echo "PASS: $1: $3"
-    passes=$((passes + 1))
-  else
-    echo "FAIL: $1: $3"
-    failures=$((failures + 1))
-  fi
-}
+. /check.sh
 
 if [ ! -e /sys/bus/event_source/devices/cpu ]; then
   echo "SKIP: no hardware PMU under this kernel (/sys/bus/event_source/devices/cpu)"
@@ -200,5 +189,4 @@ else
     "$pmu: perf record refused: $(grep -v "^ *$" cs.err | tr '\n' ' ')(expected only on westmere)"
 fi
 
-echo "SUMMARY: $passes passed, $failures failed"
-[ "$failures" = 0 ]
+summary
