@@ -28,10 +28,6 @@ const char* BranchKindName(BranchKind k) {
   return "?";
 }
 
-bool IsEventDelivery(BranchKind k) {
-  return k == BranchKind::kException || k == BranchKind::kInterrupt || k == BranchKind::kNmi;
-}
-
 bool IsFarBranch(BranchKind k) {
   switch (k) {
     case BranchKind::kFarJmp:

@@ -41,7 +41,9 @@ const char* BranchKindName(BranchKind k);  // "jcc", "ind-call", "exception", ..
 // deliveries).
 bool IsFarBranch(BranchKind k);
 // True for the event deliveries (kException, kInterrupt, kNmi).
-bool IsEventDelivery(BranchKind k);
+inline bool IsEventDelivery(BranchKind k) {  // (inline: asked at every LBR push)
+  return k == BranchKind::kException || k == BranchKind::kInterrupt || k == BranchKind::kNmi;
+}
 
 // Execution mode of the code that ran, as branch records need it.
 enum class ExecMode : uint8_t {

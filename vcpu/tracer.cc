@@ -810,12 +810,12 @@ const DecodedInsn* Tracer::BlockEndInsn(const Boundary& p, uint64_t last, const 
   constexpr size_t kEntries = 4096;
   if (insn_cache_.empty()) insn_cache_.resize(kEntries);
   const bool user = p.cpl == 3;
-  const pmu::PagingRegs paging = st.paging_regs();
   CachedInsn& e = insn_cache_[(last ^ (last >> 12)) & (kEntries - 1)];
   auto where = [&](uint64_t length) -> std::optional<uint64_t> {
     if ((last & 0xFFF) + length > 0x1000) return std::nullopt;  // on two pages: not cached
-    absl::StatusOr<pmu::Translation> t =
-        pmu::Translate(paging, mem_, Gva(last), pmu::Access{.user = user, .fetch = true}, /*set_accessed_dirty=*/false);
+    absl::StatusOr<pmu::Translation> t = pmu::Translate(st.paging_regs(), mem_, Gva(last),
+                                                        pmu::Access{.user = user, .fetch = true},
+                                                        /*set_accessed_dirty=*/false);
     if (!t.ok() || !t->fault.ok()) return std::nullopt;
     return t->gpa.value;
   };
@@ -840,7 +840,7 @@ const DecodedInsn* Tracer::BlockEndInsn(const Boundary& p, uint64_t last, const 
   // `last` ran in p's block: p's CPL and mode; decoded under the paging in
   // force now (QEMU fetched it through the same TLB unless a flush came
   // between, which only a MOV to CR3/CR0/CR4 or INVLPG ending the block does).
-  absl::StatusOr<DecodedInsn> d = DecodeAt(paging, user, p.dmode, mem_, Gva(last));
+  absl::StatusOr<DecodedInsn> d = DecodeAt(st.paging_regs(), user, p.dmode, mem_, Gva(last));
   if (!d.ok()) {
     error = d.status();
     return nullptr;
