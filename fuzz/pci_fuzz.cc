@@ -4,13 +4,14 @@
 // registers, and the tables in guest RAM they walk (root, context and
 // second-level entries, the invalidation queue, IRTEs), all from the input.
 // The platform is the machine's in small: DMA page by page through the
-// IOMMU to RAM, MSI through interrupt remapping, the I/O APIC's requests
+// IOMMU to RAM (the machine's own function), MSI through interrupt remapping, the I/O APIC's requests
 // remapped too.
 //
 // Checks: no crash; every RAM access stays inside RAM (FakePhysMemory
-// refuses the rest); with translation off DMA reaches the address itself;
-// a remapped interrupt is a compatibility-format message to FEExxxxxH; the
-// edu keeps its identity.
+// refuses the rest); with translation off a request translates to the
+// address itself (the edu's DMA goes through the same translation, in the
+// machine's IommuDmaRead/IommuDmaWrite); a remapped interrupt is a
+// compatibility-format message to FEExxxxxH; the edu keeps its identity.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -23,7 +24,6 @@
 
 namespace {
 
-using vbts::Gpa;
 using vbts::vmm::MsiMessage;
 
 constexpr uint64_t kRam = 64 << 10;
@@ -32,15 +32,12 @@ constexpr uint32_t kBar = 0xFE000000;
 class Platform : public vbts::vmm::PciPlatform {
  public:
   Platform(vbts::PhysMemory& ram, vbts::vmm::IntelIommu& iommu) : ram_(ram), iommu_(iommu) {}
+  // As the machine's: vmm/intel_iommu.h's page by page DMA.
   absl::Status DmaRead(uint16_t requester, uint64_t address, absl::Span<uint8_t> out) override {
-    return Dma(requester, address, out.size(), false, [&](uint64_t gpa, uint64_t off, uint64_t n) {
-      return ram_.Read(Gpa(gpa), out.subspan(off, n));
-    });
+    return vbts::vmm::IommuDmaRead(&iommu_, ram_, requester, address, out);
   }
   absl::Status DmaWrite(uint16_t requester, uint64_t address, absl::Span<const uint8_t> data) override {
-    return Dma(requester, address, data.size(), true, [&](uint64_t gpa, uint64_t off, uint64_t n) {
-      return ram_.Write(Gpa(gpa), data.subspan(off, n));
-    });
+    return vbts::vmm::IommuDmaWrite(&iommu_, ram_, requester, address, data);
   }
   void SetIntx(uint16_t, uint8_t, bool) override {}
   void SignalMsi(uint16_t requester, const MsiMessage& m) override {
@@ -58,20 +55,6 @@ class Platform : public vbts::vmm::PciPlatform {
   }
 
  private:
-  template <typename F>
-  absl::Status Dma(uint16_t requester, uint64_t address, uint64_t len, bool write, F access) {
-    for (uint64_t done = 0; done < len;) {
-      const uint64_t at = address + done;
-      const uint64_t n = std::min(len - done, 0x1000 - (at & 0xFFF));
-      const bool translating = iommu_.translation_enabled();
-      std::optional<uint64_t> gpa = iommu_.TranslateDma(requester, at, write);
-      if (!translating && gpa != at) __builtin_trap();
-      if (!gpa) return absl::PermissionDeniedError("fault");
-      if (absl::Status st = access(*gpa, done, n); !st.ok()) return st;
-      done += n;
-    }
-    return absl::OkStatus();
-  }
   vbts::PhysMemory& ram_;
   vbts::vmm::IntelIommu& iommu_;
 };
@@ -132,7 +115,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       default: {  // a request from elsewhere: DMA translation, an I/O APIC or MSI interrupt
         const uint16_t requester = in.U16();
         const uint64_t address = in.Value();
-        (void)iommu.TranslateDma(requester, address, in.Bool());
+        const bool translating = iommu.translation_enabled();
+        const std::optional<uint64_t> gpa = iommu.TranslateDma(requester, address, in.Bool());
+        if (!translating && gpa != address) __builtin_trap();  // translation off: the address itself
         MsiMessage m;
         m.address = in.Value(0xFEE00000);
         m.data = in.U32();

@@ -1,7 +1,11 @@
 // intel_iommu.cc: see intel_iommu.h.
 #include "vmm/intel_iommu.h"
 
+#include <algorithm>
 #include <utility>
+
+#include "absl/strings/str_format.h"
+#include "base/status_macros.h"
 
 namespace vbts::vmm {
 namespace {
@@ -346,6 +350,39 @@ std::optional<MsiMessage> IntelIommu::Remap(std::optional<uint16_t> requester, c
                            ((*lo >> 2) & 1) << 2;
   const uint32_t data = static_cast<uint32_t>(((*lo >> 16) & 0xFF) | ((*lo >> 5) & 7) << 8 | ((*lo >> 4) & 1) << 15);
   return MsiMessage{address, data};
+}
+
+namespace {
+
+// IommuDmaRead/IommuDmaWrite: `access(gpa, offset, n)` for each page.
+template <typename Access>
+absl::Status Dma(IntelIommu* iommu, uint16_t requester, uint64_t address, uint64_t len, bool write, Access access) {
+  for (uint64_t done = 0; done < len;) {
+    const uint64_t at = address + done;
+    const uint64_t n = std::min(len - done, 0x1000 - (at & 0xFFF));
+    std::optional<uint64_t> gpa = iommu ? iommu->TranslateDma(requester, at, write) : at;
+    if (!gpa)
+      return absl::PermissionDeniedError(absl::StrFormat("DMA %s 0x%x: IOMMU fault", write ? "write" : "read", at));
+    VBTS_RETURN_IF_ERROR(access(*gpa, done, n));
+    done += n;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status IommuDmaRead(IntelIommu* iommu, PhysMemory& ram, uint16_t requester, uint64_t address,
+                          absl::Span<uint8_t> out) {
+  return Dma(iommu, requester, address, out.size(), /*write=*/false, [&](uint64_t gpa, uint64_t offset, uint64_t n) {
+    return ram.Read(Gpa(gpa), out.subspan(offset, n));
+  });
+}
+
+absl::Status IommuDmaWrite(IntelIommu* iommu, PhysMemory& ram, uint16_t requester, uint64_t address,
+                           absl::Span<const uint8_t> data) {
+  return Dma(iommu, requester, address, data.size(), /*write=*/true, [&](uint64_t gpa, uint64_t offset, uint64_t n) {
+    return ram.Write(Gpa(gpa), data.subspan(offset, n));
+  });
 }
 
 }  // namespace vbts::vmm

@@ -132,6 +132,16 @@ class IntelIommu {
   uint64_t frcd_lo_ = 0, frcd_hi_ = 0;  // the fault recording register
 };
 
+// A bus master's access (DMA) of requester ID `requester` to the bytes at
+// `address`: split at 4-KiB pages, each page translated by `iommu` (none:
+// the address itself) and read from or written to `ram`. The first page the
+// unit refuses (its fault is recorded) or `ram` does not hold ends the
+// access with an error; the pages before it are done.
+absl::Status IommuDmaRead(IntelIommu* iommu, PhysMemory& ram, uint16_t requester, uint64_t address,
+                          absl::Span<uint8_t> out);
+absl::Status IommuDmaWrite(IntelIommu* iommu, PhysMemory& ram, uint16_t requester, uint64_t address,
+                           absl::Span<const uint8_t> data);
+
 }  // namespace vbts::vmm
 
 #endif  // VBTS_VMM_INTEL_IOMMU_H_

@@ -1527,37 +1527,18 @@ absl::Status Machine::AddDevices() {
   return absl::OkStatus();
 }
 
-absl::Status Machine::Dma(uint16_t requester, uint64_t address, uint64_t len, bool write,
-                          const std::function<absl::Status(uint64_t gpa, uint64_t offset, uint64_t n)>& access) {
-  for (uint64_t done = 0; done < len;) {
-    const uint64_t at = address + done;
-    const uint64_t n = std::min(len - done, 0x1000 - (at & 0xFFF));
-    std::optional<uint64_t> gpa = iommu_ ? iommu_->TranslateDma(requester, at, write) : at;
-    if (!gpa) {
-      dma_faults_++;
-      return absl::PermissionDeniedError(absl::StrFormat("DMA %s 0x%x: IOMMU fault", write ? "write" : "read", at));
-    }
-    if (absl::Status st = access(*gpa, done, n); !st.ok()) {
-      dma_faults_++;
-      return st;
-    }
-    done += n;
-  }
-  return absl::OkStatus();
-}
-
 absl::Status Machine::DmaRead(uint16_t requester, uint64_t address, absl::Span<uint8_t> out) {
-  return Dma(requester, address, out.size(), /*write=*/false, [&](uint64_t gpa, uint64_t offset, uint64_t n) {
-    return tracer_ram_->Read(Gpa(gpa), out.subspan(offset, n));
-  });
+  absl::Status st = IommuDmaRead(iommu_.get(), *tracer_ram_, requester, address, out);
+  if (!st.ok()) dma_faults_++;
+  return st;
 }
 
 absl::Status Machine::DmaWrite(uint16_t requester, uint64_t address, absl::Span<const uint8_t> data) {
   // Through the code-coherent view: a DMA write over translated code drops
   // the TCG engine's translations of it.
-  return Dma(requester, address, data.size(), /*write=*/true, [&](uint64_t gpa, uint64_t offset, uint64_t n) {
-    return tracer_ram_->Write(Gpa(gpa), data.subspan(offset, n));
-  });
+  absl::Status st = IommuDmaWrite(iommu_.get(), *tracer_ram_, requester, address, data);
+  if (!st.ok()) dma_faults_++;
+  return st;
 }
 
 void Machine::SetIntx(uint16_t requester, uint8_t line, bool level) { SetIsaLine(line, level); }

@@ -255,10 +255,6 @@ class Machine : private vcpu::TcgDevices, private PciPlatform {
   absl::Status DmaWrite(uint16_t requester, uint64_t address, absl::Span<const uint8_t> data) override;
   void SetIntx(uint16_t requester, uint8_t line, bool level) override;
   void SignalMsi(uint16_t requester, const MsiMessage& message) override;
-  // A DMA access of `len` bytes at `address` split at 4-KiB pages, each
-  // page translated by the IOMMU (if any): calls `access(gpa, offset, n)`.
-  absl::Status Dma(uint16_t requester, uint64_t address, uint64_t len, bool write,
-                   const std::function<absl::Status(uint64_t gpa, uint64_t offset, uint64_t n)>& access);
   // A compatibility-format MSI to the LAPIC (SDM vol. 3A 10.11): whether it
   // accepted the interrupt.
   bool DeliverMsi(const MsiMessage& m);
