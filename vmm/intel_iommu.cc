@@ -61,14 +61,14 @@ uint64_t IntelIommu::Read(uint32_t offset, int size) const {
     case kRtaddr: slot = rtaddr_; break;
     case kCcmd: slot = ccmd_; break;
     case kFstsSlot: slot = static_cast<uint64_t>(fsts) << 32; break;
-    case kFectlSlot: slot = fectl_ | static_cast<uint64_t>(fedata_) << 32; break;
-    case kFeaddrSlot: slot = feaddr_ | static_cast<uint64_t>(feuaddr_) << 32; break;
+    case kFectlSlot: slot = fault_event_.ControlSlot(); break;
+    case kFeaddrSlot: slot = fault_event_.AddressSlot(); break;
     case kIqh: slot = iqh_; break;
     case kIqt: slot = iqt_; break;
     case kIqa: slot = iqa_; break;
     case kIcsSlot: slot = static_cast<uint64_t>(ics_) << 32; break;
-    case kIectlSlot: slot = iectl_ | static_cast<uint64_t>(iedata_) << 32; break;
-    case kIeaddrSlot: slot = ieaddr_ | static_cast<uint64_t>(ieuaddr_) << 32; break;
+    case kIectlSlot: slot = inv_event_.ControlSlot(); break;
+    case kIeaddrSlot: slot = inv_event_.AddressSlot(); break;
     case kIrta: slot = irta_; break;
     case kIva: slot = iva_; break;
     case kIotlb: slot = iotlb_; break;
@@ -102,18 +102,13 @@ void IntelIommu::Write(uint32_t offset, int size, uint64_t value) {
       break;
     case kFstsSlot:
       if (high) fsts_ &= ~(hi32 & kFstsW1c);
-      if (!(fsts_ & kFstsW1c) && !(frcd_hi_ >> 63)) fectl_ &= ~kIp;
+      MaybeClearFaultPending();
       break;
     case kFectlSlot:
-      if (low) {
-        fectl_ = (fectl_ & kIp) | (lo32 & kIm);
-        if (!(fectl_ & kIm) && (fectl_ & kIp)) Event(fectl_, fedata_, feaddr_, feuaddr_);
-      }
-      if (high) fedata_ = hi32 & 0xFFFF;
+      WriteEventControl(fault_event_, low, high, lo32, hi32);
       break;
     case kFeaddrSlot:
-      if (low) feaddr_ = lo32 & ~3u;
-      if (high) feuaddr_ = hi32 & ~0xFFu;  // x2APIC destination bits 31:8 (EIM)
+      WriteEventAddress(fault_event_, low, high, lo32, hi32);
       break;
     case kIqt:
       merge(iqt_, 0x7FFF0);
@@ -125,19 +120,14 @@ void IntelIommu::Write(uint32_t offset, int size, uint64_t value) {
     case kIcsSlot:
       if (high && (hi32 & 1)) {
         ics_ &= ~1u;
-        iectl_ &= ~kIp;
+        inv_event_.control &= ~kIp;
       }
       break;
     case kIectlSlot:
-      if (low) {
-        iectl_ = (iectl_ & kIp) | (lo32 & kIm);
-        if (!(iectl_ & kIm) && (iectl_ & kIp)) Event(iectl_, iedata_, ieaddr_, ieuaddr_);
-      }
-      if (high) iedata_ = hi32 & 0xFFFF;
+      WriteEventControl(inv_event_, low, high, lo32, hi32);
       break;
     case kIeaddrSlot:
-      if (low) ieaddr_ = lo32 & ~3u;
-      if (high) ieuaddr_ = hi32 & ~0xFFu;
+      WriteEventAddress(inv_event_, low, high, lo32, hi32);
       break;
     case kIrta:
       // Address, EIME (x2APIC destinations: ECAP.EIM) and size.
@@ -155,7 +145,7 @@ void IntelIommu::Write(uint32_t offset, int size, uint64_t value) {
       // F (bit 127) is write-1-to-clear; the rest is read only.
       if (high && (hi32 >> 31)) {
         frcd_hi_ &= ~(1ull << 63);
-        if (!(fsts_ & kFstsW1c)) fectl_ &= ~kIp;
+        MaybeClearFaultPending();
       }
       break;
     default:
@@ -203,7 +193,7 @@ void IntelIommu::ProcessQueue() {
           if (*lo & kWaitSw) ok = ram_.WriteLe<uint32_t>(Gpa(*hi & ~3ull), static_cast<uint32_t>(*lo >> 32)).ok();
           if (ok && (*lo & kWaitIf)) {
             ics_ |= 1;
-            Event(iectl_, iedata_, ieaddr_, ieuaddr_);
+            Event(inv_event_);
           }
           break;
         default:
@@ -214,19 +204,36 @@ void IntelIommu::ProcessQueue() {
     if (!ok) {
       // Invalidation queue error (6.5.2.10): IQH stays at the descriptor.
       fsts_ |= kIqe;
-      Event(fectl_, fedata_, feaddr_, feuaddr_);
+      Event(fault_event_);
       return;
     }
     iqh_ = (iqh_ + 16) % (entries * 16);
   }
 }
 
-void IntelIommu::Event(uint32_t& control, uint32_t data, uint32_t addr, uint32_t upper) {
+void IntelIommu::Event(EventRegs& ev) {
   // 7.3, 5.1.5: IP is set; unless masked the message goes out and IP clears.
-  control |= kIp;
-  if (control & kIm) return;
-  control &= ~kIp;
-  if (event_) event_(MsiMessage{addr | static_cast<uint64_t>(upper) << 32, data});
+  ev.control |= kIp;
+  if (ev.control & kIm) return;
+  ev.control &= ~kIp;
+  if (event_) event_(MsiMessage{ev.AddressSlot(), ev.data});
+}
+
+void IntelIommu::WriteEventControl(EventRegs& ev, bool low, bool high, uint32_t lo32, uint32_t hi32) {
+  if (low) {
+    ev.control = (ev.control & kIp) | (lo32 & kIm);  // IP is read only
+    if (!(ev.control & kIm) && (ev.control & kIp)) Event(ev);
+  }
+  if (high) ev.data = hi32 & 0xFFFF;
+}
+
+void IntelIommu::WriteEventAddress(EventRegs& ev, bool low, bool high, uint32_t lo32, uint32_t hi32) {
+  if (low) ev.addr = lo32 & ~3u;
+  if (high) ev.upper = hi32 & ~0xFFu;  // x2APIC destination bits 31:8 (EIM)
+}
+
+void IntelIommu::MaybeClearFaultPending() {
+  if (!(fsts_ & kFstsW1c) && !(frcd_hi_ >> 63)) fault_event_.control &= ~kIp;
 }
 
 void IntelIommu::RecordFault(uint16_t source, uint64_t address, Reason reason, bool read) {
@@ -238,7 +245,7 @@ void IntelIommu::RecordFault(uint16_t source, uint64_t address, Reason reason, b
     frcd_lo_ = address & kPageMask;
     frcd_hi_ = source | static_cast<uint64_t>(reason) << 32 | (read ? 1ull << 62 : 0) | 1ull << 63;
   }
-  Event(fectl_, fedata_, feaddr_, feuaddr_);
+  Event(fault_event_);
 }
 
 std::optional<uint64_t> IntelIommu::TranslateDma(uint16_t requester, uint64_t address, bool write) {

@@ -108,13 +108,26 @@ class IntelIommu {
   };
 
  private:
-  struct Walk;
+  // The registers of an event interrupt (7.3, 5.1.5; 10.4.10-13 for
+  // faults, 10.4.22-25 for invalidation completion): control (IM bit 31,
+  // reset 1; IP bit 30), data, address and upper address.
+  struct EventRegs {
+    uint32_t control = 1u << 31, data = 0, addr = 0, upper = 0;
+    uint64_t ControlSlot() const { return control | static_cast<uint64_t>(data) << 32; }
+    uint64_t AddressSlot() const { return addr | static_cast<uint64_t>(upper) << 32; }
+  };
   void Gcmd(uint32_t cmd);
   void ProcessQueue();
   void RecordFault(uint16_t source, uint64_t address, Reason reason, bool read);
-  // Sets `pending` (an event control register's IP) and sends the event
-  // through `addr`/`data` unless masked.
-  void Event(uint32_t& control, uint32_t data, uint32_t addr, uint32_t upper);
+  // Sets the event's IP and sends it unless masked.
+  void Event(EventRegs& ev);
+  // A write of the control/data slot or the address slot of `ev` (its low
+  // and/or high dword): an unmasking with IP set sends the event.
+  void WriteEventControl(EventRegs& ev, bool low, bool high, uint32_t lo32, uint32_t hi32);
+  static void WriteEventAddress(EventRegs& ev, bool low, bool high, uint32_t lo32, uint32_t hi32);
+  // No fault left to report (FSTS's write-1-to-clear bits and the fault
+  // record's F all clear): the fault event's IP clears (7.3.1).
+  void MaybeClearFaultPending();
   std::optional<uint64_t> Translate(uint16_t requester, uint64_t address, bool write, Reason& reason, bool& fpd);
   std::optional<MsiMessage> Remap(std::optional<uint16_t> requester, const MsiMessage& request, Reason& reason,
                                   bool& fpd);
@@ -127,8 +140,8 @@ class IntelIommu {
   // Registers as software wrote them.
   uint64_t rtaddr_ = 0, ccmd_ = 0, iva_ = 0, iotlb_ = 0, iqt_ = 0, iqa_ = 0, irta_ = 0;
   uint64_t iqh_ = 0;
-  uint32_t fsts_ = 0, fectl_ = 1u << 31, fedata_ = 0, feaddr_ = 0, feuaddr_ = 0;
-  uint32_t ics_ = 0, iectl_ = 1u << 31, iedata_ = 0, ieaddr_ = 0, ieuaddr_ = 0;
+  uint32_t fsts_ = 0, ics_ = 0;
+  EventRegs fault_event_, inv_event_;
   uint64_t frcd_lo_ = 0, frcd_hi_ = 0;  // the fault recording register
 };
 
