@@ -106,11 +106,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 3: {  // a remapping unit register write, in the shapes drivers use
         const uint32_t offset = (in.U16() & 0x3FC) & ~(size == 8 ? 7u : 3u);
         const uint16_t near = in.U16();
-        iommu.Write(offset, size, in.Value(near));
+        iommu.MmioWrite(offset, size, in.Value(near));
         break;
       }
       case 4:
-        (void)iommu.Read(in.U16() & 0xFFF, size);
+        (void)iommu.MmioRead(in.U16() & 0xFFF, size);
         break;
       default: {  // a request from elsewhere: DMA translation, an I/O APIC or MSI interrupt
         const uint16_t requester = in.U16();

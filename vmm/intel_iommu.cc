@@ -47,7 +47,7 @@ constexpr uint64_t kWaitIf = 1u << 4, kWaitSw = 1u << 5;
 IntelIommu::IntelIommu(PhysMemory& ram, std::function<void(const MsiMessage&)> event)
     : ram_(ram), event_(std::move(event)) {}
 
-uint64_t IntelIommu::Read(uint32_t offset, int size) const {
+uint64_t IntelIommu::MmioRead(uint64_t offset, int size) const {
   if (!((size == 4 && offset % 4 == 0) || (size == 8 && offset % 8 == 0)) || offset >= kSize) return 0;
   const uint32_t gsts = (te_ ? kTe : 0) | (rtps_ ? kSrtp : 0) | (qie_ ? kQie : 0) | (ire_ ? kIre : 0) |
                         (irtps_ ? kSirtp : 0) | (cfi_ ? kCfi : 0);
@@ -79,7 +79,7 @@ uint64_t IntelIommu::Read(uint32_t offset, int size) const {
   return size == 8 ? slot : (slot >> (8 * (offset & 4))) & 0xFFFFFFFFu;
 }
 
-void IntelIommu::Write(uint32_t offset, int size, uint64_t value) {
+void IntelIommu::MmioWrite(uint64_t offset, int size, uint64_t value) {
   if (!((size == 4 && offset % 4 == 0) || (size == 8 && offset % 8 == 0)) || offset >= kSize) return;
   const int shift = 8 * (offset & 4);
   const uint64_t mask = size == 8 ? ~0ull : 0xFFFFFFFFull << shift;

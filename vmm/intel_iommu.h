@@ -68,8 +68,9 @@ class IntelIommu {
   // remapped: 5.1.5).
   IntelIommu(PhysMemory& ram, std::function<void(const MsiMessage&)> event);
 
-  uint64_t Read(uint32_t offset, int size) const;
-  void Write(uint32_t offset, int size, uint64_t value);
+  // Register accesses at `offset` in the unit's page.
+  uint64_t MmioRead(uint64_t offset, int size) const;
+  void MmioWrite(uint64_t offset, int size, uint64_t value);
 
   // The address `requester`'s access to `address` reaches (the address
   // itself with translation off); nothing when the tables refuse it (the

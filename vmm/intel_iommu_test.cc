@@ -31,12 +31,12 @@ class IntelIommuTest : public ::testing::Test {
   void Command(uint32_t bit) {
     // As software must (VT-d spec 10.4.4): the status with one bit changed,
     // one-shot bits (SRTP, SIRTP) left out.
-    const uint32_t status = static_cast<uint32_t>(iommu_.Read(kGsts, 4)) & ~(kSrtp | kSirtp);
-    iommu_.Write(kGcmd, 4, status | bit);
+    const uint32_t status = static_cast<uint32_t>(iommu_.MmioRead(kGsts, 4)) & ~(kSrtp | kSirtp);
+    iommu_.MmioWrite(kGcmd, 4, status | bit);
   }
   void ClearCommand(uint32_t bit) {
-    const uint32_t status = static_cast<uint32_t>(iommu_.Read(kGsts, 4)) & ~(kSrtp | kSirtp);
-    iommu_.Write(kGcmd, 4, status & ~bit);
+    const uint32_t status = static_cast<uint32_t>(iommu_.MmioRead(kGsts, 4)) & ~(kSrtp | kSirtp);
+    iommu_.MmioWrite(kGcmd, 4, status & ~bit);
   }
   // Root entry for bus 1 -> context table; context entry devfn 0x18 with
   // the given low qword flags (P set unless `flags` says otherwise), AW 1
@@ -49,7 +49,7 @@ class IntelIommuTest : public ::testing::Test {
     Put64(kL3, kL2 | 3);
     Put64(kL2, kL1 | 3);
     Put64(kL1 + 8 * 5, 0x9000 | pte_rw);
-    iommu_.Write(kRtaddr, 8, kRoot);
+    iommu_.MmioWrite(kRtaddr, 8, kRoot);
     Command(kSrtp);
     Command(kTe);
   }
@@ -60,38 +60,38 @@ class IntelIommuTest : public ::testing::Test {
 };
 
 TEST_F(IntelIommuTest, CapabilitiesAsDocumented) {
-  EXPECT_EQ(iommu_.Read(0x00, 4), 0x10u);  // version 1.0
+  EXPECT_EQ(iommu_.MmioRead(0x00, 4), 0x10u);  // version 1.0
   // ND 6 | SAGAW 0x6 << 8 | MGAW 47 << 16 | FRO 0x22 << 24 | SLLPS 3 << 34.
-  EXPECT_EQ(iommu_.Read(0x08, 8), 0x0000000C222F0606ull);
-  EXPECT_EQ(iommu_.Read(0x0C, 4), 0x0000000Cu);  // the upper half alone
+  EXPECT_EQ(iommu_.MmioRead(0x08, 8), 0x0000000C222F0606ull);
+  EXPECT_EQ(iommu_.MmioRead(0x0C, 4), 0x0000000Cu);  // the upper half alone
   // C | QI | IR | EIM | PT | IRO 0xF << 8 | MHMV 0xF << 20.
-  EXPECT_EQ(iommu_.Read(0x10, 8), 0x0000000000F00F5Bull);
+  EXPECT_EQ(iommu_.MmioRead(0x10, 8), 0x0000000000F00F5Bull);
   // Reset: nothing enabled, no fault, both event interrupts masked.
-  EXPECT_EQ(iommu_.Read(kGsts, 4), 0u);
-  EXPECT_EQ(iommu_.Read(kFsts, 4), 0u);
-  EXPECT_EQ(iommu_.Read(kFectl, 4), 0x80000000u);
+  EXPECT_EQ(iommu_.MmioRead(kGsts, 4), 0u);
+  EXPECT_EQ(iommu_.MmioRead(kFsts, 4), 0u);
+  EXPECT_EQ(iommu_.MmioRead(kFectl, 4), 0x80000000u);
   // Unaligned and 1- or 2-byte accesses: nothing.
-  EXPECT_EQ(iommu_.Read(0x09, 4), 0u);
-  EXPECT_EQ(iommu_.Read(0x08, 2), 0u);
+  EXPECT_EQ(iommu_.MmioRead(0x09, 4), 0u);
+  EXPECT_EQ(iommu_.MmioRead(0x08, 2), 0u);
 }
 
 TEST_F(IntelIommuTest, GlobalCommandsShowInTheStatus) {
-  iommu_.Write(kRtaddr, 8, kRoot | 0xFFF);  // bits 11:0 are not kept
-  EXPECT_EQ(iommu_.Read(kRtaddr, 8), kRoot);
+  iommu_.MmioWrite(kRtaddr, 8, kRoot | 0xFFF);  // bits 11:0 are not kept
+  EXPECT_EQ(iommu_.MmioRead(kRtaddr, 8), kRoot);
   Command(kSrtp);
-  EXPECT_EQ(iommu_.Read(kGsts, 4), kSrtp);  // RTPS stays set
-  EXPECT_EQ(iommu_.Read(kGcmd, 4), 0u);     // GCMD reads 0
+  EXPECT_EQ(iommu_.MmioRead(kGsts, 4), kSrtp);  // RTPS stays set
+  EXPECT_EQ(iommu_.MmioRead(kGcmd, 4), 0u);     // GCMD reads 0
   Command(kQie);
   Command(kIre);
   Command(kSirtp);
   Command(kCfi);
   Command(kTe);
-  EXPECT_EQ(iommu_.Read(kGsts, 4), kTe | kSrtp | kQie | kIre | kSirtp | kCfi);
+  EXPECT_EQ(iommu_.MmioRead(kGsts, 4), kTe | kSrtp | kQie | kIre | kSirtp | kCfi);
   EXPECT_TRUE(iommu_.translation_enabled());
   EXPECT_TRUE(iommu_.remapping_enabled());
   ClearCommand(kTe);
   ClearCommand(kIre);
-  EXPECT_EQ(iommu_.Read(kGsts, 4), kSrtp | kQie | kSirtp | kCfi);
+  EXPECT_EQ(iommu_.MmioRead(kGsts, 4), kSrtp | kQie | kSirtp | kCfi);
 }
 
 TEST_F(IntelIommuTest, WithoutTranslationDmaGoesWhereItIsAddressed) {
@@ -102,7 +102,7 @@ TEST_F(IntelIommuTest, ThreeLevelWalkTranslatesAPage) {
   MapOnePage();
   EXPECT_EQ(iommu_.TranslateDma(kSid, 0x5ABC, /*write=*/true), 0x9ABCu);
   EXPECT_EQ(iommu_.TranslateDma(kSid, 0x5000, /*write=*/false), 0x9000u);
-  EXPECT_EQ(iommu_.Read(kFsts, 4), 0u);
+  EXPECT_EQ(iommu_.MmioRead(kFsts, 4), 0u);
 }
 
 TEST_F(IntelIommuTest, SuperpagesAtLevelTwoAndThree) {
@@ -120,34 +120,34 @@ TEST_F(IntelIommuTest, PassThroughContextUsesTheAddressItself) {
 
 TEST_F(IntelIommuTest, AFaultIsRecordedWithItsReasonAndSignalled) {
   MapOnePage(1, /*pte_rw=*/1);  // read only
-  iommu_.Write(kFedata, 4, 0x41);
-  iommu_.Write(kFeaddr, 4, 0xFEE00000);
-  iommu_.Write(kFectl, 4, 0);  // unmask the fault event
+  iommu_.MmioWrite(kFedata, 4, 0x41);
+  iommu_.MmioWrite(kFeaddr, 4, 0xFEE00000);
+  iommu_.MmioWrite(kFectl, 4, 0);  // unmask the fault event
   EXPECT_EQ(iommu_.TranslateDma(kSid, 0x5010, /*write=*/true), std::nullopt);
   // FSTS.PPF; the record: FI = the page, SID, reason 5 (write), T = 0
   // (a write), F.
-  EXPECT_EQ(iommu_.Read(kFsts, 4), 0x2u);
-  EXPECT_EQ(iommu_.Read(kFrcd, 8), 0x5000u);
-  EXPECT_EQ(iommu_.Read(kFrcd + 8, 8), (1ull << 63) | (0x05ull << 32) | kSid);
+  EXPECT_EQ(iommu_.MmioRead(kFsts, 4), 0x2u);
+  EXPECT_EQ(iommu_.MmioRead(kFrcd, 8), 0x5000u);
+  EXPECT_EQ(iommu_.MmioRead(kFrcd + 8, 8), (1ull << 63) | (0x05ull << 32) | kSid);
   ASSERT_EQ(events_.size(), 1u);
   EXPECT_EQ(events_[0], (MsiMessage{0xFEE00000, 0x41}));
   // A second fault while F is set overflows (PFO); F cleared (W1C) ends PPF.
   EXPECT_EQ(iommu_.TranslateDma(kSid, 0x7000, false), std::nullopt);  // L1[7] not present: a read fault
-  EXPECT_EQ(iommu_.Read(kFsts, 4), 0x3u);
-  iommu_.Write(kFrcd + 12, 4, 0x80000000);
-  iommu_.Write(kFsts, 4, 0x1);
-  EXPECT_EQ(iommu_.Read(kFsts, 4), 0u);
+  EXPECT_EQ(iommu_.MmioRead(kFsts, 4), 0x3u);
+  iommu_.MmioWrite(kFrcd + 12, 4, 0x80000000);
+  iommu_.MmioWrite(kFsts, 4, 0x1);
+  EXPECT_EQ(iommu_.MmioRead(kFsts, 4), 0u);
   // Now the read fault is recorded: reason 6, T = 1.
   EXPECT_EQ(iommu_.TranslateDma(kSid, 0x7000, false), std::nullopt);
-  EXPECT_EQ(iommu_.Read(kFrcd + 8, 8), (1ull << 63) | (1ull << 62) | (0x06ull << 32) | kSid);
+  EXPECT_EQ(iommu_.MmioRead(kFrcd + 8, 8), (1ull << 63) | (1ull << 62) | (0x06ull << 32) | kSid);
 }
 
 TEST_F(IntelIommuTest, FaultReasonsOfTheWalk) {
   MapOnePage();
   const auto reason = [&](uint16_t sid, uint64_t iova) {
-    iommu_.Write(kFrcd + 12, 4, 0x80000000);  // clear the last record
+    iommu_.MmioWrite(kFrcd + 12, 4, 0x80000000);  // clear the last record
     EXPECT_EQ(iommu_.TranslateDma(sid, iova, false), std::nullopt);
-    return static_cast<int>((iommu_.Read(kFrcd + 8, 8) >> 32) & 0xFF);
+    return static_cast<int>((iommu_.MmioRead(kFrcd + 8, 8) >> 32) & 0xFF);
   };
   EXPECT_EQ(reason(0x0218, 0x5000), 0x01);              // bus 2: root entry not present
   EXPECT_EQ(reason(0x0120, 0x5000), 0x02);              // devfn 0x20: context entry not present
@@ -164,44 +164,44 @@ TEST_F(IntelIommuTest, FaultReasonsOfTheWalk) {
   // FPD in the context entry: the request fails, nothing is recorded.
   Put64(kRoot + 16 * 1 + 8, 0);
   Put64(kContext + 16 * 0x18, kL3 | 1 | 2);
-  iommu_.Write(kFrcd + 12, 4, 0x80000000);
+  iommu_.MmioWrite(kFrcd + 12, 4, 0x80000000);
   EXPECT_EQ(iommu_.TranslateDma(kSid, 0x6000, false), std::nullopt);
-  EXPECT_EQ(iommu_.Read(kFsts, 4), 0u);
+  EXPECT_EQ(iommu_.MmioRead(kFsts, 4), 0u);
 }
 
 TEST_F(IntelIommuTest, InvalidationWaitWritesItsStatusAndSignals) {
-  iommu_.Write(kIqa, 8, kQueue);  // QS 0: 256 descriptors
+  iommu_.MmioWrite(kIqa, 8, kQueue);  // QS 0: 256 descriptors
   Command(kQie);
-  iommu_.Write(0xA4, 4, 0x42);        // IEDATA
-  iommu_.Write(0xA8, 4, 0xFEE00000);  // IEADDR
-  iommu_.Write(0xA0, 4, 0);           // unmask
+  iommu_.MmioWrite(0xA4, 4, 0x42);        // IEDATA
+  iommu_.MmioWrite(0xA8, 4, 0xFEE00000);  // IEADDR
+  iommu_.MmioWrite(0xA0, 4, 0);           // unmask
   // An IOTLB invalidation (type 2), then a wait (type 5) with SW and IF:
   // status data 0xCAFE to kStatus.
   Put64(kQueue, 2 | (1 << 4));
   Put64(kQueue + 16, 5 | (1 << 4) | (1 << 5) | (0xCAFEull << 32));
   Put64(kQueue + 24, kStatus);
-  iommu_.Write(kIqt, 8, 32);
-  EXPECT_EQ(iommu_.Read(kIqh, 8), 32u);
+  iommu_.MmioWrite(kIqt, 8, 32);
+  EXPECT_EQ(iommu_.MmioRead(kIqh, 8), 32u);
   EXPECT_EQ(Get32(kStatus), 0xCAFEu);
-  EXPECT_EQ(iommu_.Read(kIcs, 4), 1u);
+  EXPECT_EQ(iommu_.MmioRead(kIcs, 4), 1u);
   ASSERT_EQ(events_.size(), 1u);
   EXPECT_EQ(events_[0], (MsiMessage{0xFEE00000, 0x42}));
-  iommu_.Write(kIcs, 4, 1);  // IWC is write-1-to-clear
-  EXPECT_EQ(iommu_.Read(kIcs, 4), 0u);
+  iommu_.MmioWrite(kIcs, 4, 1);  // IWC is write-1-to-clear
+  EXPECT_EQ(iommu_.MmioRead(kIcs, 4), 0u);
   // An unsupported descriptor (type 3, device TLB): IQE, IQH stays there.
   Put64(kQueue + 32, 3);
-  iommu_.Write(kIqt, 8, 48);
-  EXPECT_EQ(iommu_.Read(kIqh, 8), 32u);
-  EXPECT_EQ(iommu_.Read(kFsts, 4), 0x10u);
+  iommu_.MmioWrite(kIqt, 8, 48);
+  EXPECT_EQ(iommu_.MmioRead(kIqh, 8), 32u);
+  EXPECT_EQ(iommu_.MmioRead(kFsts, 4), 0x10u);
   // QI cannot be turned off until the queue is empty.
   ClearCommand(kQie);
-  EXPECT_EQ(iommu_.Read(kGsts, 4) & kQie, kQie);
+  EXPECT_EQ(iommu_.MmioRead(kGsts, 4) & kQie, kQie);
 }
 
 class InterruptRemapTest : public IntelIommuTest {
  protected:
   void SetUp() override {
-    iommu_.Write(kIrta, 8, kIrt | 3);  // 2^(3+1) = 16 entries
+    iommu_.MmioWrite(kIrta, 8, kIrt | 3);  // 2^(3+1) = 16 entries
     Command(kSirtp);
     Command(kIre);
   }
@@ -235,9 +235,9 @@ TEST_F(InterruptRemapTest, X2apicModeTakesAll32DestinationBits) {
   // IRTA.EIME: DST is a 32-bit x2APIC ID (here logical cluster 2, member
   // bit 5: 0x00020020); its bits 7:0 go to address bits 19:12, 31:8 to
   // address bits 63:40.
-  iommu_.Write(kIrta, 8, kIrt | (1 << 11) | 3);
+  iommu_.MmioWrite(kIrta, 8, kIrt | (1 << 11) | 3);
   Command(kSirtp);
-  EXPECT_EQ(iommu_.Read(kIrta, 8), kIrt | (1 << 11) | 3);
+  EXPECT_EQ(iommu_.MmioRead(kIrta, 8), kIrt | (1 << 11) | 3);
   Irte(1, 1 | (1 << 2) | (0x40ull << 16) | (0x00020020ull << 32), 0);
   std::optional<MsiMessage> m = iommu_.RemapInterrupt(kSid, Remappable(1));
   ASSERT_TRUE(m.has_value());
@@ -246,25 +246,25 @@ TEST_F(InterruptRemapTest, X2apicModeTakesAll32DestinationBits) {
   // In x2APIC mode compatibility-format requests are blocked even with CFI.
   Command(kCfi);
   EXPECT_EQ(iommu_.RemapInterrupt(kSid, MsiMessage{0xFEE00000, 0x30}), std::nullopt);
-  EXPECT_EQ((iommu_.Read(kFrcd + 8, 8) >> 32) & 0xFF, 0x25u);
+  EXPECT_EQ((iommu_.MmioRead(kFrcd + 8, 8) >> 32) & 0xFF, 0x25u);
 }
 
 TEST_F(InterruptRemapTest, FaultsOfInterruptRemapping) {
   Irte(1, 1 | (0x30ull << 16), kSid | (1ull << 18));
   const auto reason = [&](std::optional<uint16_t> sid, const MsiMessage& req) {
-    iommu_.Write(kFrcd + 12, 4, 0x80000000);
+    iommu_.MmioWrite(kFrcd + 12, 4, 0x80000000);
     EXPECT_EQ(iommu_.RemapInterrupt(sid, req), std::nullopt);
-    return static_cast<int>((iommu_.Read(kFrcd + 8, 8) >> 32) & 0xFF);
+    return static_cast<int>((iommu_.MmioRead(kFrcd + 8, 8) >> 32) & 0xFF);
   };
   EXPECT_EQ(reason(0x0119, Remappable(1)), 0x26);             // function 1 != the IRTE's SID
   EXPECT_EQ(reason(kSid, Remappable(16)), 0x21);              // beyond 16 entries
   EXPECT_EQ(reason(kSid, Remappable(3)), 0x22);               // not present
   EXPECT_EQ(reason(kSid, Remappable(0, true, 0x10001)), 0x20);  // SHV with data[31:16] set
   EXPECT_EQ(reason(kSid, MsiMessage{0xFEE00000, 0x30}), 0x25);  // compatibility format, CFIS clear
-  EXPECT_EQ((iommu_.Read(kFrcd, 8) >> 48), 0u);                // FI 63:48 holds the index (0 here)
+  EXPECT_EQ((iommu_.MmioRead(kFrcd, 8) >> 48), 0u);                // FI 63:48 holds the index (0 here)
   Irte(4, 1 | (1 << 15), 0);                                  // IM: posted, not supported
   EXPECT_EQ(reason(kSid, Remappable(4)), 0x24);
-  EXPECT_EQ(iommu_.Read(kFrcd, 8) >> 48, 4u);
+  EXPECT_EQ(iommu_.MmioRead(kFrcd, 8) >> 48, 4u);
   // SQ 3 compares bus and device only; SVT 2 checks the bus range.
   Irte(5, 1 | (0x31ull << 16), kSid | (3ull << 16) | (1ull << 18));
   EXPECT_TRUE(iommu_.RemapInterrupt(0x011F, Remappable(5)).has_value());

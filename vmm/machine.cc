@@ -677,12 +677,7 @@ void Machine::Mmio(uint64_t gpa, bool write, uint8_t* data, uint32_t len) {
     }
   };
   if (iommu_ && gpa >= IntelIommu::kBase && gpa < IntelIommu::kBase + IntelIommu::kSize) {
-    struct Regs {  // the unit's register interface under the device's names
-      IntelIommu& u;
-      uint64_t MmioRead(uint64_t off, int size) { return u.Read(static_cast<uint32_t>(off), size); }
-      void MmioWrite(uint64_t off, int size, uint64_t v) { u.Write(static_cast<uint32_t>(off), size, v); }
-    } regs{*iommu_};
-    device(regs, gpa - IntelIommu::kBase);
+    device(*iommu_, gpa - IntelIommu::kBase);
     return;
   }
   if (edu_) {
