@@ -15,16 +15,19 @@ PciHost::PciHost() {
   bridge_[0x0E] = 0x00;  // header type 0, single function
 }
 
+std::optional<uint8_t> PciHost::Devfn() const {
+  if (!(address_ & kEnable) || ((address_ >> 16) & 0xFF) != 0) return std::nullopt;
+  return static_cast<uint8_t>(address_ >> 8);
+}
+
 PciFunction* PciHost::Addressed() const {
-  if (!(address_ & kEnable) || ((address_ >> 16) & 0xFF) != 0) return nullptr;
-  return functions_[(address_ >> 8) & 0xFF];
+  std::optional<uint8_t> devfn = Devfn();
+  return devfn ? functions_[*devfn] : nullptr;
 }
 
 uint8_t PciHost::ConfigByte(uint32_t reg) const {
-  if (!(address_ & kEnable) || ((address_ >> 16) & 0xFF) != 0) return 0xFF;
-  const uint32_t devfn = (address_ >> 8) & 0xFF;
-  if (devfn == 0) return bridge_[reg & 0xFF];
-  const PciFunction* f = functions_[devfn];
+  if (Devfn() == 0) return bridge_[reg & 0xFF];
+  const PciFunction* f = Addressed();
   return f ? f->ConfigByte(reg) : 0xFF;
 }
 

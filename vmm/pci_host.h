@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 
 #include "vmm/pci_function.h"
 #include "vmm/pio_bus.h"
@@ -56,7 +57,10 @@ class PciHost : public PioDevice {
   // The configuration space byte at `reg` of the function CONFIG_ADDRESS
   // names (0xFF where no function answers).
   uint8_t ConfigByte(uint32_t reg) const;
-  // The attached function CONFIG_ADDRESS names, if any.
+  // The device:function of bus 0 CONFIG_ADDRESS names with its enable bit
+  // set; nothing for another bus or without the enable bit.
+  std::optional<uint8_t> Devfn() const;
+  // The attached function CONFIG_ADDRESS names, if any (not the bridge).
   PciFunction* Addressed() const;
 
   uint32_t address_ = 0;
