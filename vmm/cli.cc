@@ -206,7 +206,8 @@ int CliMain(int argc, char** argv) {
                     "MSI) or intel-iommu (a VT-d remapping unit at 0xfed90000: DMA and interrupt remapping); "
                     "needs the TCG engine. docs/guest-abi.md")
         ->delimiter(',')
-        ->check(CLI::IsMember({"edu", "intel-iommu"}));
+        ->check(CLI::IsMember(std::vector<std::string>(std::begin(MachineConfig::kDeviceNames),
+                                                        std::end(MachineConfig::kDeviceNames))));
     cmd->add_option("--gdb", config.gdb,
                     "serve the GDB remote protocol on [HOST:]PORT (default host 127.0.0.1); the run uses the TCG "
                     "engine. docs/gdb.md");

@@ -190,10 +190,8 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
   if (std::none_of(img.ranges.begin(), img.ranges.end(),
                    [](const GpaRange& r) { return r.Overlaps(kAcpiTablesGpa, kAcpiTablesGpa + kAcpiTablesSize); }) &&
       MultibootInfoPage(img.ranges) != kAcpiTablesGpa && kAcpiTablesGpa + kAcpiTablesSize <= ram_->size()) {
-    const auto wants = [&](const char* d) {
-      return std::find(config_.devices.begin(), config_.devices.end(), d) != config_.devices.end();
-    };
-    VBTS_RETURN_IF_ERROR(WriteAcpiTables(*ram_, AcpiOptions{.dmar = wants("intel-iommu"), .pci_root = wants("edu")}));
+    VBTS_RETURN_IF_ERROR(WriteAcpiTables(
+        *ram_, AcpiOptions{.dmar = config_.HasDevice("intel-iommu"), .pci_root = config_.HasDevice("edu")}));
     rsdp = kAcpiTablesGpa;
     acpi_tables_ = true;
   }
@@ -310,7 +308,8 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
   VBTS_RETURN_IF_ERROR(pio_.Register(FwCfg::kPort, FwCfg::kSize, fw_cfg_.get(), "fw_cfg"));
 
   for (const std::string& d : config_.devices) {
-    if (d != "edu" && d != "intel-iommu")
+    if (std::find(std::begin(MachineConfig::kDeviceNames), std::end(MachineConfig::kDeviceNames), d) ==
+        std::end(MachineConfig::kDeviceNames))
       return absl::InvalidArgumentError(absl::StrFormat("--device=%s: expected edu or intel-iommu", d));
   }
   if (!config_.devices.empty()) {
@@ -1489,35 +1488,34 @@ absl::StatusOr<bool> Machine::HandleExit(RunResult* result) {
 }
 
 absl::Status Machine::AddDevices() {
-  for (const std::string& d : config_.devices) {
-    if (d == "intel-iommu" && !iommu_) {
-      iommu_ = std::make_unique<IntelIommu>(*tracer_ram_, [this](const MsiMessage& m) { DeliverMsi(m); });
-      // Every I/O APIC interrupt goes through interrupt remapping (VT-d spec
-      // 5.1): the entry becomes the message the I/O APIC would send.
-      ioapic_->SetRemapper([this](uint64_t e) {
-        constexpr uint64_t kRemappable = 1ull << 48, kLevel = 1ull << 15;
-        MsiMessage m;
-        if (e & kRemappable) {  // index[14:0] in 63:49, format in 48, index[15] in 11
-          m.address = 0xFEE00000ull | ((e >> 48) & 0xFFFF) << 4 | ((e >> 11) & 1) << 2;
-          m.data = static_cast<uint32_t>((e & 0xFF) | (e & kLevel));
-        } else {  // destination, destination mode; vector, delivery mode, trigger mode
-          m.address = 0xFEE00000ull | ((e >> 56) & 0xFF) << 12 | ((e >> 11) & 1) << 2;
-          m.data = static_cast<uint32_t>((e & 0x7FF) | (e & kLevel));
-        }
-        std::optional<MsiMessage> out = iommu_->RemapInterrupt(std::nullopt, m);
-        return out && DeliverMsi(*out);
-      });
-    } else if (d == "edu" && !edu_) {
-      // Where firmware (SeaBIOS on QEMU's i440FX) would put it: slot 3 of
-      // bus 0, INTA# routed to line 11, BAR0 in the PCI hole below the I/O
-      // APIC; memory decoding on, bus mastering left to the driver.
-      constexpr uint8_t kDevfn = 3 << 3;
-      constexpr uint32_t kBar = 0xFE000000;
-      edu_ = std::make_unique<PciEdu>(static_cast<PciPlatform&>(*this), kDevfn, kBar, /*line=*/11);
-      uint8_t command[2] = {PciFunction::kCommandMemory, 0};
-      edu_->WriteConfig(0x04, absl::MakeConstSpan(command));
-      pci_host_->Attach(kDevfn, edu_.get());
-    }
+  if (config_.HasDevice("intel-iommu")) {
+    iommu_ = std::make_unique<IntelIommu>(*tracer_ram_, [this](const MsiMessage& m) { DeliverMsi(m); });
+    // Every I/O APIC interrupt goes through interrupt remapping (VT-d spec
+    // 5.1): the entry becomes the message the I/O APIC would send.
+    ioapic_->SetRemapper([this](uint64_t e) {
+      constexpr uint64_t kRemappable = 1ull << 48, kLevel = 1ull << 15;
+      MsiMessage m;
+      if (e & kRemappable) {  // index[14:0] in 63:49, format in 48, index[15] in 11
+        m.address = 0xFEE00000ull | ((e >> 48) & 0xFFFF) << 4 | ((e >> 11) & 1) << 2;
+        m.data = static_cast<uint32_t>((e & 0xFF) | (e & kLevel));
+      } else {  // destination, destination mode; vector, delivery mode, trigger mode
+        m.address = 0xFEE00000ull | ((e >> 56) & 0xFF) << 12 | ((e >> 11) & 1) << 2;
+        m.data = static_cast<uint32_t>((e & 0x7FF) | (e & kLevel));
+      }
+      std::optional<MsiMessage> out = iommu_->RemapInterrupt(std::nullopt, m);
+      return out && DeliverMsi(*out);
+    });
+  }
+  if (config_.HasDevice("edu")) {
+    // Where firmware (SeaBIOS on QEMU's i440FX) would put it: slot 3 of
+    // bus 0, INTA# routed to line 11, BAR0 in the PCI hole below the I/O
+    // APIC; memory decoding on, bus mastering left to the driver.
+    constexpr uint8_t kDevfn = 3 << 3;
+    constexpr uint32_t kBar = 0xFE000000;
+    edu_ = std::make_unique<PciEdu>(static_cast<PciPlatform&>(*this), kDevfn, kBar, /*line=*/11);
+    uint8_t command[2] = {PciFunction::kCommandMemory, 0};
+    edu_->WriteConfig(0x04, absl::MakeConstSpan(command));
+    pci_host_->Attach(kDevfn, edu_.get());
   }
   return absl::OkStatus();
 }

@@ -4,12 +4,14 @@
 #ifndef VBTS_VMM_MACHINE_H_
 #define VBTS_VMM_MACHINE_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -97,6 +99,10 @@ struct MachineConfig {
   // (vmm/intel_iommu.h); docs/guest-abi.md, "Optional devices". They need
   // the TCG engine (auto chooses it).
   std::vector<std::string> devices;
+  static constexpr const char* kDeviceNames[] = {"edu", "intel-iommu"};  // what --device accepts
+  bool HasDevice(std::string_view name) const {
+    return std::find(devices.begin(), devices.end(), name) != devices.end();
+  }
   // --sandbox=on: the syscall filter after setup (vmm/sandbox.h).
   bool sandbox = true;
   std::string gdb_arch = "auto";
