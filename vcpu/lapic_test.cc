@@ -661,6 +661,23 @@ TEST(LapicTest, TscDeadlineModeArmsFiresAndDisarms) {
   EXPECT_EQ(lapic.NextDeadline(), std::nullopt);
 }
 
+// The two widths of destination at an APIC in x2APIC mode (ID 23H): an
+// 8-bit one (an I/O APIC entry, a compatibility-format MSI) keeps FFH as the
+// broadcast, as KVM's kvm_apic_mda converts it; a 32-bit one (an IPI, an MSI
+// remapped in x2APIC format) broadcasts only with FFFFFFFFH (SDM 10.12.9).
+TEST(LapicTest, X2apicModeDestinationWidths) {
+  Lapic lapic = Enabled({.apic_id = 0x23, .x2apic = true});
+  lapic.SetX2apicMode(true);
+  ASSERT_TRUE(lapic.x2apic_mode());
+  EXPECT_TRUE(lapic.Accepts(0xFF, false));
+  EXPECT_TRUE(lapic.Accepts(0x23, false));
+  EXPECT_FALSE(lapic.Accepts(0x22, false));
+  EXPECT_FALSE(lapic.AcceptsWide(0xFF, false));
+  EXPECT_TRUE(lapic.AcceptsWide(0x23, false));
+  EXPECT_TRUE(lapic.AcceptsWide(0xFFFFFFFF, false));
+  EXPECT_FALSE(lapic.AcceptsWide(0x100023, false));
+}
+
 TEST(LapicTest, X2apicModeRegistersAsMsrs) {
   // SDM 10.12 on a CPU with CPUID.1:ECX.x2APIC = 1, APIC ID 0x23 (cluster 2,
   // member bit 3).

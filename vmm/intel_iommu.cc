@@ -356,7 +356,7 @@ std::optional<MsiMessage> IntelIommu::Remap(std::optional<uint16_t> requester, c
   const uint64_t address = 0xFEE00000ull | (dest & 0xFF) << 12 | (dest >> 8) << 40 | ((*lo >> 3) & 1) << 3 |
                            ((*lo >> 2) & 1) << 2;
   const uint32_t data = static_cast<uint32_t>(((*lo >> 16) & 0xFF) | ((*lo >> 5) & 7) << 8 | ((*lo >> 4) & 1) << 15);
-  return MsiMessage{address, data};
+  return MsiMessage{address, data, eime};
 }
 
 namespace {

@@ -225,6 +225,7 @@ TEST_F(InterruptRemapTest, AnIrteBecomesACompatibilityMessage) {
   ASSERT_TRUE(m.has_value());
   EXPECT_EQ(m->address, 0xFEE03004u);        // destination 3, logical
   EXPECT_EQ(m->data, 0xEEu | 1 << 8 | 1 << 15);  // lowest priority, level
+  EXPECT_FALSE(m->x2apic_dest);  // 8 bits: FFH would be the broadcast
   // The same through SHV: handle 0 + subhandle 2.
   EXPECT_EQ(iommu_.RemapInterrupt(kSid, Remappable(0, true, 2)), m);
   // The I/O APIC's requests carry no source-id: not validated.
@@ -243,6 +244,14 @@ TEST_F(InterruptRemapTest, X2apicModeTakesAll32DestinationBits) {
   ASSERT_TRUE(m.has_value());
   EXPECT_EQ(m->address, 0xFEE20004ull | (0x000200ull << 40));
   EXPECT_EQ(m->data, 0x40u);
+  EXPECT_TRUE(m->x2apic_dest);
+  // x2APIC ID FFH is one APIC, not the 8-bit broadcast: the message says so.
+  Irte(3, 1 | (0x41ull << 16) | (0xFFull << 32), 0);
+  m = iommu_.RemapInterrupt(kSid, Remappable(3));
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ(m->address, 0xFEEFF000u);
+  EXPECT_TRUE(m->x2apic_dest);
+  EXPECT_EQ(MsiTarget::Of(*m)->dest, 0xFFu);
   // In x2APIC mode compatibility-format requests are blocked even with CFI.
   Command(kCfi);
   EXPECT_EQ(iommu_.RemapInterrupt(kSid, MsiMessage{0xFEE00000, 0x30}), std::nullopt);

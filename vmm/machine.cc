@@ -1544,22 +1544,20 @@ void Machine::SignalMsi(uint16_t requester, const MsiMessage& message) {
 bool Machine::DeliverMsi(const MsiMessage& m) {
   // Address: FEEH in 31:20, destination ID 19:12, destination mode 2; data:
   // vector 7:0, delivery mode 10:8, trigger mode 15 (SDM vol. 3A 10.11.1-2).
-  // A message elsewhere is no interrupt: dropped.
-  // An x2APIC destination's bits 31:8 are in address bits 63:40 (interrupt
-  // remapping in x2APIC mode, vmm/intel_iommu.h).
-  if (((m.address >> 20) & 0xFFF) != 0xFEE || !lapic_) return false;
-  const uint32_t dest = static_cast<uint32_t>((m.address >> 12) & 0xFF) | static_cast<uint32_t>(m.address >> 40) << 8;
-  const bool logical = (m.address >> 2) & 1;
+  // A message elsewhere is no interrupt: dropped. Whom it names: MsiTarget.
+  const std::optional<MsiTarget> to = MsiTarget::Of(m);
+  if (!to || !lapic_) return false;
+  const bool named = m.x2apic_dest ? lapic_->AcceptsWide(to->dest, to->logical)
+                                   : lapic_->Accepts(static_cast<uint8_t>(to->dest), to->logical);
+  if (!named) return false;
   switch ((m.data >> 8) & 7) {
     case 0:  // fixed
     case 1: {  // lowest priority (one LAPIC)
-      if (!lapic_->AcceptsWide(dest, logical)) return false;
       const bool accepted = lapic_->Raise(static_cast<uint8_t>(m.data), (m.data >> 15) & 1);
       tcg_control_->Notify();
       return accepted;
     }
     case 4:  // NMI
-      if (!lapic_->AcceptsWide(dest, logical)) return false;
       tcg_->QueueNmi();
       return true;
     default:  // SMI, INIT, ExtINT, reserved: not modelled

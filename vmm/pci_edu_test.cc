@@ -179,5 +179,29 @@ TEST_F(PciEduTest, FactorialInterruptWhenAsked) {
   EXPECT_EQ(edu_.MmioRead(0x24, 4), PciEdu::kIrqFactorial);
 }
 
+// MsiTarget (vmm/pci_function.h): the destination an MSI names, SDM vol. 3A
+// 10.11.1 (address FEEH:dest:..:DM:..), x2APIC bits from address 63:40.
+TEST(MsiTargetTest, DestinationOfEachKindOfMessage) {
+  // The edu's message above: FEE00050H = destination 0, physical.
+  std::optional<MsiTarget> t = MsiTarget::Of(MsiMessage{0xFEE00050, 0x31});
+  ASSERT_TRUE(t.has_value());
+  EXPECT_EQ(t->dest, 0u);
+  EXPECT_FALSE(t->logical);
+  // 8-bit broadcast FFH, logical (bit 2): stays FFH, for Lapic::Accepts.
+  t = MsiTarget::Of(MsiMessage{0xFEEFF004, 0x31});
+  ASSERT_TRUE(t.has_value());
+  EXPECT_EQ(t->dest, 0xFFu);
+  EXPECT_TRUE(t->logical);
+  // Upper address bits in an 8-bit message: a write above 4 GiB, no interrupt.
+  EXPECT_FALSE(MsiTarget::Of(MsiMessage{0x1'FEE0'0000ull, 0x31}).has_value());
+  // Not FEEH: no interrupt.
+  EXPECT_FALSE(MsiTarget::Of(MsiMessage{0xFED00000, 0x31}).has_value());
+  // x2APIC format: 0x00020020 = bits 7:0 20H in 19:12, bits 31:8 200H in 63:40.
+  t = MsiTarget::Of(MsiMessage{0xFEE20004ull | 0x200ull << 40, 0x40, /*x2apic_dest=*/true});
+  ASSERT_TRUE(t.has_value());
+  EXPECT_EQ(t->dest, 0x00020020u);
+  EXPECT_TRUE(t->logical);
+}
+
 }  // namespace
 }  // namespace vbts::vmm

@@ -17,7 +17,27 @@ namespace vbts::vmm {
 struct MsiMessage {
   uint64_t address = 0;
   uint32_t data = 0;
+  // Set by interrupt remapping in x2APIC mode (IRTA.EIME): the destination is
+  // 32 bits wide, bits 31:8 in address bits 63:40, and FFH is an x2APIC ID.
+  // Clear for every other message: an 8-bit destination, FFH a broadcast.
+  bool x2apic_dest = false;
   bool operator==(const MsiMessage&) const = default;
+};
+
+// Whom an MSI names (SDM vol. 3A 10.11.1): the destination ID in address
+// bits 19:12, plus bits 31:8 from address bits 63:40 when x2apic_dest, and
+// the destination mode in bit 2. No interrupt (nullopt) unless address bits
+// 31:20 are FEEH and, for an 8-bit destination, bits 63:32 are zero (such a
+// write goes to memory above 4 GiB, not to an APIC).
+struct MsiTarget {
+  uint32_t dest = 0;
+  bool logical = false;
+  static std::optional<MsiTarget> Of(const MsiMessage& m) {
+    if (((m.address >> 20) & 0xFFF) != 0xFEE) return std::nullopt;
+    if (!m.x2apic_dest && (m.address >> 32)) return std::nullopt;
+    const uint32_t high = m.x2apic_dest ? static_cast<uint32_t>(m.address >> 40) << 8 : 0;
+    return MsiTarget{static_cast<uint32_t>((m.address >> 12) & 0xFF) | high, ((m.address >> 2) & 1) != 0};
+  }
 };
 
 // What a function's bus-master accesses and interrupts reach: the machine,
