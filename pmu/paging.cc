@@ -243,25 +243,27 @@ absl::StatusOr<Translation> Translate(const PagingRegs& regs, PhysMemory& mem, G
 }
 
 const TranslationCache::Entry* TranslationCache::Find(const PagingRegs& regs, uint64_t page, Access access,
-                                                      const PhysMemory& mem) {
+                                                      const PhysMemory& mem, bool count) {
   for (Entry& e : entries_) {
     if (!e.valid || e.page != page || !(e.access == access) || !(e.regs == regs)) continue;
     // The walk would read these entries again: unchanged, it ends where it did.
     for (int i = 0; i < e.walk.count; i++) {
       uint8_t b[8] = {};
       uint64_t v = 0;
-      const bool same = mem.Read(e.walk.addr[i], absl::MakeSpan(b, e.walk.entry_bytes)).ok() &&
-                        (std::memcpy(&v, b, sizeof v), v == e.walk.value[i]);
+      const uint8_t* p = mem.Direct(e.walk.addr[i], e.walk.entry_bytes, /*write=*/false);
+      const bool read = p ? (std::memcpy(b, p, e.walk.entry_bytes), true)
+                          : mem.Read(e.walk.addr[i], absl::MakeSpan(b, e.walk.entry_bytes)).ok();
+      const bool same = read && (std::memcpy(&v, b, sizeof v), v == e.walk.value[i]);
       if (!same) {
         e.valid = false;
-        misses_++;
+        misses_ += count;
         return nullptr;
       }
     }
-    hits_++;
+    hits_ += count;
     return &e;
   }
-  misses_++;
+  misses_ += count;
   return nullptr;
 }
 
@@ -356,15 +358,48 @@ absl::StatusOr<AccessFault> LinearMemory::ForEachChunk(Gva la, uint64_t len, Acc
   return AccessFault{};
 }
 
+uint8_t* LinearMemory::DirectPointer(Gva la, uint64_t len, Access access) {
+  if (len == 0 || (la.value & 0xfff) + len > 4096) return nullptr;
+  const PagingMode mode = PagingModeOf(regs_);
+  const uint64_t addr = mode != PagingMode::k4Level ? (la.value & 0xffffffffull) : la.value;
+  uint64_t gpa = addr;
+  if (mode != PagingMode::kNone) {
+    if (cache_ == nullptr) return nullptr;
+    const TranslationCache::Entry* e = cache_->Find(regs_, addr >> 12, access, mem_, /*count=*/false);
+    if (e == nullptr) return nullptr;  // (a miss: the walk of Read or Write inserts it)
+    gpa = e->gpa_page | (addr & 0xfff);
+  }
+  if (!RangeWithin(gpa, len, mem_.size())) return nullptr;
+  uint8_t* p = mem_.Direct(Gpa(gpa), len, access.write);
+  if (p != nullptr && mode != PagingMode::kNone) cache_->hits_++;
+  return p;
+}
+
 absl::StatusOr<AccessFault> LinearMemory::Read(Gva la, absl::Span<uint8_t> out, Access access) {
+  if (const uint8_t* p = DirectPointer(la, out.size(), access)) {
+    std::memcpy(out.data(), p, out.size());
+    return AccessFault{};
+  }
   return ForEachChunk(la, out.size(), access, /*set_ad=*/true, [&](Gpa gpa, uint64_t off, uint64_t n) {
+    if (const uint8_t* p = mem_.Direct(gpa, n, /*write=*/false)) {
+      std::memcpy(out.data() + off, p, n);
+      return absl::OkStatus();
+    }
     return mem_.Read(gpa, out.subspan(off, n));
   });
 }
 
 absl::StatusOr<AccessFault> LinearMemory::Write(Gva la, absl::Span<const uint8_t> data, Access access) {
   access.write = true;
+  if (uint8_t* p = DirectPointer(la, data.size(), access)) {
+    std::memcpy(p, data.data(), data.size());
+    return AccessFault{};
+  }
   return ForEachChunk(la, data.size(), access, /*set_ad=*/true, [&](Gpa gpa, uint64_t off, uint64_t n) {
+    if (uint8_t* p = mem_.Direct(gpa, n, /*write=*/true)) {
+      std::memcpy(p, data.data() + off, n);
+      return absl::OkStatus();
+    }
     return mem_.Write(gpa, data.subspan(off, n));
   });
 }
@@ -374,8 +409,7 @@ absl::StatusOr<AccessFault> LinearMemory::Probe(Gva la, uint64_t len, Access acc
                       [](Gpa, uint64_t, uint64_t) { return absl::OkStatus(); });
 }
 
-absl::Status LinearMemory::ChunkInRam(Gva la, uint64_t len, uint64_t off, uint64_t n, Gpa gpa) const {
-  if (RangeWithin(gpa.value, n, mem_.size())) return absl::OkStatus();
+absl::Status LinearMemory::ChunkOutsideRam(Gva la, uint64_t len, uint64_t off, uint64_t n, Gpa gpa) const {
   return absl::OutOfRangeError(
       absl::StrFormat("access of %u bytes at linear 0x%x: bytes [0x%x, 0x%x) map to GPA 0x%x, outside RAM (0x%x bytes)",
                       len, la.value, off, off + n, gpa.value, mem_.size()));

@@ -131,7 +131,9 @@ class TranslationCache {
     WalkRecord walk;
   };
   // The physical page of linear page `page`, if an entry still holds.
-  const Entry* Find(const PagingRegs& regs, uint64_t page, Access access, const PhysMemory& mem);
+  // `count`: whether the lookup counts as a hit or miss (LinearMemory's
+  // direct path counts only the hits it uses).
+  const Entry* Find(const PagingRegs& regs, uint64_t page, Access access, const PhysMemory& mem, bool count = true);
   void Insert(const PagingRegs& regs, uint64_t page, Access access, uint64_t gpa_page, const WalkRecord& walk);
 
   static constexpr int kEntries = 4;
@@ -157,6 +159,13 @@ class LinearMemory {
 
   absl::StatusOr<AccessFault> Read(Gva la, absl::Span<uint8_t> out, Access access);
   absl::StatusOr<AccessFault> Write(Gva la, absl::Span<const uint8_t> data, Access access);
+  // The host bytes of [la, la+len) when Read or Write there would be one
+  // plain copy and nothing else: within one 4-KiB page, with paging off or a
+  // translation cached for this access (a hit: its accessed and dirty flags
+  // are set already), in RAM, and where PhysMemory::Direct allows it (for a
+  // write, `access.write` set). Else nullptr: Read and Write then also find
+  // faults, set flags and report errors. Read and Write try it first.
+  uint8_t* DirectPointer(Gva la, uint64_t len, Access access);
   // Checks that [la, la+len) could be accessed, touching nothing.
   absl::StatusOr<AccessFault> Probe(Gva la, uint64_t len, Access access);
   // Probe, and where the bytes are: page-bounded chunks, each in RAM.
@@ -174,7 +183,10 @@ class LinearMemory {
   // Calls fn(gpa, offset, chunk_len) for each page-bounded chunk after all of
   // them translated successfully.
   // OutOfRange unless bytes [off, off+n) of the access, at `gpa`, lie in RAM.
-  absl::Status ChunkInRam(Gva la, uint64_t len, uint64_t off, uint64_t n, Gpa gpa) const;
+  absl::Status ChunkInRam(Gva la, uint64_t len, uint64_t off, uint64_t n, Gpa gpa) const {
+    return RangeWithin(gpa.value, n, mem_.size()) ? absl::OkStatus() : ChunkOutsideRam(la, len, off, n, gpa);
+  }
+  absl::Status ChunkOutsideRam(Gva la, uint64_t len, uint64_t off, uint64_t n, Gpa gpa) const;
   template <typename Fn>
   absl::StatusOr<AccessFault> ForEachChunk(Gva la, uint64_t len, Access access, bool set_ad, Fn fn);
 

@@ -25,6 +25,11 @@ class PhysMemory {
   // entirely in RAM; nothing is read or written then.
   virtual absl::Status Read(Gpa gpa, absl::Span<uint8_t> out) const = 0;
   virtual absl::Status Write(Gpa gpa, absl::Span<const uint8_t> data) = 0;
+  // A fast path: the host bytes of [gpa, gpa+len) when an access there needs
+  // nothing but a copy (plain RAM and, for a write, nothing else to do, such
+  // as dropping translated code), else nullptr, and then Read or Write must
+  // be used. nullptr is always a correct answer.
+  virtual uint8_t* Direct(Gpa gpa, uint64_t len, bool write) const { return nullptr; }
 
   // Little-endian scalar helpers.
   template <typename T>

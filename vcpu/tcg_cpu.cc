@@ -2905,9 +2905,7 @@ void TcgCpu::InvalidateCodeBytes(uint64_t gpa, uint64_t len) {
   // no translation comes from: nothing to drop.  QEMU's range invalidation
   // allocates and frees as it goes, so it is called only for pages that may
   // hold code.
-  bool code = false;
-  for (uint64_t page = gpa >> 12; page <= (end - 1) >> 12 && !code; page++) code = MayHoldCode(page);
-  if (!code) return;
+  if (!MayHoldCodeIn(gpa, len)) return;
   stats_.code_invalidations++;
   // QEMU's range invalidation is exact within a page: a store next to code
   // (a DS area in the same page as the loop that branches) keeps it.
@@ -2952,7 +2950,5 @@ void TcgCpu::NoteCodePage(uint64_t page, bool has_code) {
   if (has_code) code_pages_[page >> 6] |= bit;
   else code_pages_[page >> 6] &= ~bit;
 }
-
-bool TcgCpu::MayHoldCode(uint64_t page) const { return (code_pages_[page >> 6] >> (page & 63)) & 1; }
 
 }  // namespace vbts::vcpu

@@ -349,6 +349,14 @@ class TcgCpu {
   // others): for stores vbts makes on the guest's behalf, such as BTS records
   // and a debugger's writes.
   void InvalidateCodeBytes(uint64_t gpa, uint64_t len);
+  // Whether a page of [gpa, gpa+len) (len > 0, gpa in RAM) may hold bytes of
+  // a translation: if not, a store there has nothing to invalidate.
+  bool MayHoldCodeIn(uint64_t gpa, uint64_t len) const {
+    const uint64_t last = (std::min<uint64_t>(config_.ram_bytes, gpa + len) - 1) >> 12;
+    for (uint64_t page = gpa >> 12; page <= last; page++)
+      if (MayHoldCode(page)) return true;
+    return false;
+  }
 
   // Guest memory changed behind the engine's back (the loader, the KVM
   // engine): drops every translation.
@@ -643,7 +651,7 @@ class TcgCpu {
   // translation to invalidate.
   std::vector<uint64_t> code_pages_;
   void NoteCodePage(uint64_t page, bool has_code);
-  bool MayHoldCode(uint64_t page) const;
+  bool MayHoldCode(uint64_t page) const { return (code_pages_[page >> 6] >> (page & 63)) & 1; }
   uint64_t dr_[8] = {};
   uint64_t cr8_ = 0;
   uint8_t maxphyaddr_ = 36;
@@ -664,6 +672,14 @@ class CodeCoherentMemory : public PhysMemory {
   uint64_t size() const override { return size_; }
   absl::Status Read(Gpa gpa, absl::Span<uint8_t> out) const override { return ram_.Read(gpa, out); }
   absl::Status Write(Gpa gpa, absl::Span<const uint8_t> data) override;
+  // Reads always; a write only where no page of it holds translated code
+  // (the REP-string probe and the block ahead are in pages that do).
+  uint8_t* Direct(Gpa gpa, uint64_t len, bool write) const override {
+    if (write && len > 0 && gpa.value < size_) {
+      if (TcgCpu* tcg = engine_(); tcg && tcg->MayHoldCodeIn(gpa.value, len)) return nullptr;
+    }
+    return ram_.Direct(gpa, len, write);
+  }
 
  private:
   PhysMemory& ram_;

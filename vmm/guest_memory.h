@@ -23,6 +23,9 @@ class GuestMemory : public PhysMemory {
   uint64_t size() const override { return size_; }
   absl::Status Read(Gpa gpa, absl::Span<uint8_t> out) const override;
   absl::Status Write(Gpa gpa, absl::Span<const uint8_t> data) override;
+  uint8_t* Direct(Gpa gpa, uint64_t len, bool write) const override {
+    return RangeWithin(gpa.value, len, size_) ? base_ + gpa.value : nullptr;
+  }
   uint8_t* host_base() const { return base_; }
 
  private:
