@@ -85,6 +85,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FeatureMsrs features(model);
   for (const MsrRange& r : FeatureMsrs::Intercepted()) msrs.push_back(r);
   vbts::testing::FakePhysMemory ram(kRam);
+  // Bit 5: the stores' fast paths as the machine has them (a translation
+  // cache, direct copies, one page refusing direct writes as a page with
+  // translated code does); the slow paths otherwise.
+  const bool fast = m & 0x20;
+  if (fast) ram.EnableDirect(/*refused_write_page=*/1);
+  vbts::pmu::TranslationCache cache;
   PagingRegs paging;
 
   for (int ops = 0; !in.empty() && ops < 4096; ops++) {
@@ -146,7 +152,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         GuestRegs regs;
         regs.rflags = in.U32();
         for (uint64_t& r : regs.gpr) r = (g & 8) ? in.Value() : 0;
-        vbts::pmu::LinearMemory lin(ram, paging);
+        vbts::pmu::LinearMemory lin(ram, paging, fast ? &cache : nullptr);
         absl::StatusOr<PmuEffects> fx = pmu.Observe(b, lin, tf, (g & 16) || pmu.WantsRegs() ? &regs : nullptr);
         if (!fx.ok()) __builtin_trap();  // guest programming never makes Observe fail
         break;

@@ -412,6 +412,51 @@ TEST_F(Paging4Test, CachedStoresSetAccessedAndDirtyTheGuestCleared) {
   EXPECT_EQ(cache.misses(), 3u);
 }
 
+// LinearMemory::DirectPointer: the host bytes only where Read or Write would
+// be one plain copy (paging off, or a cached translation whose walk still
+// holds; one page; in RAM; Direct allows it), nullptr everywhere else.
+TEST_F(Paging4Test, DirectPointerOnlyWhereAnAccessIsOnePlainCopy) {
+  mem_.EnableDirect(/*refused_write_page=*/0x6);
+  pt_.Map(0x7000'1000, 0x5000, kPtW);
+  pt_.Map(0x7000'2000, 0x6000, kPtW);
+  TranslationCache cache;
+  LinearMemory lm(mem_, regs_, &cache);
+  const Access write{.write = true, .implicit = true};
+  // Nothing cached yet: the walk of Write (it sets A and D) comes first.
+  EXPECT_EQ(lm.DirectPointer(Gva(0x7000'1010), 4, write), nullptr);
+  const uint8_t a[4] = {1, 2, 3, 4};
+  VBTS_ASSERT_OK(lm.Write(Gva(0x7000'1010), a, {.implicit = true}));
+  EXPECT_EQ(cache.misses(), 1u);
+  EXPECT_EQ(cache.hits(), 0u);
+  // Cached: physical 0x5014 in the fake's bytes; the hit is counted once.
+  EXPECT_EQ(lm.DirectPointer(Gva(0x7000'1014), 4, write), mem_.bytes().data() + 0x5014);
+  EXPECT_EQ(cache.hits(), 1u);
+  EXPECT_EQ(cache.misses(), 1u);
+  // Across the page's end: never.
+  EXPECT_EQ(lm.DirectPointer(Gva(0x7000'1ffe), 4, write), nullptr);
+  // A read is another access, cached apart.
+  EXPECT_EQ(lm.DirectPointer(Gva(0x7000'1014), 4, Access{.implicit = true}), nullptr);
+  // The guest remaps the page: the cached entry no longer holds.
+  pt_.Set(pt_.EntryAddr(0x7000'1000, 1), 0x8000 | 1 | kPtW | kPtA | kPtD);
+  EXPECT_EQ(lm.DirectPointer(Gva(0x7000'1014), 4, write), nullptr);
+  VBTS_ASSERT_OK(lm.Write(Gva(0x7000'1014), a, {.implicit = true}));
+  EXPECT_EQ(mem_.bytes()[0x8014], 1);
+  EXPECT_EQ(lm.DirectPointer(Gva(0x7000'1014), 4, write), mem_.bytes().data() + 0x8014);
+  // Physical page 6 refuses direct writes (translated code there): Write
+  // still stores, through PhysMemory::Write.
+  VBTS_ASSERT_OK(lm.Write(Gva(0x7000'2020), a, {.implicit = true}));
+  EXPECT_EQ(lm.DirectPointer(Gva(0x7000'2020), 4, write), nullptr);
+  VBTS_ASSERT_OK(lm.Write(Gva(0x7000'2020), a, {.implicit = true}));
+  EXPECT_EQ(mem_.bytes()[0x6023], 4);
+  // Paging off (no cache needed): linear = physical, wrapping at 4 GiB; not
+  // beyond RAM's end (16 MiB here).
+  LinearMemory flat(mem_, {.cr0 = kPe});
+  EXPECT_EQ(flat.DirectPointer(Gva(0x1'0000'0ffeull), 2, write), mem_.bytes().data() + 0xffe);
+  EXPECT_EQ(flat.DirectPointer(Gva((16 << 20) - 1), 1, write), mem_.bytes().data() + (16 << 20) - 1);
+  EXPECT_EQ(flat.DirectPointer(Gva(16 << 20), 1, write), nullptr);
+  EXPECT_EQ(flat.DirectPointer(Gva(0x1000), 0, write), nullptr);
+}
+
 TEST(LinearMemoryTest, CachedStoresFollowCr3AndPagingOnOrOff) {
   FakePhysMemory mem(8 << 20);
   auto put32 = [&](uint64_t a, uint32_t v) { std::memcpy(mem.bytes().data() + a, &v, 4); };

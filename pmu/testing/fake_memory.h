@@ -2,6 +2,7 @@
 #ifndef VBTS_PMU_TESTING_FAKE_MEMORY_H_
 #define VBTS_PMU_TESTING_FAKE_MEMORY_H_
 
+#include <optional>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -27,8 +28,25 @@ class FakePhysMemory : public PhysMemory {
   }
   std::vector<uint8_t>& bytes() { return bytes_; }
 
+  // PhysMemory::Direct: nullptr (the default, every access through Read and
+  // Write) unless enabled; then the bytes in RAM, except writes to
+  // `refused_write_page` (as a page with translated code refuses them).
+  void EnableDirect(std::optional<uint64_t> refused_write_page = std::nullopt) {
+    direct_ = true;
+    refused_write_page_ = refused_write_page;
+  }
+  uint8_t* Direct(Gpa gpa, uint64_t len, bool write) const override {
+    if (!direct_ || !RangeWithin(gpa.value, len, bytes_.size())) return nullptr;
+    if (write && refused_write_page_ && (gpa.value >> 12 == *refused_write_page_ ||
+                                         (gpa.value + len - 1) >> 12 == *refused_write_page_))
+      return nullptr;
+    return const_cast<uint8_t*>(bytes_.data()) + gpa.value;
+  }
+
  private:
   std::vector<uint8_t> bytes_;
+  bool direct_ = false;
+  std::optional<uint64_t> refused_write_page_;
 };
 
 }  // namespace vbts::testing
