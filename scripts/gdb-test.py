@@ -15,6 +15,7 @@ import os
 import re
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -598,6 +599,66 @@ def case_kill():
         fail("vbts exited %d after kill, expected 114" % rc, ("gdb", out), ("vbts", v.stderr()))
 
 
+def ksymtab(kernel):
+    """The exported symbols of a vmlinux without a symbol table (Debian's is
+    stripped): its __ksymtab and __ksymtab_gpl sections, whose 12-byte entries
+    (Linux 4.19+ on x86-64, CONFIG_HAVE_ARCH_PREL32_RELOCATIONS) are three
+    32-bit offsets, each relative to its own field: the symbol's address, its
+    name in __ksymtab_strings, its namespace."""
+    out = subprocess.run(["readelf", "-S", "-W", kernel], capture_output=True, text=True, check=True).stdout
+    secs = {}
+    for line in out.splitlines():
+        m = re.match(r"\s*\[\s*\d+\]\s+(\S+)\s+\S+\s+([0-9a-f]+)\s+([0-9a-f]+)\s+([0-9a-f]+)", line)
+        if m:
+            secs[m.group(1)] = tuple(int(g, 16) for g in m.groups()[1:])
+    if "__ksymtab_strings" not in secs:
+        fail("%s has no __ksymtab_strings section" % kernel)
+    data = open(kernel, "rb").read()
+    saddr, soff, ssize = secs["__ksymtab_strings"]
+    syms = {}
+    for name in ("__ksymtab", "__ksymtab_gpl"):
+        addr, off, size = secs[name]
+        for at in range(0, size - size % 12, 12):
+            value, name_rel, _ = struct.unpack_from("<iii", data, off + at)
+            name_addr = addr + at + 4 + name_rel
+            if not saddr <= name_addr < saddr + ssize:
+                fail("%s: a %s entry names no string (not the PREL32 layout)" % (kernel, name))
+            so = soff + name_addr - saddr
+            syms[data[so:data.index(b"\0", so)].decode()] = (addr + at + value) & 0xFFFFFFFFFFFFFFFF
+    return syms
+
+
+def case_linux():
+    # Debian's kernel (nokaslr: its link-time addresses) under GDB, by the
+    # addresses of two exported functions: a hardware breakpoint at
+    # register_console stops there in 64-bit ring 0 with Linux's kernel code
+    # segment (GDT_ENTRY_KERNEL_CS 2: selector 0x10); then GDB's branch trace
+    # up to _printk, which the kernel calls there to announce the console:
+    # no gaps, the last instruction recorded transfers to _printk, and
+    # reverse-stepi goes back to it. The guest's own DEBUGCTL stays 0 (GDB's
+    # trace is not the guest's BTS). Without the kernel (scripts/fetch-linux.sh):
+    # skipped.
+    if not ARGS.linux or not os.path.exists(ARGS.linux):
+        print("SKIP: no Debian kernel (scripts/fetch-linux.sh)")
+        sys.exit(77)
+    syms = ksymtab(ARGS.linux)
+    console, printk = syms["register_console"], syms["_printk"]
+    v = Vbts(ARGS.linux, extra=["--mem=512M", "--cpu=skylake", "--append=console=ttyS0 panic=-1 nokaslr"])
+    out = run_gdb(v, None, ["hbreak *0x%x" % console, "continue", "print/x $pc", "print/x $cs", "delete",
+                            "record btrace bts", "break *0x%x" % printk, "continue", "info record",
+                            "set record instruction-history-size 1", "record instruction-history",
+                            "reverse-stepi", "print/x $pc", "monitor pmu", "kill"])
+    ctx = [("gdb", out), ("vbts stderr", v.stderr())]
+    expect(out, [r"^\$1 = 0x%x$" % console, r"^\$2 = 0x10$", r"Breakpoint 2, 0x0*%x in \?\? \(\)" % printk,
+                 r"Recorded \d+ instructions in \d+ functions \(0 gaps\)",
+                 r"^\d+\s+0x[0-9a-f]+:\s+(call|jmp)\s+0x%x$" % printk, r"^IA32_DEBUGCTL\s+0x0+$"], "gdb", *ctx[1:])
+    last = re.search(r"^\d+\s+(0x[0-9a-f]+):\s+(?:call|jmp)\s+0x%x$" % printk, out, re.M).group(1)
+    expect(out, [r"^\$3 = %s$" % last], "gdb", *ctx[1:])
+    rc = v.wait()
+    if rc != 114:
+        fail("vbts exited %d after kill, expected 114" % rc, *ctx)
+
+
 CASES = {n[5:]: f for n, f in globals().items() if n.startswith("case_")}
 
 
@@ -607,6 +668,7 @@ def main():
     ap.add_argument("--vbts", required=True)
     ap.add_argument("--gdb", default="gdb")
     ap.add_argument("--images", required=True)
+    ap.add_argument("--linux", help="Debian's vmlinux (case linux)")
     ap.add_argument("case", choices=sorted(CASES))
     ARGS = ap.parse_args()
     CASES[ARGS.case]()
