@@ -188,7 +188,15 @@ absl::StatusOr<DecodedInsn> DecodeBytes(absl::Span<const uint8_t> bytes, DecodeM
     }
   }
 
-  for (int i = 0; i < zi.operand_count; ++i) {
+  // The multi-byte NOP and the prefetch hints name memory without accessing
+  // it (SDM vol. 2B NOP: "will not issue a memory operation"; PREFETCHh,
+  // PREFETCHW: "merely a hint and does not affect program behavior"), where
+  // Zydis reports a read: no data breakpoint, load event or cache access.
+  const bool no_access = zi.mnemonic == ZYDIS_MNEMONIC_NOP || zi.mnemonic == ZYDIS_MNEMONIC_PREFETCHT0 ||
+                         zi.mnemonic == ZYDIS_MNEMONIC_PREFETCHT1 || zi.mnemonic == ZYDIS_MNEMONIC_PREFETCHT2 ||
+                         zi.mnemonic == ZYDIS_MNEMONIC_PREFETCHNTA || zi.mnemonic == ZYDIS_MNEMONIC_PREFETCHW ||
+                         zi.mnemonic == ZYDIS_MNEMONIC_PREFETCHWT1 || zi.mnemonic == ZYDIS_MNEMONIC_PREFETCH;
+  for (int i = 0; i < zi.operand_count && !no_access; ++i) {
     const ZydisDecodedOperand& op = ops[i];
     if (op.type != ZYDIS_OPERAND_TYPE_MEMORY || op.mem.type != ZYDIS_MEMOP_TYPE_MEM) continue;
     if (!(op.actions & (ZYDIS_OPERAND_ACTION_MASK_READ | ZYDIS_OPERAND_ACTION_MASK_WRITE))) continue;

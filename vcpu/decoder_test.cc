@@ -56,6 +56,25 @@ TEST(DecoderTest, SsLoads) {
   EXPECT_FALSE(Decode({0xf1}, kPm32).loads_ss);             // icebp
 }
 
+// Instructions whose memory operand names no data access: the multi-byte NOP
+// ("will not issue a memory operation", SDM vol. 2B NOP) and the prefetch
+// hints ("merely a hint and does not affect program behavior", PREFETCHh,
+// PREFETCHW), which a data breakpoint or a retired-load event would make
+// visible. Linux's paravirt patching leaves `nopl (%rax)` right after
+// `mov %cr2,%rax` in its page-fault entry: counted as a read, a watchpoint on
+// the faulting address re-raised #DB forever (perf test 23.3).
+TEST(DecoderTest, NopsAndPrefetchesAccessNoData) {
+  EXPECT_EQ(Decode({0x0f, 0x1f, 0x00}, kLm64).data_count, 0);              // nopl (%rax)
+  EXPECT_EQ(Decode({0x0f, 0x1f, 0x44, 0x00, 0x00}, kLm64).data_count, 0);  // nopl 0x0(%rax,%rax,1)
+  EXPECT_EQ(Decode({0x66, 0x0f, 0x1f, 0x44, 0x00, 0x00}, kPm32).data_count, 0);  // nopw
+  EXPECT_EQ(Decode({0x0f, 0x18, 0x08}, kLm64).data_count, 0);              // prefetcht0 (%rax)
+  EXPECT_EQ(Decode({0x0f, 0x18, 0x00}, kLm64).data_count, 0);              // prefetchnta (%rax)
+  EXPECT_EQ(Decode({0x0f, 0x0d, 0x08}, kLm64).data_count, 0);              // prefetchw (%rax)
+  // An ordinary load and store still have theirs.
+  EXPECT_EQ(Decode({0x48, 0x8b, 0x00}, kLm64).data_count, 1);              // mov (%rax),%rax
+  EXPECT_EQ(Decode({0x48, 0x89, 0x00}, kLm64).data_count, 1);              // mov %rax,(%rax)
+}
+
 // Legacy SSE instructions with a 128-bit memory operand need it 16-byte
 // aligned (#GP(0) otherwise), except the explicitly unaligned ones (SDM vol.
 // 2A 2.5, exception types 1, 2, 4; the instructions' own pages).

@@ -6,6 +6,8 @@
 ;  - DR1 = watch, DR7 = L1 | RW1=01 (write) | LEN1=11 (dword): a read of watch does not trap,
 ;    `mov dword [watch], 5` does: one #DB with EIP = after_write, DR6.B1.
 ;  - after DR7 = 0, another write does not trap.
+;  - DR7 = L1 | RW1=11 (read or write) | LEN1=11: `nop dword [watch]` and `prefetcht0 [watch]`
+;    do not trap (no memory operation), `mov eax, [watch]` does: EIP = after_read.
 ; Expected: status 1, output guest_dbp_pm32.expected (the same under QEMU TCG).
 %include "rt.inc"
 
@@ -27,6 +29,18 @@ after_write:
         and eax, 0x400F
         CHECK_EQ eax, 2, "DR6.B1"
         CHECK_EQ dword [watch], 6, "both writes happened"
+        ; RW1=11 (reads and writes): the multi-byte NOP and PREFETCHT0 name watch but access
+        ; no memory (SDM vol. 2B NOP, PREFETCHh): no trap; the read after them traps.
+        mov eax, (1 << 2) | (11b << 20) | (11b << 22)
+        call set_dr7
+        nop dword [watch]
+        prefetcht0 [watch]
+        mov eax, [watch]
+after_read:
+        xor eax, eax
+        call set_dr7
+        CHECK_EQ dword [db_count], 2, "RW=11: one more #DB, for the read (none for NOP and PREFETCHT0)"
+        CHECK_EQ dword [db_eip], after_read, "trap after the read: EIP = after_read"
         ret
 
 set_dr7:                                ; EAX -> DR7: the image's one MOV DR7
