@@ -2,7 +2,7 @@
 """run-linux.py: boot Debian's kernel with guest-tests/linux/init.c as PID 1.
 
     run-linux.py (--vbts PATH | --qemu PATH) --kernel VMLINUX --initrd CPIO [--cpu MODEL]
-                 [--record-max N] [--perf-tool] [--iommu]
+                 [--record-max N] [--perf-tool] [--perf-test] [--iommu]
 
 The kernel is not ours: scripts/fetch-linux.sh puts Debian's cloud kernel
 (linux-image-cloud-amd64) there; without it the test is skipped (77) with a
@@ -29,6 +29,9 @@ perf-tool.sh (`-- run /bin/sh /perf-tool.sh`): Debian's own perf tool, ten
 PASS lines (PERF_TOOL_CHECKS) and "SUMMARY: 11 passed, 0 failed"; without that
 initramfs (the build found no perf) the test is skipped (77) with a line
 saying how to get it.
+With --perf-test the initramfs is linux-perf-test.cpio and init runs
+perf-test.sh: the hardware-facing cases of Debian's own `perf test` suite, one
+PASS line each (PERF_TEST_CHECKS) and "SUMMARY: 15 passed, 0 failed".
 With --iommu (vbts only) the machine has `--device=intel-iommu,edu` and init
 runs iommu.sh from linux-iommu.cpio: Linux's VT-d driver enables interrupt
 remapping and DMA remapping on vbts's unit, finds the edu device through the
@@ -60,6 +63,14 @@ INIT_CHECKS = ("instructions:u", "intel_bts", "lbr", "pebs")
 PERF_TOOL_CHECKS = ("perf stat", "perf stat L1-dcache", "perf stat task-clock", "perf mem loads", "perf record LLC-loads", "perf mem stores",
                     "intel_bts",
                     "branches -c 1", "perf record -b", "instructions:upp", "call-graph lbr")
+
+
+PERF_TEST_CHECKS = ("Read samples using the mmap interface", "User space counter reading of instructions",
+                    "User space counter reading of cycles", "Test data source output",
+                    "PERF_RECORD_* events & perf_sample fields", "Breakpoint overflow signal handler",
+                    "Breakpoint overflow sampling", "Breakpoint accounting", "Read Only Watchpoint",
+                    "Write Only Watchpoint", "Read / Write Watchpoint", "Modify Watchpoint", "TSC support",
+                    "Perf time to TSC", "x86 bp modify")
 
 
 IOMMU_CHECKS = ("timer through interrupt remapping", "COM1 through interrupt remapping", "dmar0 registers",
@@ -99,6 +110,8 @@ def main():
                     help="vbts record the boot with --max-records=N, then check the trace too")
     ap.add_argument("--perf-tool", action="store_true",
                     help="the initramfs of perf-tool.sh: check its perf checks (PERF_TOOL_CHECKS)")
+    ap.add_argument("--perf-test", action="store_true",
+                    help="the initramfs of perf-test.sh: check its cases of `perf test` (PERF_TEST_CHECKS)")
     ap.add_argument("--iommu", action="store_true",
                     help="--device=intel-iommu,edu and the initramfs of iommu.sh: IOMMU_CHECKS, IOMMU_LINES")
     a = ap.parse_args()
@@ -106,13 +119,14 @@ def main():
         print("SKIP: no kernel at %s: run scripts/fetch-linux.sh %s (scripts/test.sh does)"
               % (a.kernel, os.path.dirname(a.kernel)))
         return 77
-    if a.perf_tool and not os.path.exists(a.initrd):
+    if (a.perf_tool or a.perf_test) and not os.path.exists(a.initrd):
         print("SKIP: no %s: the build found no `perf` (Debian's linux-perf; scripts/setup.sh installs it)"
               % a.initrd)
         return 77
-    script = "/perf-tool.sh" if a.perf_tool else "/iommu.sh" if a.iommu else ""
+    script = "/perf-tool.sh" if a.perf_tool else "/perf-test.sh" if a.perf_test else "/iommu.sh" if a.iommu else ""
     append = APPEND + (" -- run /bin/sh " + script if script else "")
-    checks = PERF_TOOL_CHECKS if a.perf_tool else IOMMU_CHECKS if a.iommu else INIT_CHECKS
+    checks = (PERF_TOOL_CHECKS if a.perf_tool else PERF_TEST_CHECKS if a.perf_test else
+              IOMMU_CHECKS if a.iommu else INIT_CHECKS)
     tmp = tempfile.TemporaryDirectory()
     trace = os.path.join(tmp.name, "boot.vbtr")
     if a.vbts:
