@@ -14,10 +14,7 @@ export PATH=/usr/bin:/bin
 cd /tmp || exit 1
 . /check.sh
 
-if [ ! -e /sys/bus/event_source/devices/cpu ]; then
-  echo "SKIP: no hardware PMU under this kernel (/sys/bus/event_source/devices/cpu)"
-  exit 77
-fi
+require_pmu
 echo 0 > /proc/sys/kernel/perf_cpu_time_max_percent
 # Cases by their description (their numbers change between perf versions).
 # A fragment selects the cases and subcases whose own description holds it.

@@ -16,10 +16,7 @@ export PATH=/usr/bin:/bin
 cd /tmp || exit 1
 . /check.sh
 
-if [ ! -e /sys/bus/event_source/devices/cpu ]; then
-  echo "SKIP: no hardware PMU under this kernel (/sys/bus/event_source/devices/cpu)"
-  exit 77
-fi
+require_pmu
 read -r release < /proc/sys/kernel/osrelease
 echo "$(perf --version) on Linux $release"
 # Linux lowers perf_event_max_sample_rate when a PMI handler takes long (the
