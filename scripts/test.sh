@@ -18,10 +18,12 @@ if [ "$heavy_default" -eq 1 ]; then
   # The QEMU differential tests and the record/report scripts add nothing the
   # sanitizers can see that the guest images do not already exercise; of the
   # perf-tool runs of Debian's perf, one model (icelake-server: adaptive PEBS,
-  # the LBR call stack, TSC-deadline mode) stands for the three.
+  # the LBR call stack, TSC-deadline mode) stands for the three, and for perf's own
+  # `perf test` cases (linux.perf-test-*: the guest's debug registers, which the
+  # guest images exercise under the sanitizers too).
   cd build-asan
   # Leaks inside libunicorn (not vbts's) are suppressed: scripts/lsan.supp.
   LSAN_OPTIONS="suppressions=$PWD/../scripts/lsan.supp" \
     ctest --output-on-failure -j2 --timeout 300 -L "unit|kvm|guest|engines|gdb|linux" \
-      -E "^(diff|record|engines.record|linux.perf-qemu|linux.perf-tool-(westmere|skylake|qemu))"
+      -E "^(diff|record|engines.record|linux.perf-qemu|linux.perf-tool-(westmere|skylake|qemu)|linux.perf-test)"
 fi
