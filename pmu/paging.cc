@@ -381,10 +381,6 @@ absl::StatusOr<AccessFault> LinearMemory::Read(Gva la, absl::Span<uint8_t> out, 
     return AccessFault{};
   }
   return ForEachChunk(la, out.size(), access, /*set_ad=*/true, [&](Gpa gpa, uint64_t off, uint64_t n) {
-    if (const uint8_t* p = mem_.Direct(gpa, n, /*write=*/false)) {
-      std::memcpy(out.data() + off, p, n);
-      return absl::OkStatus();
-    }
     return mem_.Read(gpa, out.subspan(off, n));
   });
 }
@@ -396,10 +392,6 @@ absl::StatusOr<AccessFault> LinearMemory::Write(Gva la, absl::Span<const uint8_t
     return AccessFault{};
   }
   return ForEachChunk(la, data.size(), access, /*set_ad=*/true, [&](Gpa gpa, uint64_t off, uint64_t n) {
-    if (uint8_t* p = mem_.Direct(gpa, n, /*write=*/true)) {
-      std::memcpy(p, data.data() + off, n);
-      return absl::OkStatus();
-    }
     return mem_.Write(gpa, data.subspan(off, n));
   });
 }
