@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "base/file.h"
 #include "pmu/feature_msrs.h"
 #include "pmu/passthrough.h"
@@ -310,7 +311,8 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
   for (const std::string& d : config_.devices) {
     if (std::find(std::begin(MachineConfig::kDeviceNames), std::end(MachineConfig::kDeviceNames), d) ==
         std::end(MachineConfig::kDeviceNames))
-      return absl::InvalidArgumentError(absl::StrFormat("--device=%s: expected edu or intel-iommu", d));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("--device=%s: expected %s", d, absl::StrJoin(MachineConfig::kDeviceNames, " or ")));
   }
   if (!config_.devices.empty()) {
     // The devices' interrupts reach vbts's interrupt controllers, which run
