@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/bits.h"
 #include "base/status_macros.h"
 #include "pmu/netburst.h"
 
@@ -87,7 +88,6 @@ constexpr uint64_t kLbrSelectMask = 0x1FF;
 // EN_CALLSTACK (SDM 17.9, table 17-13), on models with the LBR call stack.
 constexpr uint64_t kSelEnCallstack = 1u << 9;
 
-uint64_t Mask(int bits) { return bits >= 64 ? ~0ull : (1ull << bits) - 1; }
 
 // A DS management field or BTS record field: 8 bytes in the 64-bit format,
 // 4 in the 32-bit one (fixed-size copies: a variable-length memcpy of these
@@ -113,7 +113,7 @@ inline void StoreField(uint8_t* p, uint64_t v, bool fmt64) {
 
 // Sign-extends a linear address from bit 47 (the FROM/TO formats keep
 // canonical addresses; SDM 17.4.8.1).
-uint64_t Canonical(uint64_t a) { return (a & (1ull << 47)) ? (a | 0xFFFF000000000000ull) : (a & Mask(48)); }
+uint64_t Canonical(uint64_t a) { return (a & (1ull << 47)) ? (a | 0xFFFF000000000000ull) : (a & LowBits(48)); }
 
 
 struct Counter {
@@ -212,21 +212,21 @@ struct VirtualPmu::State {
   int PebsGp() const { return pebs_format() >= 4 ? pmu.gp_counters : std::min(pmu.gp_counters, 4); }
   int PebsFixed() const { return pebs_format() >= 4 ? pmu.fixed_counters : 0; }
   uint64_t PebsEnableMask() const {
-    if (pebs_format() >= 4) return Mask(PebsGp()) | (Mask(PebsFixed()) << 32);  // PEBS_EN_PMCn, PEBS_EN_FIXEDm (32+m)
-    const uint64_t c = Mask(std::min(pmu.gp_counters, 4));
+    if (pebs_format() >= 4) return LowBits(PebsGp()) | (LowBits(PebsFixed()) << 32);  // PEBS_EN_PMCn, PEBS_EN_FIXEDm (32+m)
+    const uint64_t c = LowBits(std::min(pmu.gp_counters, 4));
     return c | (c << 32);  // PEBS on PMC0-3, load latency on PMC0-3 (SDM vol. 4, MSR_PEBS_ENABLE)
   }
   // IA32_FIXED_CTR_CTRL: 4 bits per counter; with adaptive PEBS also the
   // per-counter Adaptive_Record bit 32+4i (SDM 18.9.2.3).
   uint64_t FixedCtrlMask() const {
-    uint64_t m = Mask(4 * pmu.fixed_counters);
+    uint64_t m = LowBits(4 * pmu.fixed_counters);
     if (adaptive())
       for (int i = 0; i < pmu.fixed_counters; i++) m |= 1ull << (32 + 4 * i);
     return m;
   }
   bool full_width_writes() const { return pmu.pdcm && (pmu.perf_capabilities & kPerfCapFullWidthWrite); }
   uint64_t GlobalCtrlMask() const {
-    return Mask(pmu.gp_counters) | (Mask(pmu.fixed_counters) << 32);
+    return LowBits(pmu.gp_counters) | (LowBits(pmu.fixed_counters) << 32);
   }
   uint64_t GlobalStatusMask() const {
     uint64_t m = GlobalCtrlMask() | (1ull << 62) | (1ull << 63);
@@ -391,7 +391,7 @@ struct VirtualPmu::State {
       c.pmi_pending = false;
       if (c.cccr & netburst::kCccrOvfPmi) pmi = true;
     }
-    const uint64_t m = Mask(netburst::kCounterWidth);
+    const uint64_t m = LowBits(netburst::kCounterWidth);
     const uint64_t next = (c.value + inc) & m;
     const bool ovf = next < c.value || (c.cccr & netburst::kCccrForceOvf);
     c.value = next;
@@ -504,7 +504,7 @@ struct VirtualPmu::State {
   // Adds `inc` to GP counter i; true when it wrapped past its width, which
   // sets the counter's GLOBAL_STATUS bit (SDM 18.2.1.1, 18.2.2).
   bool AddToGp(int i, uint64_t inc) {
-    const uint64_t next = (gp[i].value + inc) & Mask(pmu.gp_width);
+    const uint64_t next = (gp[i].value + inc) & LowBits(pmu.gp_width);
     const bool wrapped = next < gp[i].value;
     if (wrapped) global_status |= 1ull << i;
     gp[i].value = next;
@@ -543,7 +543,7 @@ struct VirtualPmu::State {
     for (uint32_t fm = plain_fixed_[level]; fm; fm &= fm - 1) {
       const int i = std::countr_zero(fm);
       const uint64_t ctl = (fixed_ctrl >> (4 * i)) & 0xF;
-      const uint64_t m = Mask(pmu.fixed_width);
+      const uint64_t m = LowBits(pmu.fixed_width);
       const uint64_t next = (fixed[i].value + 1) & m;  // instructions, core and reference cycles alike
       const uint64_t bit = 1ull << (32 + i);
       if (pebs_armed & bit) assist |= bit;
@@ -622,7 +622,7 @@ struct VirtualPmu::State {
       // Basic group (SDM 18.9.2.3): [47:0] record format = the effective
       // PEBS_DATA_CFG, [63:48] record size; the eventing IP (the
       // instruction that caused the assist); applicable counters; TSC.
-      r[k++] = (rec << 48) | (cfg & Mask(48));
+      r[k++] = (rec << 48) | (cfg & LowBits(48));
       r[k++] = b.from & m32;
       r[k++] = counters;
       r[k++] = after->tsc;
@@ -689,12 +689,12 @@ struct VirtualPmu::State {
     for (int i = 0; i < pmu.gp_counters; i++) {
       if (!(counters & (1ull << i))) continue;
       global_status &= ~(1ull << i);
-      gp[i].value = field(0x40 + 8 * i) & Mask(pmu.gp_width);
+      gp[i].value = field(0x40 + 8 * i) & LowBits(pmu.gp_width);
     }
     for (int i = 0; i < pmu.fixed_counters; i++) {
       if (!(counters & (1ull << (32 + i)))) continue;
       global_status &= ~(1ull << (32 + i));
-      fixed[i].value = field(0x80 + 8 * i) & Mask(pmu.fixed_width);
+      fixed[i].value = field(0x80 + 8 * i) & LowBits(pmu.fixed_width);
     }
     if (next >= threshold) {
       global_status |= 1ull << 62;
@@ -1020,7 +1020,7 @@ MsrResult VirtualPmu::WriteMsr(uint32_t msr, uint64_t v) {
     if (msr >= netburst::kMsrCounter0 && msr < netburst::kMsrCounter0 + netburst::kCounters) {
       // 40-bit counters: bits 63:40 of the value are ignored (docs/pmu-model.md).
       NbCounter& c = s.nb[msr - netburst::kMsrCounter0];
-      c.value = v & Mask(netburst::kCounterWidth);
+      c.value = v & LowBits(netburst::kCounterWidth);
       c.pmi_pending = false;  // a reloaded counter has no overflow pending
       return ok;
     }
@@ -1121,12 +1121,12 @@ MsrResult VirtualPmu::WriteMsr(uint32_t msr, uint64_t v) {
     // Legacy writes: bits 31:0, sign-extended to the counter width (SDM 18.2.6).
     uint64_t x = v & 0xFFFFFFFFull;
     if (x & 0x80000000ull) x |= ~0xFFFFFFFFull;
-    s.gp[msr - kMsrPmc0].value = x & Mask(p.gp_width);
+    s.gp[msr - kMsrPmc0].value = x & LowBits(p.gp_width);
     s.pebs_armed &= ~(1ull << (msr - kMsrPmc0));  // a reloaded counter is no longer armed
     return ok;
   }
   if (msr >= kMsrAPmc0 && msr < kMsrAPmc0 + static_cast<uint32_t>(p.gp_counters) && s.full_width_writes()) {
-    if (v & ~Mask(p.gp_width)) return gp;
+    if (v & ~LowBits(p.gp_width)) return gp;
     s.gp[msr - kMsrAPmc0].value = v;
     s.pebs_armed &= ~(1ull << (msr - kMsrAPmc0));
     return ok;
@@ -1137,7 +1137,7 @@ MsrResult VirtualPmu::WriteMsr(uint32_t msr, uint64_t v) {
     return ok;
   }
   if (msr >= kMsrFixedCtr0 && msr < kMsrFixedCtr0 + static_cast<uint32_t>(p.fixed_counters)) {
-    if (v & ~Mask(p.fixed_width)) return gp;
+    if (v & ~LowBits(p.fixed_width)) return gp;
     s.fixed[msr - kMsrFixedCtr0].value = v;
     s.pebs_armed &= ~(1ull << (32 + msr - kMsrFixedCtr0));
     return ok;
@@ -1243,11 +1243,11 @@ uint64_t VirtualPmu::SequentialLimit(uint8_t cpl) const {
   // An instruction adds at most 1 to a retired-load or -store counter.
   for (uint32_t m = s.plain_gp_[level] | s.load_gp_[level] | s.store_gp_[level]; m; m &= m - 1) {
     const int i = std::countr_zero(m);
-    limit = std::min(limit, Mask(s.pmu.gp_width) - s.gp[i].value);  // increments before it wraps
+    limit = std::min(limit, LowBits(s.pmu.gp_width) - s.gp[i].value);  // increments before it wraps
   }
   for (uint32_t m = s.plain_fixed_[level]; m; m &= m - 1) {
     const int i = std::countr_zero(m);
-    limit = std::min(limit, Mask(s.pmu.fixed_width) - s.fixed[i].value);
+    limit = std::min(limit, LowBits(s.pmu.fixed_width) - s.fixed[i].value);
   }
   for (int i = 0; i < s.nb_count(); i++) {
     if (!s.NbEnabled(i)) continue;
@@ -1261,7 +1261,7 @@ uint64_t VirtualPmu::SequentialLimit(uint8_t cpl) const {
     if (c.pmi_pending || (c.cccr & netburst::kCccrForceOvf)) return 0;
     const bool edge = (c.cccr & netburst::kCccrCompare) && (c.cccr & netburst::kCccrEdge);
     // With Edge only the first instruction of the run counts (the comparison stays true).
-    const uint64_t room = Mask(netburst::kCounterWidth) - c.value;
+    const uint64_t room = LowBits(netburst::kCounterWidth) - c.value;
     if (edge) {
       if (room == 0) return 0;
     } else {
@@ -1314,17 +1314,17 @@ void VirtualPmu::CountSequential(uint64_t n, uint8_t cpl, uint64_t loads, uint64
   const int level = cpl == 0 ? 0 : 1;
   for (uint32_t m = s.plain_gp_[level]; m; m &= m - 1) {
     const int i = std::countr_zero(m);
-    s.gp[i].value = (s.gp[i].value + n) & Mask(s.pmu.gp_width);
+    s.gp[i].value = (s.gp[i].value + n) & LowBits(s.pmu.gp_width);
   }
   // The retired-load and -store events (a counter of both adds each kind).
   for (uint32_t m = s.load_gp_[level] | s.store_gp_[level]; m; m &= m - 1) {
     const int i = std::countr_zero(m);
     const uint64_t k = ((s.load_gp_[level] >> i) & 1 ? loads : 0) + ((s.store_gp_[level] >> i) & 1 ? stores : 0);
-    s.gp[i].value = (s.gp[i].value + k) & Mask(s.pmu.gp_width);  // no wrap: SequentialLimit
+    s.gp[i].value = (s.gp[i].value + k) & LowBits(s.pmu.gp_width);  // no wrap: SequentialLimit
   }
   for (uint32_t m = s.plain_fixed_[level]; m; m &= m - 1) {
     const int i = std::countr_zero(m);
-    s.fixed[i].value = (s.fixed[i].value + n) & Mask(s.pmu.fixed_width);
+    s.fixed[i].value = (s.fixed[i].value + n) & LowBits(s.pmu.fixed_width);
   }
   for (int i = 0; i < s.nb_count(); i++) {
     if (!s.NbEnabled(i)) continue;
@@ -1336,7 +1336,7 @@ void VirtualPmu::CountSequential(uint64_t n, uint8_t cpl, uint64_t loads, uint64
     const bool edge = (c.cccr & netburst::kCccrCompare) && (c.cccr & netburst::kCccrEdge);
     const uint64_t first = State::NbFilter(c.cccr, events, c.last_out);
     const uint64_t total = edge ? first : first * n;
-    c.value = (c.value + total) & Mask(netburst::kCounterWidth);  // no wrap: SequentialLimit
+    c.value = (c.value + total) & LowBits(netburst::kCounterWidth);  // no wrap: SequentialLimit
   }
 }
 

@@ -51,8 +51,6 @@ bool Better(const Symbol& a, const Symbol& b) {
   return a.name.size() < b.name.size();
 }
 
-std::string Hex(uint64_t v) { return absl::StrFormat("0x%x", v); }
-
 }  // namespace
 
 absl::StatusOr<SymbolTable> SymbolTable::FromElf(absl::Span<const uint8_t> file, std::string_view name) {
@@ -175,14 +173,14 @@ const Symbol* SymbolTable::Find(uint64_t addr) const {
 
 std::string SymbolTable::Describe(uint64_t addr) const {
   const Symbol* s = Find(addr);
-  if (!s) return Hex(addr);
+  if (!s) return absl::StrFormat("0x%x", addr);
   if (addr == s->addr) return s->name;
   return absl::StrFormat("%s+0x%x", s->name, addr - s->addr);
 }
 
 std::string SymbolTable::FunctionOf(uint64_t addr) const {
   const Symbol* s = Find(addr);
-  if (!s) return Hex(addr);
+  if (!s) return absl::StrFormat("0x%x", addr);
   const size_t dot = s->name.find('.', 1);
   return dot == std::string::npos ? s->name : s->name.substr(0, dot);
 }

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_format.h"
 #include "pmu/paging.h"
+#include "base/bits.h"
 #include "base/status_macros.h"
 #include "vcpu/descriptors.h"
 
@@ -77,16 +78,12 @@ struct Stack {
   bool user = false;
 };
 
-uint64_t WidthMask(int width) {
-  return width == 64 ? ~0ull : width == 32 ? 0xffffffffull : 0xffffull;
-}
-
 // Writes a stack pointer of `width` bits: a 16-bit stack only changes SP.
 void SetSp(CpuState& s, uint64_t v, int width) {
   if (width == 16)
     s.gpr[kRsp] = (s.gpr[kRsp] & ~0xffffull) | (v & 0xffff);
   else
-    s.gpr[kRsp] = v & WidthMask(width);
+    s.gpr[kRsp] = v & LowBits(width);
 }
 
 class Engine {
@@ -180,17 +177,17 @@ class Engine {
     return absl::OkStatus();
   }
   absl::Status Push(Stack& s, uint64_t value, size_t n) {
-    uint64_t sp = (s.sp - n) & WidthMask(s.width);
+    uint64_t sp = (s.sp - n) & LowBits(s.width);
     VBTS_ASSIGN_OR_RETURN(uint64_t la, StackAddress(s, sp, n));
     VBTS_RETURN_IF_ERROR(QueueWrite(la, value, n, {.user = s.user}, s.fault));
     s.sp = sp;
     return absl::OkStatus();
   }
   absl::StatusOr<uint64_t> Pop(Stack& s, size_t n) {
-    VBTS_ASSIGN_OR_RETURN(uint64_t la, StackAddress(s, s.sp & WidthMask(s.width), n));
+    VBTS_ASSIGN_OR_RETURN(uint64_t la, StackAddress(s, s.sp & LowBits(s.width), n));
     uint64_t v = 0;
     VBTS_RETURN_IF_ERROR(ReadLinear(la, &v, n, {.user = s.user}, s.fault));
-    s.sp = (s.sp + n) & WidthMask(s.width);
+    s.sp = (s.sp + n) & LowBits(s.width);
     return v;
   }
   Stack CurrentStack() const {
@@ -198,7 +195,7 @@ class Engine {
     s.seg = old_.ss;
     s.sp = old_.gpr[kRsp];
     s.width = old_.mode() == CpuMode::kLong64 ? 64 : old_.ss.db ? 32 : 16;
-    s.sp &= WidthMask(s.width);
+    s.sp &= LowBits(s.width);
     s.fault = {kVecSs, 0};
     s.user = old_.cpl() == 3;
     return s;
@@ -444,7 +441,7 @@ absl::Status Engine::DoInt(uint8_t vector, bool software, uint32_t ext) {
     VBTS_RETURN_IF_ERROR(MarkAccessed(ss, *ssd));
     stack.seg = SegmentFromDescriptor(*ssd, ss);
     stack.width = ssd->db() ? 32 : 16;
-    stack.sp = esp & WidthMask(stack.width);
+    stack.sp = esp & LowBits(stack.width);
     stack.fault = {kVecSs, SelErr(ss, ext)};
   } else if (ia32e) {
     // 64-bit TSS: RSPn or ISTn (SDM 6.14.4, 6.14.5); SS becomes a null
@@ -558,7 +555,7 @@ absl::Status Engine::DoIret() {
       // inner stack's value (the "espfix" behaviour of real processors).
       ns_.gpr[kRsp] = ((stack.sp & 0xffff0000ull) | (temp_sp & 0xffff));
     } else {
-      ns_.gpr[kRsp] = temp_sp & WidthMask(static_cast<int>(n * 8));
+      ns_.gpr[kRsp] = temp_sp & LowBits(static_cast<int>(n * 8));
     }
   } else {
     SetSp(ns_, stack.sp, stack.width);
@@ -623,7 +620,7 @@ absl::Status Engine::DoRetFar() {
   }
   // RETURN-TO-OUTER-PRIVILEGE-LEVEL: release the callee's parameters, pop
   // SS:ESP, then release the caller's.
-  stack.sp = (stack.sp + imm) & WidthMask(stack.width);
+  stack.sp = (stack.sp + imm) & LowBits(stack.width);
   VBTS_ASSIGN_OR_RETURN(uint64_t temp_sp, Pop(stack, n));
   VBTS_ASSIGN_OR_RETURN(uint64_t temp_ss64, Pop(stack, n));
   const uint16_t temp_ss = static_cast<uint16_t>(temp_ss64);
@@ -635,7 +632,7 @@ absl::Status Engine::DoRetFar() {
   ns_.rip = temp_ip;
   ns_.ss = new_ss;
   const int new_width = target64 ? 64 : new_ss.db ? 32 : 16;
-  ns_.gpr[kRsp] = temp_sp & WidthMask(static_cast<int>(n * 8));
+  ns_.gpr[kRsp] = temp_sp & LowBits(static_cast<int>(n * 8));
   SetSp(ns_, (ns_.gpr[kRsp] + imm), new_width);
   NullInvalidDataSegments(rpl);
   return absl::OkStatus();
@@ -645,7 +642,7 @@ absl::Status Engine::DoRetFar() {
 // checks of SDM 3A 5.3 (limit) / 3.3.7.1 (canonical): #GP(0), or #SS(0) for
 // SS-relative operands.
 absl::StatusOr<uint64_t> Engine::MemOperandAddress(const MemOperand& m, size_t n) {
-  const uint64_t amask = WidthMask(insn_.address_size);
+  const uint64_t amask = LowBits(insn_.address_size);
   uint64_t ea = static_cast<uint64_t>(m.disp);
   if (m.base == kRipBase)
     ea += NextRip();

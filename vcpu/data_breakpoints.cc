@@ -1,18 +1,15 @@
 // data_breakpoints.cc: see data_breakpoints.h.
 #include "vcpu/data_breakpoints.h"
 
+#include "base/bits.h"
+
 namespace vbts::vcpu {
-namespace {
-
-uint64_t WidthMask(int bits) { return bits >= 64 ? ~0ull : (1ull << bits) - 1; }
-
-}  // namespace
 
 std::vector<DataAccess> DataAccessesOf(const DecodedInsn& insn, const CpuState& st) {
   std::vector<DataAccess> out;
   const bool long64 = st.mode() == CpuMode::kLong64;
-  const uint64_t amask = WidthMask(insn.address_size);
-  const uint64_t smask = WidthMask(insn.stack_width ? insn.stack_width : (long64 ? 64 : st.ss.db ? 32 : 16));
+  const uint64_t amask = LowBits(insn.address_size);
+  const uint64_t smask = LowBits(insn.stack_width ? insn.stack_width : (long64 ? 64 : st.ss.db ? 32 : 16));
   const Segment* segs[] = {&st.es, &st.cs, &st.ss, &st.ds, &st.fs, &st.gs};
   for (int i = 0; i < insn.data_count; i++) {
     const DataOperand& o = insn.data[i];

@@ -203,9 +203,9 @@ TEST(DecoderTest, StopsAtMaximumLengthAndRejectsTruncated) {
 }
 
 TEST(DecoderTest, DecodeAtReadsThroughPagingAndStopsAtUnmappedPage) {
-  testing::FakePhysMemory mem(4 << 20);
-  testing::PageTables4 pt(mem, 0x100000);
-  pt.Map(0x400000, 0x8000, testing::kPtW);  // next page 0x401000 unmapped
+  ::vbts::testing::FakePhysMemory mem(4 << 20);
+  ::vbts::testing::PageTables4 pt(mem, 0x100000);
+  pt.Map(0x400000, 0x8000, ::vbts::testing::kPtW);  // next page 0x401000 unmapped
   CpuState st;
   st.cr0 = kCr0Pe | kCr0Pg;
   st.cr4 = kCr4Pae;

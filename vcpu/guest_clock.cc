@@ -2,12 +2,13 @@
 
 #include <limits>
 
+#include "base/bits.h"
+
 #include "absl/numeric/int128.h"
 
 namespace vbts::vcpu {
 namespace {
 
-constexpr uint64_t kNsPerSecond = 1'000'000'000;
 constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
 
 uint64_t Saturate(absl::uint128 v) { return v > kMax ? kMax : static_cast<uint64_t>(v); }

@@ -10,11 +10,11 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "base/bits.h"
 
 namespace vbts::vcpu {
 namespace {
 
-constexpr uint64_t kNsPerSecond = 1'000'000'000;
 constexpr uint64_t kMaxBusHz = 1'000'000'000'000;  // keeps the timer's 128-bit products bounded
 
 // Writable bits of each register (SDM figures 10-7 to 10-14, 10-23).

@@ -2,11 +2,11 @@
 #include "vcpu/pit8254.h"
 
 #include "absl/numeric/int128.h"
+#include "base/bits.h"
 
 namespace vbts::vcpu {
 namespace {
 
-constexpr uint64_t kNsPerSecond = 1'000'000'000;
 // Access states (QEMU's and KVM's RW_STATE_*).
 constexpr uint8_t kLsb = 1, kMsb = 2, kWord0 = 3, kWord1 = 4;
 constexpr uint8_t kUnprogrammed = 0xFF;  // KVM's reset mode: no output

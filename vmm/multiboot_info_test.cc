@@ -18,18 +18,8 @@ using ::testing::ElementsAre;
 using ::vbts::testing::FakePhysMemory;
 using ::vbts::testing::StatusIs;
 
-uint64_t RLe(FakePhysMemory& m, uint64_t gpa, int n) {
-  uint64_t v = 0;
-  for (int i = n - 1; i >= 0; --i) v = (v << 8) | m.bytes().at(gpa + i);
-  return v;
-}
-uint32_t R32(FakePhysMemory& m, uint64_t gpa) { return static_cast<uint32_t>(RLe(m, gpa, 4)); }
-uint64_t R64(FakePhysMemory& m, uint64_t gpa) { return RLe(m, gpa, 8); }
-std::string RStr(FakePhysMemory& m, uint64_t gpa) {
-  std::string s;
-  for (uint64_t a = gpa; m.bytes()[a] != 0; ++a) s.push_back(static_cast<char>(m.bytes()[a]));
-  return s;
-}
+uint32_t R32(FakePhysMemory& m, uint64_t gpa) { return static_cast<uint32_t>(m.Le(gpa, 4)); }
+uint64_t R64(FakePhysMemory& m, uint64_t gpa) { return m.Le(gpa, 8); }
 
 // RAM whose size() is large but which only stores the first MiB.
 class BigRam : public PhysMemory {
@@ -109,8 +99,8 @@ TEST(MultibootInfoTest, EveryFieldAtSpecOffset) {
   EXPECT_EQ(R32(ram, 0x90C4), 1u);
   EXPECT_EQ(R32(ram, 0x90C8), 0u);           // zero after the map
 
-  EXPECT_EQ(RStr(ram, 0x9100), "vbts " VBTS_VERSION);
-  EXPECT_EQ(RStr(ram, 0x9200), "guest-tests/hello.elf verbose=1 x");
+  EXPECT_EQ(ram.CString(0x9100), "vbts " VBTS_VERSION);
+  EXPECT_EQ(ram.CString(0x9200), "guest-tests/hello.elf verbose=1 x");
   // Nothing outside the page was touched.
   EXPECT_EQ(ram.bytes()[0x8FFF], 0xCC);
   EXPECT_EQ(ram.bytes()[0xA000], 0xCC);
@@ -119,13 +109,13 @@ TEST(MultibootInfoTest, EveryFieldAtSpecOffset) {
 TEST(MultibootInfoTest, BootLoaderNameIsVbtsVersion) {
   FakePhysMemory ram(1 << 20);
   VBTS_ASSERT_OK(WriteMultibootInfo(ram, "k", ""));
-  EXPECT_EQ(RStr(ram, 0x9100), "vbts 0.1.0");
+  EXPECT_EQ(ram.CString(0x9100), "vbts 0.1.0");
 }
 
 TEST(MultibootInfoTest, EmptyAppendKeepsQemuTrailingSpace) {
   FakePhysMemory ram(2 << 20);
   VBTS_ASSERT_OK(WriteMultibootInfo(ram, "/tmp/k.elf", ""));
-  EXPECT_EQ(RStr(ram, 0x9200), "/tmp/k.elf ");
+  EXPECT_EQ(ram.CString(0x9200), "/tmp/k.elf ");
 }
 
 TEST(MultibootInfoTest, OneMibRamHasNoUpperMemory) {
@@ -147,7 +137,7 @@ TEST(MultibootInfoTest, AcceptsLongestCommandLine) {
   FakePhysMemory ram(1 << 20);
   const std::string append(kMultibootCmdlineMax - 3, 'a');  // "k " + append + NUL = 0xE00
   VBTS_ASSERT_OK(WriteMultibootInfo(ram, "k", append));
-  EXPECT_EQ(RStr(ram, 0x9200).size(), 0xDFFu);
+  EXPECT_EQ(ram.CString(0x9200).size(), 0xDFFu);
   EXPECT_EQ(ram.bytes()[0x9FFF], 0);
 }
 
@@ -202,11 +192,11 @@ TEST(MultibootModulesTest, LayoutAfterKernelPageAligned) {
   EXPECT_EQ(R32(ram, mi.info_gpa + 24), 0x124000u);  // mods_addr
   EXPECT_EQ(R32(ram, 0x124000), 0x125000u);
   EXPECT_EQ(R32(ram, 0x124004), 0x125003u);  // mod_end is exclusive
-  EXPECT_EQ(RStr(ram, R32(ram, 0x124008)), "env NR_CPUS=1");
+  EXPECT_EQ(ram.CString(R32(ram, 0x124008)), "env NR_CPUS=1");
   EXPECT_EQ(R32(ram, 0x12400C), 0u);
   EXPECT_EQ(R32(ram, 0x124010), 0x126000u);
   EXPECT_EQ(R32(ram, 0x124014), 0x127001u);
-  EXPECT_EQ(RStr(ram, R32(ram, 0x124018)), "second");
+  EXPECT_EQ(ram.CString(R32(ram, 0x124018)), "second");
   EXPECT_EQ(R32(ram, 0x124018), 0x12402Eu);
   EXPECT_EQ(ram.bytes()[0x125000], 'N');
   EXPECT_EQ(ram.bytes()[0x127000], 7);

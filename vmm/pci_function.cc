@@ -4,8 +4,8 @@
 namespace vbts::vmm {
 namespace {
 
-constexpr uint32_t kRegCommand = 0x04, kRegStatus = 0x06, kRegBar0 = 0x10, kRegCapabilities = 0x34,
-                   kRegInterruptLine = 0x3C, kRegInterruptPin = 0x3D;
+constexpr uint32_t kCfgCommand = 0x04, kCfgStatus = 0x06, kCfgBar0 = 0x10, kCfgCapabilities = 0x34,
+                   kCfgInterruptLine = 0x3C, kCfgInterruptPin = 0x3D;
 constexpr uint16_t kStatusCapabilityList = 1u << 4;
 constexpr uint8_t kCapabilityMsi = 0x05;
 constexpr uint16_t kMsiEnable = 1u << 0, kMsi64Bit = 1u << 7;
@@ -16,9 +16,9 @@ PciFunction::PciFunction(uint16_t vendor, uint16_t device, uint8_t revision, uin
   Put16(0x00, vendor);
   Put16(0x02, device);
   Put32(0x08, class_code << 8 | revision);
-  Put16(kRegCommand, 0);
-  writable_[kRegCommand] = kCommandIo | kCommandMemory | kCommandMaster;
-  writable_[kRegCommand + 1] = kCommandIntxDisable >> 8;
+  Put16(kCfgCommand, 0);
+  writable_[kCfgCommand] = kCommandIo | kCommandMemory | kCommandMaster;
+  writable_[kCfgCommand + 1] = kCommandIntxDisable >> 8;
 }
 
 void PciFunction::Put16(uint32_t reg, uint16_t v) {
@@ -32,7 +32,7 @@ void PciFunction::Put32(uint32_t reg, uint32_t v) {
 }
 
 void PciFunction::DefineMemoryBar(int n, uint32_t size, uint32_t base) {
-  const uint32_t reg = kRegBar0 + 4 * static_cast<uint32_t>(n);
+  const uint32_t reg = kCfgBar0 + 4 * static_cast<uint32_t>(n);
   bar_size_[n] = size;
   // Type 00 (32-bit), not prefetchable: bits 3:0 read 0; the base bits
   // below the size read 0 too.
@@ -42,17 +42,17 @@ void PciFunction::DefineMemoryBar(int n, uint32_t size, uint32_t base) {
 }
 
 void PciFunction::DefineInterrupt(uint8_t pin, uint8_t line) {
-  config_[kRegInterruptPin] = pin;
-  config_[kRegInterruptLine] = line;
-  writable_[kRegInterruptLine] = 0xFF;
+  config_[kCfgInterruptPin] = pin;
+  config_[kCfgInterruptLine] = line;
+  writable_[kCfgInterruptLine] = 0xFF;
 }
 
 void PciFunction::AddMsiCapability(uint8_t offset) {
   msi_ = offset;
   config_[offset] = kCapabilityMsi;
-  config_[offset + 1] = config_[kRegCapabilities];  // the next capability
-  config_[kRegCapabilities] = offset;
-  Put16(kRegStatus, Get16(kRegStatus) | kStatusCapabilityList);
+  config_[offset + 1] = config_[kCfgCapabilities];  // the next capability
+  config_[kCfgCapabilities] = offset;
+  Put16(kCfgStatus, Get16(kCfgStatus) | kStatusCapabilityList);
   // Message control: 64-bit capable, one vector requested (bits 3:1 = 0)
   // and allowed (bits 6:4 are writable but one vector is all there is).
   Put16(offset + 2, kMsi64Bit);
@@ -77,7 +77,7 @@ void PciFunction::WriteConfig(uint32_t reg, absl::Span<const uint8_t> data) {
 
 std::optional<uint64_t> PciFunction::MemoryBar(int n) const {
   if (!memory_enabled() || bar_size_[n] == 0) return std::nullopt;
-  return Get32(kRegBar0 + 4 * static_cast<uint32_t>(n)) & ~0xFu;
+  return Get32(kCfgBar0 + 4 * static_cast<uint32_t>(n)) & ~0xFu;
 }
 
 std::optional<MsiMessage> PciFunction::Msi() const {

@@ -17,14 +17,6 @@ using ::testing::ElementsAre;
 using ::vbts::testing::FakePhysMemory;
 using ::vbts::testing::StatusIs;
 
-uint64_t RLe(FakePhysMemory& m, uint64_t gpa, int n) {
-  return n == 4 ? *m.ReadLe<uint32_t>(Gpa(gpa)) : *m.ReadLe<uint64_t>(Gpa(gpa));
-}
-std::string RStr(FakePhysMemory& m, uint64_t gpa) {
-  std::string s;
-  for (uint64_t a = gpa; m.bytes()[a] != 0; ++a) s.push_back(static_cast<char>(m.bytes()[a]));
-  return s;
-}
 
 TEST(PvhBootTest, StartInfoAsXensStartInfoHDescribesIt) {
   FakePhysMemory ram(0x400000);  // 4 MiB
@@ -36,32 +28,32 @@ TEST(PvhBootTest, StartInfoAsXensStartInfoHDescribesIt) {
   EXPECT_THAT(info.modules, ElementsAre(GpaRange{0x213000, 0x213003, "module initrd.cpio"},
                                         GpaRange{0x214000, 0x215001, "module second x=1"}));
   // hvm_start_info (public/arch-x86/hvm/start_info.h).
-  EXPECT_EQ(RLe(ram, 0x9000, 4), 0x336ec578u);  // magic
-  EXPECT_EQ(RLe(ram, 0x9004, 4), 1u);           // version
-  EXPECT_EQ(RLe(ram, 0x9008, 4), 0u);           // flags
-  EXPECT_EQ(RLe(ram, 0x900c, 4), 2u);           // nr_modules
-  EXPECT_EQ(RLe(ram, 0x9010, 8), 0x9100u);      // modlist_paddr
-  EXPECT_EQ(RLe(ram, 0x9018, 8), 0x9800u);      // cmdline_paddr
-  EXPECT_EQ(RLe(ram, 0x9020, 8), 0u);           // rsdp_paddr: none
-  EXPECT_EQ(RLe(ram, 0x9028, 8), 0x9040u);      // memmap_paddr
-  EXPECT_EQ(RLe(ram, 0x9030, 4), 3u);           // memmap_entries
-  EXPECT_EQ(RStr(ram, 0x9800), "console=ttyS0 panic=-1");  // -append as given, as QEMU passes it
+  EXPECT_EQ(ram.Le(0x9000, 4), 0x336ec578u);  // magic
+  EXPECT_EQ(ram.Le(0x9004, 4), 1u);           // version
+  EXPECT_EQ(ram.Le(0x9008, 4), 0u);           // flags
+  EXPECT_EQ(ram.Le(0x900c, 4), 2u);           // nr_modules
+  EXPECT_EQ(ram.Le(0x9010, 8), 0x9100u);      // modlist_paddr
+  EXPECT_EQ(ram.Le(0x9018, 8), 0x9800u);      // cmdline_paddr
+  EXPECT_EQ(ram.Le(0x9020, 8), 0u);           // rsdp_paddr: none
+  EXPECT_EQ(ram.Le(0x9028, 8), 0x9040u);      // memmap_paddr
+  EXPECT_EQ(ram.Le(0x9030, 4), 3u);           // memmap_entries
+  EXPECT_EQ(ram.CString(0x9800), "console=ttyS0 panic=-1");  // -append as given, as QEMU passes it
   // Memory map: addr, size, type (E820), reserved.
   const uint64_t map[3][3] = {{0, 0xA0000, 1}, {0xA0000, 0x60000, 2}, {0x100000, 0x300000, 1}};
   for (int i = 0; i < 3; i++) {
-    EXPECT_EQ(RLe(ram, 0x9040 + 24 * i, 8), map[i][0]) << i;
-    EXPECT_EQ(RLe(ram, 0x9048 + 24 * i, 8), map[i][1]) << i;
-    EXPECT_EQ(RLe(ram, 0x9050 + 24 * i, 4), map[i][2]) << i;
+    EXPECT_EQ(ram.Le(0x9040 + 24 * i, 8), map[i][0]) << i;
+    EXPECT_EQ(ram.Le(0x9048 + 24 * i, 8), map[i][1]) << i;
+    EXPECT_EQ(ram.Le(0x9050 + 24 * i, 4), map[i][2]) << i;
   }
   // Module list: paddr, size, cmdline_paddr; the strings after the list (2 x 32 bytes).
-  EXPECT_EQ(RLe(ram, 0x9100, 8), 0x213000u);
-  EXPECT_EQ(RLe(ram, 0x9108, 8), 3u);
-  EXPECT_EQ(RLe(ram, 0x9110, 8), 0x9140u);
-  EXPECT_EQ(RLe(ram, 0x9120, 8), 0x214000u);
-  EXPECT_EQ(RLe(ram, 0x9128, 8), 0x1001u);
-  EXPECT_EQ(RLe(ram, 0x9130, 8), 0x9140u + 12);  // after "initrd.cpio\0"
-  EXPECT_EQ(RStr(ram, 0x9140), "initrd.cpio");
-  EXPECT_EQ(RStr(ram, 0x914c), "second x=1");
+  EXPECT_EQ(ram.Le(0x9100, 8), 0x213000u);
+  EXPECT_EQ(ram.Le(0x9108, 8), 3u);
+  EXPECT_EQ(ram.Le(0x9110, 8), 0x9140u);
+  EXPECT_EQ(ram.Le(0x9120, 8), 0x214000u);
+  EXPECT_EQ(ram.Le(0x9128, 8), 0x1001u);
+  EXPECT_EQ(ram.Le(0x9130, 8), 0x9140u + 12);  // after "initrd.cpio\0"
+  EXPECT_EQ(ram.CString(0x9140), "initrd.cpio");
+  EXPECT_EQ(ram.CString(0x914c), "second x=1");
   EXPECT_EQ(ram.bytes()[0x213000], 1);
   EXPECT_EQ(ram.bytes()[0x215000], 9);
 }
@@ -70,9 +62,9 @@ TEST(PvhBootTest, NoModulesMeansNoList) {
   FakePhysMemory ram(0x200000);
   VBTS_ASSERT_OK_AND_ASSIGN(PvhBootInfo info, WritePvhStartInfo(ram, "", 0x9000, 0x180000, {}));
   EXPECT_TRUE(info.modules.empty());
-  EXPECT_EQ(RLe(ram, 0x900c, 4), 0u);
-  EXPECT_EQ(RLe(ram, 0x9010, 8), 0u);
-  EXPECT_EQ(RStr(ram, 0x9800), "");
+  EXPECT_EQ(ram.Le(0x900c, 4), 0u);
+  EXPECT_EQ(ram.Le(0x9010, 8), 0u);
+  EXPECT_EQ(ram.CString(0x9800), "");
 }
 
 TEST(PvhBootTest, RefusesWhatDoesNotFitAndWritesNothing) {

@@ -3,6 +3,7 @@
 #define VBTS_PMU_TESTING_FAKE_MEMORY_H_
 
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -27,6 +28,18 @@ class FakePhysMemory : public PhysMemory {
     return absl::OkStatus();
   }
   std::vector<uint8_t>& bytes() { return bytes_; }
+  // `n` (1..8) bytes at `gpa`, little-endian; std::out_of_range past the end.
+  uint64_t Le(uint64_t gpa, int n) const {
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; --i) v = (v << 8) | bytes_.at(gpa + i);
+    return v;
+  }
+  // The NUL-terminated string at `gpa`; std::out_of_range without a NUL.
+  std::string CString(uint64_t gpa) const {
+    std::string s;
+    for (uint64_t a = gpa; bytes_.at(a) != 0; ++a) s.push_back(static_cast<char>(bytes_[a]));
+    return s;
+  }
 
   // PhysMemory::Direct: nullptr (the default, every access through Read and
   // Write) unless enabled; then the bytes in RAM, except writes to
