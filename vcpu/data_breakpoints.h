@@ -1,9 +1,11 @@
 // data_breakpoints.h: the guest's own data breakpoints (DR0-DR3 with DR7
 // R/W = 01 write or 11 read/write; SDM vol. 3B 17.2.4-17.2.5, 17.3.1.2),
 // for hosts that do not raise them while vbts single-steps the guest (this
-// PVM host: probe `guest data bp pm32, stepped`). The tracer computes the
-// data accesses of each instruction before it runs and, once it retired,
-// raises #DB (a trap) with DR6.Bn for every breakpoint an access touched.
+// PVM host: probe `guest data bp pm32, stepped`), and on the TCG engine. The
+// tracer computes the data accesses of each instruction before it runs (or,
+// on the TCG engine, is told of each access that hits one:
+// TcgCpu::SetGuestDataHitHook) and, once it retired, raises #DB (a trap) with
+// DR6.Bn for every breakpoint an access touched.
 #ifndef VBTS_VCPU_DATA_BREAKPOINTS_H_
 #define VBTS_VCPU_DATA_BREAKPOINTS_H_
 

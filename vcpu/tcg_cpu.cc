@@ -383,6 +383,25 @@ struct TcgCallbacks {
       return;
     }
   }
+  // An access that starts near the guest's enabled data breakpoint i
+  // (SetGuestDataHitHook; one hook each): DR6.Bi if it matches exactly.
+  static void GuestWatchAccess(uc_engine*, uc_mem_type type, uint64_t address, int size, int64_t, void* user) {
+    const auto* watch = static_cast<const TcgCpu::GuestWatch*>(user);
+    TcgCpu* self = watch->cpu;
+    // Not the frames and table reads of an event delivery, as the KVM
+    // engine's tracer, which lists each instruction's own operands, sees it.
+    if (!self->guest_data_hit_hook_ || size <= 0 || self->delivering_ >= 0) return;
+    const int i = watch->index;
+    GuestBreakpoints bp;
+    bp.dr[i] = self->dr()[i];
+    bp.dr7 = self->dr()[7] & ((3ull << (2 * i)) | (0xFull << (16 + 4 * i)));
+    const bool write = type == UC_MEM_WRITE;
+    const uint32_t hits =
+        DataBreakpointHits(bp, {vcpu::DataAccess{address, static_cast<uint32_t>(size), /*read=*/!write, write}});
+    if (hits == 0) return;
+    self->stats_.guest_data_hits++;
+    self->guest_data_hit_hook_(hits);
+  }
   // Any data access while a data-access hook is set (SetDataAccessHook).
   static void DataAccess(uc_engine*, uc_mem_type type, uint64_t address, int size, int64_t, void* user) {
     auto* self = static_cast<TcgCpu*>(user);
@@ -976,6 +995,8 @@ struct TcgCallbacks {
         raise_exception_err_ra_x86_64(env, 6, 0, ra);
     }
     self->UpdateBreakpoints();
+    // New data-breakpoint ranges: the memory hooks follow between runs.
+    if (self->GuestWatchesStale()) self->RequestStop();
     self->config_.devices->DebugRegistersWritten();
   }
   // Runs QEMU's IRET or far RET (`ret`), then gives FS and GS back the bases
@@ -2379,10 +2400,11 @@ constexpr size_t kHooklessHits = 4096;  // a power of two
 }  // namespace
 
 bool TcgCpu::HooklessAllowed() const {
-  // Not with the data-access hook: an access that makes a PMI due ends the
-  // run at the next instruction (SetDataAccessHook), which needs its hook.
+  // Not with the data-access hook or the guest's data breakpoints: an
+  // access that makes a PMI or #DB due ends the run at the next instruction
+  // (SetDataAccessHook, SetGuestDataHitHook), which needs its hook.
   return config_.hook_per_block && insn_hook_ && code_hook_ != 0 && skipping_ && !exec_bp_mask_ && !debug_code_ &&
-         debug_bps_.empty() && !data_access_hook_ && !deliver_now_ && !stop_requested_ &&
+         debug_bps_.empty() && !AccessHooksStop() && !deliver_now_ && !stop_requested_ &&
          skipped_ + kHooklessMinRoom <= skip_limit_;
 }
 
@@ -2431,7 +2453,7 @@ void TcgCpu::HooklessStart(uint64_t address, uintptr_t ra) {
   // A block without a record (made with the hook before every instruction
   // and chained to from one of this kind), or one the mode cannot follow.
   if (hit == nullptr || hit->first != address || !block_start_ || !insn_hook_ || exec_bp_mask_ || DebugChecked() ||
-      data_access_hook_) {
+      AccessHooksStop()) {
     hookless_not_at_ = address;  // not straight back into the mode here
     LeaveHookless(address, /*handled=*/false);
   }
@@ -2444,7 +2466,7 @@ void TcgCpu::HooklessStart(uint64_t address, uintptr_t ra) {
   stats_.hookless_blocks++;
   if (n == 1) return;
   if (!(env_->hflags & uabi::kHfHookless) || !skipping_ || deliver_now_ || stop_requested_ ||
-      skipped_ + (n - 1) > skip_limit_ || exec_bp_mask_ || DebugChecked() || data_access_hook_)
+      skipped_ + (n - 1) > skip_limit_ || exec_bp_mask_ || DebugChecked() || AccessHooksStop())
     LeaveHookless(address, /*handled=*/true);  // the rest, one hook an instruction
   open_ = hit->tb;
   open_idx_ = 0;
@@ -2711,6 +2733,7 @@ absl::StatusOr<TcgStop> TcgCpu::Run(uint64_t timeout_us) {
   if (!hooks_synced_) SyncCodeHook();
   hooks_synced_ = false;
   SyncDataHook();
+  SyncGuestWatches();
   allow_delivery_ = false;
   stop_requested_ = halted_ = triple_fault_ = false;
   kick_ = false;
@@ -2850,6 +2873,55 @@ void TcgCpu::SyncDataHook() {
   data_hook_idle_since_.reset();
   stats_.data_hook_removals++;
   FlushCode();
+}
+
+void TcgCpu::SetGuestDataHitHook(GuestDataHitHook hook) {
+  guest_data_hit_hook_ = std::move(hook);
+  SyncGuestWatches();
+}
+
+std::array<uint64_t, 5> TcgCpu::GuestWatchRegs() const {
+  // Only what decides the ranges: DR7's L/G bits and R/W and LEN fields of
+  // the data breakpoints, and their addresses.
+  std::array<uint64_t, 5> r{};
+  if (!guest_data_hit_hook_) return r;
+  const uint64_t dr7 = dr()[7];
+  for (int i = 0; i < 4; i++) {
+    if (((dr7 >> (2 * i)) & 3) == 0 || ((dr7 >> (16 + 4 * i)) & 1) == 0) continue;  // not an enabled data breakpoint
+    r[4] |= (dr7 & (3ull << (2 * i))) | (dr7 & (0xFull << (16 + 4 * i)));
+    r[i] = dr()[i];
+  }
+  return r;
+}
+
+void TcgCpu::SyncGuestWatches() {
+  const std::array<uint64_t, 5> want = GuestWatchRegs();
+  if (want == guest_watch_regs_) return;
+  for (size_t h : guest_watch_hooks_) DeleteHook(h);
+  guest_watch_hooks_.clear();
+  guest_watch_regs_ = want;
+  const uint64_t dr7 = want[4];
+  for (int i = 0; i < 4; i++) {
+    const bool enabled = (dr7 >> (2 * i)) & 3;
+    const uint64_t rw = (dr7 >> (16 + 4 * i)) & 3;
+    if (!enabled || (rw & 1) == 0) continue;  // an instruction or I/O breakpoint
+    // LEN 00/01/11/10: 1, 2, 4, 8 bytes, the address aligned down to it
+    // (SDM vol. 3B 17.2.5).  Unicorn calls a hook for an access whose start
+    // is in its range: start early enough for the widest access that
+    // overlaps (as SetDebugWatchpoints); the callback checks exactly.
+    static constexpr uint64_t kLen[4] = {1, 2, 8, 4};
+    const uint64_t len = kLen[(dr7 >> (18 + 4 * i)) & 3];
+    const uint64_t addr = want[i] & ~(len - 1);
+    const uint64_t begin = addr >= 64 ? addr - 63 : 0;
+    const int type = rw == 1 ? UC_HOOK_MEM_WRITE : (UC_HOOK_MEM_READ | UC_HOOK_MEM_WRITE);
+    uc_hook h = 0;
+    guest_watches_[i] = GuestWatch{this, i};
+    if (uc_hook_add(uc_, &h, type, reinterpret_cast<void*>(&TcgCallbacks::GuestWatchAccess), &guest_watches_[i],
+                    begin, addr + len - 1) == UC_ERR_OK)
+      guest_watch_hooks_.push_back(h);
+  }
+  stats_.guest_watch_syncs++;
+  FlushCode();  // memory hooks are compiled into the translations
 }
 
 bool TcgCpu::UpdateDebugCode() {

@@ -13,6 +13,7 @@
 #ifndef VBTS_VCPU_TCG_CPU_H_
 #define VBTS_VCPU_TCG_CPU_H_
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -128,6 +129,9 @@ struct TcgStats {
   uint64_t code_hook_adds = 0, code_hook_removals = 0;
   // Likewise the data-access hook (SetDataAccessHook), which lingers too.
   uint64_t data_hook_adds = 0, data_hook_removals = 0;
+  // The guest's data breakpoints (SetGuestDataHitHook): hits (an access
+  // that touches two breakpoints counts twice), and the times the memory hooks were remade for new DR0-DR7.
+  uint64_t guest_data_hits = 0, guest_watch_syncs = 0;
   // The code buffer emptied before a run (Config::code_reclaim_bytes).
   uint64_t code_reclaims = 0;
   // One hook a block (Config::hook_per_block): blocks run with the code hook
@@ -343,6 +347,19 @@ class TcgCpu {
   using DataAccessHook = std::function<void(uint64_t pa, uint32_t size, uint8_t cpl, bool write)>;
   void SetDataAccessHook(DataAccessHook hook);
   bool has_data_access_hook() const { return static_cast<bool>(data_access_hook_); }
+
+  // The guest's own data breakpoints (DR0-DR3 with DR7 R/W 01 or 11) at
+  // block speed: while set, every data access by the guest's instructions
+  // (not those of an event delivery) that touches an enabled one calls
+  // `hook` with the DR6 bits B0-B3 it matched (DataBreakpointHits) during
+  // the instruction, and the boundary after it is reported to the
+  // instruction hook (the run leaves one hook a block while any is
+  // enabled).  The engine installs Unicorn memory hooks over the enabled
+  // ranges only; they follow DR0-DR7 between runs (a MOV to DRn that
+  // changes them ends the run).  Set between runs only.
+  using GuestDataHitHook = std::function<void(uint32_t dr6_hits)>;
+  void SetGuestDataHitHook(GuestDataHitHook hook);
+  bool has_guest_data_hit_hook() const { return static_cast<bool>(guest_data_hit_hook_); }
   // Why the last Run() ended for the debugger (kNone: another reason).
   DebugStop debug_stop() const { return debug_stop_; }
   // Drops the translations that hold any of the bytes [gpa, gpa+len) (and no
@@ -625,6 +642,24 @@ class TcgCpu {
   std::vector<DebugWatch> debug_watches_;
   std::vector<size_t> debug_mem_hooks_;
   DataAccessHook data_access_hook_;
+  GuestDataHitHook guest_data_hit_hook_;
+  // The memory hooks over the guest's enabled data breakpoints, and what
+  // they were made from (DR0-DR3 and DR7's enables, R/W and LEN fields).
+  std::vector<size_t> guest_watch_hooks_;
+  struct GuestWatch {  // a hook's user data: whose breakpoint it watches
+    TcgCpu* cpu = nullptr;
+    int index = 0;
+  };
+  std::array<GuestWatch, 4> guest_watches_{};
+  std::array<uint64_t, 5> guest_watch_regs_{};
+  // The guest's data-breakpoint ranges as DR0-DR7 set them now, and whether
+  // the installed hooks still match.
+  std::array<uint64_t, 5> GuestWatchRegs() const;
+  bool GuestWatchesStale() const { return guest_data_hit_hook_ && GuestWatchRegs() != guest_watch_regs_; }
+  void SyncGuestWatches();
+  // An access hook may ask for the boundary after its instruction: every
+  // instruction then keeps its hook.
+  bool AccessHooksStop() const { return data_access_hook_ || !guest_watch_hooks_.empty(); }
   // QEMU's TCGContext, which tcg_tb_alloc (interposed) gives at the first
   // translation; nullptr before (ReclaimCode).
   void* tcg_ctx_ = nullptr;

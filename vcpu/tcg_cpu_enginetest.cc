@@ -1242,6 +1242,66 @@ TEST_F(TcgSkipTest, AcrossBlocksTheHookSeesOnlyTheLimit) {
   EXPECT_EQ(r[5].skipped.count, 1u);  // HLT
 }
 
+// The guest's data breakpoints at block speed (TcgCpu::SetGuestDataHitHook):
+//   mov ecx, 3 / L: nop / mov ax, [0x800] / mov [0x802], cx / dec ecx / jnz L / hlt
+// with DR0 = 0x800 (write, 4 bytes), DR1 = 0x900 (read/write, 1 byte) and
+// DR3 = 0x803 (read/write, 1 byte), all enabled (L0, L1, L3). The 2-byte read
+// of 0x800-0x801 touches only DR0, which does not match reads; the 2-byte
+// store to 0x802-0x803 touches DR0 (0x800-0x803) and DR3: B0 and B3 (9),
+// three times. Each hit asks for the next boundary (as the machine does):
+// the hook then sees the DEC, with the store as the last instruction
+// skipped, although the run skips across blocks otherwise.
+TEST_F(TcgSkipTest, AGuestDataBreakpointHitReportsTheBoundaryAfterItsInstruction) {
+  Code(kCodeRip, {0xb9, 0x03, 0x00, 0x00, 0x00,               // mov ecx, 3
+                  0x90,                                       // L: nop
+                  0x66, 0xa1, 0x00, 0x08, 0x00, 0x00,         // mov ax, [0x800]
+                  0x66, 0x89, 0x0d, 0x02, 0x08, 0x00, 0x00,   // mov [0x802], cx
+                  0x49,                                       // dec ecx
+                  0x75, 0xef,                                 // jnz L
+                  0xf4});                                     // hlt
+  const uint64_t kStore = kCodeRip + 12, kDec = kCodeRip + 19;
+  const uint64_t db[4] = {0x800, 0x900, 0, 0x803};
+  // L0, L1, L3; R/W0 = 01, LEN0 = 11; R/W1 = 11, LEN1 = 00; R/W3 = 11, LEN3 = 00.
+  cpu_->SetDebugRegs(db, 0xFFFF0FF0, 0x45 | (0xDull << 16) | (0x3ull << 20) | (0x3ull << 28));
+  struct Hit {
+    uint64_t at, last;
+    uint32_t bits;
+  };
+  std::vector<Hit> hits;
+  uint32_t pending = 0;
+  cpu_->SetGuestDataHitHook([&](uint32_t bits) {
+    pending |= bits;
+    cpu_->RequestStop();
+  });
+  cpu_->SetInstructionHook([&](uint64_t la) {
+    const TcgCpu::Skipped k = Take();
+    if (pending) hits.push_back({la, k.last, std::exchange(pending, 0)});
+    cpu_->SkipSequential(UINT64_MAX, /*across=*/true, /*ends=*/false);
+  });
+  VBTS_ASSERT_OK(cpu_->SetState(Pm32(0)));
+  for (int run = 0; run < 20; run++) {
+    auto stop = cpu_->Run(5'000'000);
+    VBTS_ASSERT_OK(stop.status());
+    if (stop->kind == TcgStop::kHalted) break;
+  }
+  EXPECT_EQ(cpu_->GetState().gpr[kRcx], 0u);
+  ASSERT_EQ(hits.size(), 3u);
+  for (const Hit& h : hits) {
+    EXPECT_EQ(h.at, kDec);
+    EXPECT_EQ(h.last, kStore);
+    EXPECT_EQ(h.bits, 9u);
+  }
+  EXPECT_EQ(cpu_->stats().guest_data_hits, 6u);  // B0 and B3, three times
+  // DR7 with no data breakpoint: no memory hooks, no hits.
+  cpu_->SetDebugRegs(db, 0xFFFF0FF0, 0x400);
+  VBTS_ASSERT_OK(cpu_->SetState(Pm32(0)));
+  auto stop = cpu_->Run(5'000'000);
+  VBTS_ASSERT_OK(stop.status());
+  EXPECT_EQ(stop->kind, TcgStop::kHalted);
+  EXPECT_EQ(hits.size(), 3u);
+  EXPECT_EQ(cpu_->stats().guest_watch_syncs, 2u);  // made for DR7, then removed
+}
+
 TEST_F(TcgSkipTest, SkippingAcrossBlocksEndsWhereAPopfSetTf) {
   // pushfd / or dword [esp], 0x100 / popfd / nop / hlt, skipped across
   // blocks after the first: QEMU keeps TF in EFLAGS, not in hflags, and ends

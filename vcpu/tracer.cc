@@ -91,6 +91,7 @@ void Tracer::Rebind(VcpuControl& vcpu, std::function<absl::Status(uint8_t)> send
   send_msi_ = std::move(send_msi);
   emulate_data_bps_ = emulate_data_bps;
   data_access_hook_ = false;
+  SetEngineReportsDataBreakpoints(false);
   prev_.reset();
   store_translations_.Clear();
   guest_bp_.reset();
@@ -132,7 +133,7 @@ Tracer::Boundary Tracer::Capture(const CpuState& st) {
   if (!insn.ok()) return b;  // the fetch faults: the next stop is the #PF/#GP handler
   b.decoded = true;
   b.insn = *insn;
-  if (emulate_data_bps_) {
+  if (emulate_data_bps_ && !engine_data_bps_) {
     if (!guest_bp_) ReadGuestBreakpoints();
     if (guest_bp_->AnyData()) b.accesses = DataAccessesOf(b.insn, st);
   }
@@ -233,6 +234,9 @@ absl::Status Tracer::Emit(const pmu::Branch& b, const CpuState& paging_of, std::
                        prev_->insn.opcode == 0xF1;
     db_delivered_ = (b.kind == pmu::BranchKind::kException && b.vector == 1) || icebp;
     ss_shadow_ = false;
+    // The engine's hits of an instruction that faulted (it did not retire),
+    // or of INT n (its frame is the delivery's): none.
+    engine_hits_ = 0;
   }
   if (event || b.kind == pmu::BranchKind::kSoftInt) {
     // Delivery through a gate clears TF (SDM 6.12.1); no trap follows it.
@@ -293,7 +297,8 @@ void Tracer::NoteRetired(const Boundary& p) {
     }
   }
   if (!emulate_data_bps_) return;
-  if (guest_bp_ && !p.accesses.empty()) data_hits_ |= DataBreakpointHits(*guest_bp_, p.accesses);
+  if (engine_data_bps_) data_hits_ |= std::exchange(engine_hits_, 0);
+  else if (guest_bp_ && !p.accesses.empty()) data_hits_ |= DataBreakpointHits(*guest_bp_, p.accesses);
   if (p.decoded && p.insn.writes_dr) guest_bp_.reset();  // read again at the next boundary
 }
 
@@ -642,12 +647,12 @@ absl::Status Tracer::AtBoundary(CpuState& st, bool& /*dirty*/) {
         const bool self_loop = p.predicted_target && *p.predicted_target == p.rip;
         if (p.insn.rep_string || (!self_loop && st.gpr[kRsp] == p.rsp)) {
           stats_.boundaries--;
-          if (p.insn.rep_string && !p.accesses.empty()) {
+          if (p.insn.rep_string && (!p.accesses.empty() || engine_hits_)) {
             // One iteration ran: a data breakpoint traps after the
             // iteration that hit it (SDM 17.3.1.2); the next iteration's
             // elements follow from the registers now.
             NoteRetired(p);
-            prev_->accesses = DataAccessesOf(p.insn, st);
+            if (!prev_->accesses.empty()) prev_->accesses = DataAccessesOf(p.insn, st);
             if (data_hits_) VBTS_RETURN_IF_ERROR(RaiseDebugTrap());
           }
           return absl::OkStatus();
@@ -672,7 +677,8 @@ absl::Status Tracer::BoundaryEvents(const CpuState& st) {
 
 bool Tracer::BulkAllowed() const {
   return !sink_every_insn_ && !guest_tf_ && !step_trap_due_ && !data_hits_ && !db_in_flight_ && !pmi_due_ &&
-         !(emulate_data_bps_ && (!guest_bp_ || guest_bp_->AnyData())) && !pmu_.WantsRegs() && !pmu_.lbr_in_kernel() &&
+         !(emulate_data_bps_ && !engine_data_bps_ && (!guest_bp_ || guest_bp_->AnyData())) && !pmu_.WantsRegs() &&
+         !pmu_.lbr_in_kernel() &&
          !pmu_.CountsLoadLatency();
 }
 
@@ -970,6 +976,7 @@ absl::Status Tracer::BulkBoundary(CpuState& st, uint64_t skipped, uint64_t last,
     } else {
       VBTS_RETURN_IF_ERROR(ResolveBlockEnd(p, last, st, code_generation));
     }
+    if (engine_hits_) TakeEngineHits(*prev_, last, st, code_generation);
   }
   VBTS_RETURN_IF_ERROR(BoundaryEvents(st));
   if (emulate_data_bps_ && !guest_bp_) ReadGuestBreakpoints();
@@ -1006,9 +1013,22 @@ absl::Status Tracer::BulkEvent(const CpuState& st, uint64_t skipped, uint64_t la
     // next block's first fetch).
     if (st.pc_linear() != last && !(p.emitted && skipped == 0 && p.lin == last))
       VBTS_RETURN_IF_ERROR(ResolveBlockEnd(p, last, st, code_generation));
+    // The engine's hits: of `last` if it retired (the #DB follows at the
+    // handler's first instruction), else of an instruction that faulted.
+    if (engine_hits_ && st.pc_linear() != last) TakeEngineHits(*prev_, last, st, code_generation);
   }
+  engine_hits_ = 0;
   prev_ = Capture(st);
   return absl::OkStatus();
+}
+
+void Tracer::TakeEngineHits(const Boundary& p, uint64_t last, const CpuState& st, CodeGenerations code_generation) {
+  data_hits_ |= std::exchange(engine_hits_, 0);
+  // A hit by MOV SS or POP SS waits for the instruction in its shadow
+  // (DebugTrapsAtBoundary).
+  absl::Status error;
+  const DecodedInsn* insn = BlockEndInsn(p, last, st, code_generation, error);
+  ss_shadow_ = insn != nullptr && insn->loads_ss;
 }
 
 absl::Status Tracer::BulkFlush(const CpuState& st, uint64_t skipped, uint64_t last, CodeGenerations code_generation,

@@ -150,8 +150,19 @@ class Tracer : public StepObserver {
   // The host does not raise the guest's own data breakpoints while it is
   // stepped (HostFacts::emulate_data_breakpoints): the tracer does.
   void SetEmulateDataBreakpoints(bool on) { emulate_data_bps_ = on; }
-  // The guest wrote its debug registers where the engine tells (TCG): read
-  // them again now.
+  // The engine reports each access that hits one of the guest's data
+  // breakpoints itself, while the instruction runs (TCG:
+  // TcgCpu::SetGuestDataHitHook, through EngineDataHits), so that blocks run
+  // unobserved between hits; otherwise the tracer derives every
+  // instruction's accesses from its operands.
+  void SetEngineReportsDataBreakpoints(bool on) {
+    engine_data_bps_ = on;
+    engine_hits_ = 0;
+  }
+  bool engine_reports_data_breakpoints() const { return engine_data_bps_; }
+  // DR6 B0-B3 of the breakpoints an access of the running instruction hit:
+  // raised after it retires (dropped if it faults), at the next boundary.
+  void EngineDataHits(uint32_t hits) { engine_hits_ |= hits; }
   // The engine reports the guest's data accesses itself through ObserveDataAccess
   // (TCG); otherwise the tracer derives them from each instruction's
   // operands while the virtual PMU wants them (LLC events).
@@ -282,6 +293,11 @@ class Tracer : public StepObserver {
   bool emulate_data_bps_ = false;
   std::optional<GuestBreakpoints> guest_bp_;  // cached guest DR0-3/DR7 (emulate_data_bps_)
   uint32_t data_hits_ = 0;                    // DR6 B0-B3 due at the next boundary
+  bool engine_data_bps_ = false;              // SetEngineReportsDataBreakpoints
+  uint32_t engine_hits_ = 0;                  // EngineDataHits of the running instruction
+  // In bulk mode, the engine's hits of the instruction at `last`, which
+  // retired: due now (or after the MOV SS shadow, if it loaded SS).
+  void TakeEngineHits(const Boundary& p, uint64_t last, const CpuState& st, CodeGenerations code_generation);
   std::optional<uint64_t> kernel_debugctl_;  // last DEBUGCTL given to the host KVM (passthrough)
   bool step_trap_due_ = false;  // the guest's single-step trap is due at this boundary
   bool data_access_hook_ = false;  // SetEngineReportsDataAccesses

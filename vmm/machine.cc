@@ -577,6 +577,11 @@ RunResult Machine::Finish(RunEnd end, int status, std::string message) {
                           "inside a block, records dropped %u times, %u blocks searched for\n",
                           t.hookless_blocks, t.hookless_enters, t.hookless_leaves, t.hookless_settles,
                           t.hookless_record_drops, t.hookless_lookups);
+    if (t.guest_watch_syncs)
+      absl::StrAppendFormat(&r.details,
+                            "tcg: the guest's data breakpoints: %u hits reported by the engine, its memory hooks "
+                            "made %u times\n",
+                            t.guest_data_hits, t.guest_watch_syncs);
   }
   if (tracer_) {
     const vcpu::TracerStats& t = tracer_->stats();
@@ -939,6 +944,16 @@ void Machine::UpdateTcgObservation() {
         if (tracer_->ObserveDataAccess(pa, size, cpl, write)) tcg_->RequestStop();
       });
     }
+  }
+  // The guest's data breakpoints: the engine reports each access that hits
+  // one, and blocks run unobserved between hits (docs/tcg-engine.md, "The
+  // guest's data breakpoints").
+  if (tracer_ && !tracer_->engine_reports_data_breakpoints()) {
+    tracer_->SetEngineReportsDataBreakpoints(true);
+    tcg_->SetGuestDataHitHook([this](uint32_t hits) {
+      tracer_->EngineDataHits(hits);
+      tcg_->RequestStop();  // the boundary after the access is reported
+    });
   }
   const bool want = tracer_ && tracer_->WantsEveryInstruction();
   if (want == tcg_observing_) return;

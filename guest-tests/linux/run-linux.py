@@ -31,7 +31,7 @@ initramfs (the build found no perf) the test is skipped (77) with a line
 saying how to get it.
 With --perf-test the initramfs is linux-perf-test.cpio and init runs
 perf-test.sh: the hardware-facing cases of Debian's own `perf test` suite, one
-PASS line each (PERF_TEST_CHECKS) and "SUMMARY: 15 passed, 0 failed".
+PASS line each (PERF_TEST_CHECKS) and "SUMMARY: 16 passed, 0 failed".
 With --iommu (vbts only) the machine has `--device=intel-iommu,edu` and init
 runs iommu.sh from linux-iommu.cpio: Linux's VT-d driver enables interrupt
 remapping and DMA remapping on vbts's unit, finds the edu device through the
@@ -70,7 +70,7 @@ PERF_TEST_CHECKS = ("Read samples using the mmap interface", "User space counter
                     "PERF_RECORD_* events & perf_sample fields", "Breakpoint overflow signal handler",
                     "Breakpoint overflow sampling", "Breakpoint accounting", "Read Only Watchpoint",
                     "Write Only Watchpoint", "Read / Write Watchpoint", "Modify Watchpoint", "TSC support",
-                    "Perf time to TSC", "x86 bp modify")
+                    "Perf time to TSC", "x86 bp modify", "Sigtrap")
 
 
 IOMMU_CHECKS = ("timer through interrupt remapping", "COM1 through interrupt remapping", "dmar0 registers",
