@@ -18,6 +18,7 @@
 #include "base/status_macros.h"
 #include "pmu/paging.h"
 #include "pmu/phys_memory.h"
+#include "base/bits.h"
 #include "vcpu/data_breakpoints.h"
 #include "vcpu/decoder.h"
 #include "vcpu/unicorn_abi.h"
@@ -226,6 +227,8 @@ bool IsPrefix(uint8_t b, bool code64) {
 constexpr uint32_t kHfCs64 = 1u << 15;
 // ... HF_SS32: SS is a 32-bit stack segment (its B flag).
 constexpr uint32_t kHfSs32 = 1u << 5;
+// ... HF_CS32: the code segment's default operand and address size is 32 bits.
+constexpr uint32_t kHfCs32 = 1u << 4;
 // QEMU's hflags that skipping past a block boundary keeps (TcgCpu::
 // SkipSequential): CPL (bits 0-1), CS32 (4), PE (7), TF (8), LMA (14), CS64
 // (15), VM (17).  With the CS selector they fix the code's privilege and mode.
@@ -637,6 +640,19 @@ struct TcgCallbacks {
     if (self->pending_exception_) {
       const auto [vector, ec] = *self->pending_exception_;
       self->pending_exception_.reset();
+      if (std::exchange(self->pending_after_last_rep_, false)) {
+        // QEMU runs each iteration of a REP string instruction as a block
+        // that jumps back to the instruction, and stops there once more
+        // with the count at 0 before it moves on; the CPU has finished the
+        // instruction after its last iteration, so a trap that iteration
+        // caused has the next instruction's EIP in its frame (SDM vol. 3B
+        // 17.3.1.2: the trap follows the iteration; a REP with a count of
+        // 0 changes nothing, so stepping past it here is what QEMU's next
+        // block would do).
+        env->eip += self->PrefixBytes(env->segs[uabi::kCs].base + env->eip) + 1;
+        if (!(env->hflags & kHfCs64)) env->eip &= 0xFFFFFFFFu;
+        self->stats_.finished_rep_traps++;
+      }
       ir &= ~uabi::kInterruptHard;
       if (self->config_.devices->InterruptPending()) ir |= uabi::kInterruptHard;
       self->stats_.injected++;
@@ -2307,6 +2323,11 @@ bool TcgCpu::NmiPending() const {
 
 void TcgCpu::QueueException(uint8_t vector, std::optional<uint32_t> error_code) {
   pending_exception_ = {vector, error_code};
+  // A #DB the observer raises at the boundary right after an iteration of a
+  // REP string instruction that left its count at 0 (a data breakpoint the
+  // last iteration hit): see ExecInterrupt.
+  pending_after_last_rep_ = vector == 1 && in_code_hook_ && last_start_ == hook_linear_ &&
+                            IsRepString(hook_linear_) && RepCountZero(hook_linear_);
   At<uint32_t>(cpu_, uabi::kCpuInterruptRequest) |= uabi::kInterruptHard;
   Kick();
 }
@@ -2587,6 +2608,21 @@ uint64_t TcgCpu::PrefixBytes(uint64_t linear, bool* rep) {
     if (rep && (b == 0xF2 || b == 0xF3)) *rep = true;
   }
   return n;
+}
+
+bool TcgCpu::RepCountZero(uint64_t linear) {
+  // The count register is the address size's: CX, ECX or RCX (an 0x67
+  // prefix switches 16 <-> 32 bits, and 64 -> 32 in 64-bit code).
+  const bool code64 = (env_->hflags & kHfCs64) != 0;
+  const bool cs32 = (env_->hflags & kHfCs32) != 0;
+  bool a67 = false;
+  const uint64_t n = PrefixBytes(linear);
+  for (uint64_t i = 0; i < n; i++) {
+    uint8_t b = 0;
+    if (ReadCode(linear + i, b) && b == 0x67) a67 = true;
+  }
+  const int width = code64 ? (a67 ? 32 : 64) : (cs32 != a67 ? 32 : 16);
+  return (env_->regs[kRcx] & LowBits(width)) == 0;
 }
 
 bool TcgCpu::IsRepString(uint64_t linear) {

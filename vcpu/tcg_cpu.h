@@ -132,6 +132,9 @@ struct TcgStats {
   // The guest's data breakpoints (SetGuestDataHitHook): hits (an access
   // that touches two breakpoints counts twice), and the times the memory hooks were remade for new DR0-DR7.
   uint64_t guest_data_hits = 0, guest_watch_syncs = 0;
+  // #DB traps after a REP string instruction's last iteration delivered with
+  // the next instruction's EIP (QEMU stops at it once more, count 0).
+  uint64_t finished_rep_traps = 0;
   // The code buffer emptied before a run (Config::code_reclaim_bytes).
   uint64_t code_reclaims = 0;
   // One hook a block (Config::hook_per_block): blocks run with the code hook
@@ -488,6 +491,8 @@ class TcgCpu {
   // How many prefix bytes the instruction at `linear` starts with; `rep`:
   // whether one of them is REP/REPNE (F3/F2).
   uint64_t PrefixBytes(uint64_t linear, bool* rep = nullptr);
+  // The count register of the (REP string) instruction at `linear` is 0.
+  bool RepCountZero(uint64_t linear);
   // An event is about to be delivered: the event hook, while skipping.
   void AnnounceEvent(std::optional<uint64_t> soft_linear);
   friend struct TcgCallbacks;
@@ -512,6 +517,7 @@ class TcgCpu {
   bool delivering_soft_ = false;  // ... raised by INT n/INT3/INTO
   uint64_t soft_start_ = 0;     // EIP of the last INT n/INT3/INTO
   std::optional<std::pair<uint8_t, std::optional<uint32_t>>> pending_exception_;
+  bool pending_after_last_rep_ = false;  // QueueException: a #DB after a REP's last iteration
   bool in_code_hook_ = false;   // insn_hook_ is running
   // A store insn_hook_ made (InvalidateCodeBytes) changed the block being
   // run at or after the reported instruction: the block is left there and
