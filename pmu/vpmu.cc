@@ -803,9 +803,19 @@ struct VirtualPmu::State {
     Access acc;
     acc.implicit = true;
     uint8_t raw[32] = {};
+    // The management block read, and its index written below, in place where
+    // each is one plain copy (LinearMemory::DirectPointer: paging off or a
+    // cached writable translation, RAM without translated code). The index
+    // then goes where the block was read from, as through the processor's
+    // TLB, even if the record's store changed the paging structures.
+    Access wacc = acc;
+    wacc.write = true;
+    uint8_t* const ds = mem.DirectPointer(Gva(ds_area), 4 * fw, wacc);
+    absl::StatusOr<AccessFault> rf = AccessFault{};
     // A guest address outside RAM (or paging structures outside RAM) is the
     // guest's problem here, not vbts's: the record is dropped.
-    absl::StatusOr<AccessFault> rf = mem.Read(Gva(ds_area), absl::MakeSpan(raw, 4 * fw), acc);
+    if (ds != nullptr) std::memcpy(raw, ds, 4 * fw);
+    else rf = mem.Read(Gva(ds_area), absl::MakeSpan(raw, 4 * fw), acc);
     if (!rf.ok() || !rf->ok()) {
       stats.bts_dropped++;
       Warn(absl::StrFormat("BTS: the DS save area at 0x%x (IA32_DS_AREA) cannot be read (%s); branch records are "
@@ -858,8 +868,12 @@ struct VirtualPmu::State {
       if (circular && next >= max) next = base;  // circular: back to base at the maximum (SDM 17.4.9.4? 17.4.5)
       uint8_t ni[8];
       std::memcpy(ni, &next, 8);
-      absl::StatusOr<AccessFault> xf = mem.Write(Gva(ds_area + fw), absl::MakeConstSpan(ni, fw), acc);
-      (void)xf;  // readable a moment ago; a read-only DS page keeps the old index (as a lost update)
+      if (ds != nullptr) {
+        std::memcpy(ds + fw, ni, fw);
+      } else {
+        absl::StatusOr<AccessFault> xf = mem.Write(Gva(ds_area + fw), absl::MakeConstSpan(ni, fw), acc);
+        (void)xf;  // readable a moment ago; a read-only DS page keeps the old index (as a lost update)
+      }
       stats.bts_records++;
     }
     // The DS interrupt (SDM 17.4.9.4; book 6.5.6 and 9): in interrupt mode a
