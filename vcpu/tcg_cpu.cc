@@ -2932,15 +2932,49 @@ std::array<uint64_t, 5> TcgCpu::GuestWatchRegs() const {
 
 void TcgCpu::SyncGuestWatches() {
   const std::array<uint64_t, 5> want = GuestWatchRegs();
-  if (want == guest_watch_regs_) return;
-  for (size_t h : guest_watch_hooks_) DeleteHook(h);
-  guest_watch_hooks_.clear();
+  const bool any = want[4] != 0;
+  if (any) guest_watch_idle_since_.reset();
+  if (want == guest_watch_regs_ && (any || guest_watch_hooks_.empty())) return;
   guest_watch_regs_ = want;
+  if (!any) {
+    // None enabled: the hooks watch nothing and linger before they go (as
+    // the code hook does): adding or removing a memory hook retranslates all
+    // code, and Linux sets and clears a task's watchpoint at every switch.
+    if (guest_watch_hooks_.empty()) return;
+    for (size_t h : guest_watch_hooks_) SetHookRange(h, ~0ull, ~0ull);
+    stats_.guest_watch_syncs++;
+    if (Lingers(guest_watch_idle_since_)) return;
+    for (size_t h : guest_watch_hooks_) DeleteHook(h);
+    guest_watch_hooks_.clear();
+    guest_watch_idle_since_.reset();
+    stats_.guest_watch_removals++;
+    FlushCode();  // back to QEMU's fast path for every access
+    return;
+  }
+  if (guest_watch_hooks_.empty()) {
+    // One hook per debug register, reads and writes (the callback tells
+    // them apart), made once: Unicorn decides at translation only whether
+    // any memory hook exists (every access then takes QEMU's slow path) and
+    // compares the ranges at each access, so later changes are made in
+    // place, with no retranslation (TcgSkipTest.AGuestDataBreakpoint...).
+    for (int i = 0; i < 4; i++) {
+      guest_watches_[i] = GuestWatch{this, i};
+      uc_hook h = 0;
+      if (uc_hook_add(uc_, &h, UC_HOOK_MEM_READ | UC_HOOK_MEM_WRITE,
+                      reinterpret_cast<void*>(&TcgCallbacks::GuestWatchAccess), &guest_watches_[i], ~0ull,
+                      ~0ull) == UC_ERR_OK)
+        guest_watch_hooks_.push_back(h);
+    }
+    stats_.guest_watch_adds++;
+    FlushCode();  // memory hooks are compiled into the translations
+  }
   const uint64_t dr7 = want[4];
-  for (int i = 0; i < 4; i++) {
-    const bool enabled = (dr7 >> (2 * i)) & 3;
-    const uint64_t rw = (dr7 >> (16 + 4 * i)) & 3;
-    if (!enabled || (rw & 1) == 0) continue;  // an instruction or I/O breakpoint
+  for (size_t k = 0; k < guest_watch_hooks_.size(); k++) {
+    const int i = guest_watches_[k].index;
+    if (((dr7 >> (2 * i)) & 3) == 0) {  // not an enabled data breakpoint (GuestWatchRegs)
+      SetHookRange(guest_watch_hooks_[k], ~0ull, ~0ull);
+      continue;
+    }
     // LEN 00/01/11/10: 1, 2, 4, 8 bytes, the address aligned down to it
     // (SDM vol. 3B 17.2.5).  Unicorn calls a hook for an access whose start
     // is in its range: start early enough for the widest access that
@@ -2948,16 +2982,16 @@ void TcgCpu::SyncGuestWatches() {
     static constexpr uint64_t kLen[4] = {1, 2, 8, 4};
     const uint64_t len = kLen[(dr7 >> (18 + 4 * i)) & 3];
     const uint64_t addr = want[i] & ~(len - 1);
-    const uint64_t begin = addr >= 64 ? addr - 63 : 0;
-    const int type = rw == 1 ? UC_HOOK_MEM_WRITE : (UC_HOOK_MEM_READ | UC_HOOK_MEM_WRITE);
-    uc_hook h = 0;
-    guest_watches_[i] = GuestWatch{this, i};
-    if (uc_hook_add(uc_, &h, type, reinterpret_cast<void*>(&TcgCallbacks::GuestWatchAccess), &guest_watches_[i],
-                    begin, addr + len - 1) == UC_ERR_OK)
-      guest_watch_hooks_.push_back(h);
+    SetHookRange(guest_watch_hooks_[k], addr >= 64 ? addr - 63 : 0, addr + len - 1);
   }
   stats_.guest_watch_syncs++;
-  FlushCode();  // memory hooks are compiled into the translations
+}
+
+void TcgCpu::SetHookRange(size_t hook, uint64_t begin, uint64_t end) {
+  // (The handle is Unicorn's hook, whose layout unicorn_abi.h pins.)
+  auto* h = reinterpret_cast<uabi::HookPrefix*>(hook);
+  h->begin = begin;
+  h->end = end;
 }
 
 bool TcgCpu::UpdateDebugCode() {

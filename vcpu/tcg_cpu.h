@@ -130,8 +130,12 @@ struct TcgStats {
   // Likewise the data-access hook (SetDataAccessHook), which lingers too.
   uint64_t data_hook_adds = 0, data_hook_removals = 0;
   // The guest's data breakpoints (SetGuestDataHitHook): hits (an access
-  // that touches two breakpoints counts twice), and the times the memory hooks were remade for new DR0-DR7.
+  // that touches two breakpoints counts twice), and the times their ranges
+  // changed with DR0-DR7.
   uint64_t guest_data_hits = 0, guest_watch_syncs = 0;
+  // ... their memory hooks added (each retranslates all code) and removed
+  // after lingering unused.
+  uint64_t guest_watch_adds = 0, guest_watch_removals = 0;
   // #DB traps after a REP string instruction's last iteration delivered with
   // the next instruction's EIP (QEMU stops at it once more, count 0).
   uint64_t finished_rep_traps = 0;
@@ -652,6 +656,8 @@ class TcgCpu {
   // The memory hooks over the guest's enabled data breakpoints, and what
   // they were made from (DR0-DR3 and DR7's enables, R/W and LEN fields).
   std::vector<size_t> guest_watch_hooks_;
+  std::optional<std::chrono::steady_clock::time_point> guest_watch_idle_since_;
+  void SetHookRange(size_t hook, uint64_t begin, uint64_t end);
   struct GuestWatch {  // a hook's user data: whose breakpoint it watches
     TcgCpu* cpu = nullptr;
     int index = 0;
@@ -665,7 +671,7 @@ class TcgCpu {
   void SyncGuestWatches();
   // An access hook may ask for the boundary after its instruction: every
   // instruction then keeps its hook.
-  bool AccessHooksStop() const { return data_access_hook_ || !guest_watch_hooks_.empty(); }
+  bool AccessHooksStop() const { return data_access_hook_ || guest_watch_regs_[4] != 0; }
   // QEMU's TCGContext, which tcg_tb_alloc (interposed) gives at the first
   // translation; nullptr before (ReclaimCode).
   void* tcg_ctx_ = nullptr;

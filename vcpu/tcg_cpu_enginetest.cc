@@ -1292,14 +1292,35 @@ TEST_F(TcgSkipTest, AGuestDataBreakpointHitReportsTheBoundaryAfterItsInstruction
     EXPECT_EQ(h.bits, 9u);
   }
   EXPECT_EQ(cpu_->stats().guest_data_hits, 6u);  // B0 and B3, three times
-  // DR7 with no data breakpoint: no memory hooks, no hits.
+  EXPECT_EQ(cpu_->stats().guest_watch_adds, 1u);
+  // DR0 moved to 0x802 (write, 2 bytes), DR1 and DR3 off: the hooks' ranges
+  // change in place, without new hooks or a retranslation, and the loop's
+  // translations (made while the hooks existed) report the new hits: B0.
+  const uint64_t db2[4] = {0x802, 0x900, 0, 0x803};
+  cpu_->SetDebugRegs(db2, 0xFFFF0FF0, 0x1 | (0x5ull << 16));  // L0; R/W0 = 01, LEN0 = 01
+  hits.clear();
+  VBTS_ASSERT_OK(cpu_->SetState(Pm32(0)));
+  for (int run = 0; run < 20; run++) {
+    auto stop = cpu_->Run(5'000'000);
+    VBTS_ASSERT_OK(stop.status());
+    if (stop->kind == TcgStop::kHalted) break;
+  }
+  ASSERT_EQ(hits.size(), 3u);
+  for (const Hit& h : hits) {
+    EXPECT_EQ(h.at, kDec);
+    EXPECT_EQ(h.bits, 1u);
+  }
+  EXPECT_EQ(cpu_->stats().guest_watch_adds, 1u);
+  EXPECT_EQ(cpu_->stats().guest_watch_syncs, 2u);
+  // DR7 with no data breakpoint: no hits; the hooks go (this engine's
+  // linger time is 0).
   cpu_->SetDebugRegs(db, 0xFFFF0FF0, 0x400);
   VBTS_ASSERT_OK(cpu_->SetState(Pm32(0)));
   auto stop = cpu_->Run(5'000'000);
   VBTS_ASSERT_OK(stop.status());
   EXPECT_EQ(stop->kind, TcgStop::kHalted);
   EXPECT_EQ(hits.size(), 3u);
-  EXPECT_EQ(cpu_->stats().guest_watch_syncs, 2u);  // made for DR7, then removed
+  EXPECT_EQ(cpu_->stats().guest_watch_removals, 1u);
 }
 
 TEST_F(TcgSkipTest, SkippingAcrossBlocksEndsWhereAPopfSetTf) {

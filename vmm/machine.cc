@@ -577,11 +577,11 @@ RunResult Machine::Finish(RunEnd end, int status, std::string message) {
                           "inside a block, records dropped %u times, %u blocks searched for\n",
                           t.hookless_blocks, t.hookless_enters, t.hookless_leaves, t.hookless_settles,
                           t.hookless_record_drops, t.hookless_lookups);
-    if (t.guest_watch_syncs)
+    if (t.guest_watch_adds)
       absl::StrAppendFormat(&r.details,
-                            "tcg: the guest's data breakpoints: %u hits reported by the engine, its memory hooks "
-                            "made %u times\n",
-                            t.guest_data_hits, t.guest_watch_syncs);
+                            "tcg: the guest's data breakpoints: %u hits reported by the engine, their ranges changed "
+                            "%u times, memory hooks added %u times, removed %u times\n",
+                            t.guest_data_hits, t.guest_watch_syncs, t.guest_watch_adds, t.guest_watch_removals);
   }
   if (tracer_) {
     const vcpu::TracerStats& t = tracer_->stats();
