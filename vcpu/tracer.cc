@@ -625,6 +625,7 @@ absl::Status Tracer::AtBoundary(CpuState& st, bool& /*dirty*/) {
   } else {
     if (!consecutive_) {
       prev_.reset();  // after a free run: nothing to explain
+      engine_hits_ = 0;  // (none can come from an unobserved instruction)
       // The guest may have changed its debug registers meanwhile (at a
       // guarded MOV to DR7, say): a data breakpoint makes the tracer step it.
       guest_bp_.reset();
@@ -678,8 +679,7 @@ absl::Status Tracer::BoundaryEvents(const CpuState& st) {
 bool Tracer::BulkAllowed() const {
   return !sink_every_insn_ && !guest_tf_ && !step_trap_due_ && !data_hits_ && !db_in_flight_ && !pmi_due_ &&
          !(emulate_data_bps_ && !engine_data_bps_ && (!guest_bp_ || guest_bp_->AnyData())) && !pmu_.WantsRegs() &&
-         !pmu_.lbr_in_kernel() &&
-         !pmu_.CountsLoadLatency();
+         !pmu_.lbr_in_kernel() && !pmu_.CountsLoadLatency();
 }
 
 bool Tracer::BulkCountsAcrossBlocks() const { return !sink_active_ && pmu_.BranchAgnostic(); }
