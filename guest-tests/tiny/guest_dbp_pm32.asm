@@ -12,7 +12,7 @@
 %include "rt.inc"
 
 main:
-        SET_HANDLER 1, db_handler
+        SET_HANDLER 1, db_data_handler
         mov eax, watch
         mov dr1, eax
         mov eax, (1 << 2) | (01b << 20) | (11b << 22)
@@ -47,22 +47,10 @@ set_dr7:                                ; EAX -> DR7: the image's one MOV DR7
         mov dr7, eax
         ret
 
-; ebx = frame
-db_handler:
-        inc dword [db_count]
-        mov eax, [ebx + F32_EIP]
-        mov [db_eip], eax
-        mov eax, dr6
-        mov [db_dr6], eax
-        mov eax, 0xFFFF0FF0
-        mov dr6, eax
-        ret
+%include "db_data.inc"
 
 section .data
 align 4
-db_count:       dd 0
-db_eip:         dd 0
-db_dr6:         dd 0
 watch:          dd 0
 
 %include "end.inc"

@@ -20,7 +20,7 @@
 %include "rt.inc"
 
 main:
-        SET_HANDLER 1, db_handler
+        SET_HANDLER 1, db_data_handler
         ; ---- 1. instruction breakpoint
         mov eax, bp_insn
         mov dr0, eax
@@ -107,23 +107,9 @@ dbp_push_after:
         CHECK_EQ eax, 8, "stack breakpoint: DR6.B3"
         ret
 
-; ebx = frame: record, clear DR6, resume with RF=1 (needed after an instruction breakpoint).
-db_handler:
-        inc dword [db_count]
-        mov eax, [ebx + F32_EIP]
-        mov [db_eip], eax
-        mov eax, dr6
-        mov [db_dr6], eax
-        mov eax, 0xFFFF0FF0             ; DR6 with no B0-B3/BS (SDM 17.2.3 reserved-as-1 bits)
-        mov dr6, eax
-        or dword [ebx + F32_EFLAGS], 1 << 16
-        ret
+%include "db_data.inc"
 
 section .data
-align 4
-db_count:       dd 0
-db_eip:         dd 0
-db_dr6:         dd 0
 align 8
 watch:          dd 0, 0
 watch2:         db 0x11, 0x22, 0, 0

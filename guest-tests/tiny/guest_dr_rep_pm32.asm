@@ -25,7 +25,7 @@
 %include "rt.inc"
 
 main:
-        SET_HANDLER 1, db_handler
+        SET_HANDLER 1, db_data_handler
         ; ---- 1. REP MOVSB, a write breakpoint hit in iteration 6 of 8
         mov eax, copy_dst + 5
         mov dr0, eax
@@ -70,25 +70,9 @@ after_d:
         CHECK_EQ dword [ddst + 12], 0x44444444, "REP MOVSD: the last dword copied"
         ret
 
-; ebx = frame: record, clear DR6, resume.
-db_handler:
-        inc dword [db_count]
-        mov eax, [ebx + F32_EIP]
-        mov [db_eip], eax
-        mov eax, [ebx + F32_ECX]
-        mov [db_ecx], eax
-        mov eax, dr6
-        mov [db_dr6], eax
-        mov eax, 0xFFFF0FF0             ; DR6 with no B0-B3/BS (SDM 17.2.3 reserved-as-1 bits)
-        mov dr6, eax
-        ret
+%include "db_data.inc"
 
 section .data
-align 4
-db_count:       dd 0
-db_eip:         dd 0
-db_dr6:         dd 0
-db_ecx:         dd 0xFFFFFFFF
 copy_src:       db 1, 2, 3, 4, 5, 6, 7, 8
 copy_dst:       times 8 db 0
 align 16
