@@ -163,8 +163,9 @@ std::string FormatHostInfo(const vcpu::HostFacts& f, bool verbose) {
       f.breakpoints_need_step_over ? "remove it, step once, re-insert (RF ignored)" : "RFLAGS.RF");
   Row(out, "guest data breakpoints",
       f.emulate_data_breakpoints ? "while tracing steps the guest: vbts computes each instruction's data accesses and "
-                                   "raises the #DB (docs/tracing.md)"
-                                 : "the host raises them");
+                                   "raises the #DB; on the TCG engine its memory hooks report each hit (docs/tracing.md)"
+                                 : "the host raises them; on the TCG engine vbts does, from its memory hooks' hits "
+                                   "(docs/tracing.md)");
   Row(out, "32-bit paging",
       f.paging32_unsupported ? "unsupported by KVM: such guests end with status 118 under --engine=kvm; "
                                "--engine=tcg runs them (docs/tcg-engine.md)"
