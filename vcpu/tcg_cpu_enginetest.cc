@@ -1050,6 +1050,50 @@ TEST_F(TcgCpuTest, AnExceptionQueuedFromTheInstructionHookComesBeforeThatInstruc
   EXPECT_EQ(cpu_->stats().injected, 1u);
 }
 
+// A #DB queued at the stop QEMU makes at a REP string instruction after its
+// last iteration (count 0) is delivered with the next instruction's EIP, as
+// the CPU has finished the instruction; queued at an earlier iteration, with
+// the REP's own EIP (TcgCpu::QueueException). The count is the address
+// size's: with a 67 prefix in 32-bit code, CX, whatever ECX's upper half.
+TEST_F(TcgCpuTest, ATrapAfterARepsLastIterationHasTheNextInstructionsEip) {
+  Gate32(1, MakeGate(kIntGate32, kCode32K, 0x600, 0));
+  Code(0x600, {0xf4});
+  struct Case {
+    std::vector<uint8_t> rep;  // the REP MOVSB's bytes
+    uint32_t ecx;
+    int queue_at_visit;        // the hook's visits at the REP: one per iteration, then the count-0 stop
+    uint64_t frame_eip_offset;  // from the REP
+    uint64_t adjusted;          // finished_rep_traps
+  };
+  const Case cases[] = {
+      {{0xf3, 0xa4}, 2, 3, 2, 1},              // after the last of 2 iterations: the next instruction
+      {{0xf3, 0xa4}, 2, 2, 0, 0},              // after the first: the REP again, ECX = 1 left
+      {{0x67, 0xf3, 0xa4}, 0x10001, 2, 3, 1},  // CX = 1: one iteration, then CX = 0 (ECX 0x10000)
+  };
+  uint64_t adjusted = 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.rep.size());
+    const uint64_t rep = kCodeRip + 15;
+    std::vector<uint8_t> code = {0xb9, 0, 0, 0, 0,             // mov ecx, c.ecx
+                                 0xbe, 0x00, 0x08, 0x00, 0x00,  // mov esi, 0x800
+                                 0xbf, 0x00, 0x09, 0x00, 0x00};  // mov edi, 0x900
+    std::memcpy(&code[1], &c.ecx, 4);
+    code.insert(code.end(), c.rep.begin(), c.rep.end());
+    code.push_back(0xf4);  // hlt
+    Code(kCodeRip, code);
+    int visits = 0;
+    cpu_->SetInstructionHook([&](uint64_t la) {
+      if (la == rep && ++visits == c.queue_at_visit) cpu_->QueueException(1, std::nullopt);
+    });
+    CpuState st = RunFrom(Pm32(0));
+    EXPECT_EQ(st.rip, 0x601u);
+    EXPECT_EQ(Read32(kKernelStack - 12), rep + c.frame_eip_offset);
+    adjusted += c.adjusted;
+    EXPECT_EQ(cpu_->stats().finished_rep_traps, adjusted);
+    cpu_->SetInstructionHook(nullptr);
+  }
+}
+
 TEST_F(TcgCpuTest, VbtsStoresInvalidateTranslationsOnlyInPagesThatHoldThem) {
   // InvalidateCodeBytes (BTS/PEBS records, a debugger's writes): QEMU's
   // invalidation runs only for a page some translation came from; the
