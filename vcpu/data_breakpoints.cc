@@ -41,18 +41,11 @@ std::vector<DataAccess> DataAccessesOf(const DecodedInsn& insn, const CpuState& 
 
 
 uint32_t DataBreakpointHits(const GuestBreakpoints& bp, const std::vector<DataAccess>& accesses) {
-  static constexpr uint64_t kLenBytes[4] = {1, 2, 8, 4};
   uint32_t hits = 0;
   for (int i = 0; i < 4; i++) {
-    if (!((bp.dr7 >> (2 * i)) & 3)) continue;
-    const uint64_t rw = (bp.dr7 >> (16 + 4 * i)) & 3;
-    if (rw != 1 && rw != 3) continue;
-    const uint64_t len = kLenBytes[(bp.dr7 >> (18 + 4 * i)) & 3];
-    const uint64_t lo = bp.dr[i] & ~(len - 1), hi = lo + len;  // [lo, hi)
+    if (!bp.IsData(i)) continue;
     for (const DataAccess& a : accesses) {
-      if (rw == 1 && !a.write) continue;
-      if (!a.read && !a.write) continue;
-      if (a.linear < hi && a.linear + a.size > lo) {
+      if (bp.Matches(i, a)) {
         hits |= 1u << i;
         break;
       }

@@ -42,11 +42,27 @@ struct GuestBreakpoints {
     const uint64_t at4 = (enabled & 1) | ((enabled & 4) << 2) | ((enabled & 16) << 4) | ((enabled & 64) << 6);
     return (at4 & (dr7 >> 16) & 0x1111) != 0;  // ... and bit 0 of its R/W at bit 4i
   }
+  // Breakpoint i is a data breakpoint: enabled (L or G) with R/W 01
+  // (writes) or 11 (reads and writes) (SDM 17.2.4).
+  bool IsData(int i) const { return ((dr7 >> (2 * i)) & 3) != 0 && ((dr7 >> (16 + 4 * i)) & 1) != 0; }
+  // Its bytes [Start(i), Start(i) + Length(i)): LEN 00/01/11/10 = 1/2/4/8
+  // bytes, the address aligned down to its length (SDM 17.2.5).
+  uint64_t Length(int i) const {
+    static constexpr uint64_t kLenBytes[4] = {1, 2, 8, 4};
+    return kLenBytes[(dr7 >> (18 + 4 * i)) & 3];
+  }
+  uint64_t Start(int i) const { return dr[i] & ~(Length(i) - 1); }
+  // Data breakpoint i (IsData) matches access `a`: R/W 01 only writes.
+  bool Matches(int i, const DataAccess& a) const {
+    if (!a.read && !a.write) return false;
+    if (((dr7 >> (16 + 4 * i)) & 3) == 1 && !a.write) return false;
+    const uint64_t lo = Start(i);
+    return a.linear < lo + Length(i) && a.linear + a.size > lo;
+  }
 };
 
-// DR6 B0-B3 bits of the enabled data breakpoints `accesses` touch: R/W=01
-// matches writes, 11 reads and writes; LEN 00/01/11/10 = 1/2/4/8 bytes, the
-// breakpoint address aligned down to its length (SDM 17.2.5).
+// DR6 B0-B3 bits of the enabled data breakpoints `accesses` touch
+// (GuestBreakpoints::IsData, Matches).
 uint32_t DataBreakpointHits(const GuestBreakpoints& bp, const std::vector<DataAccess>& accesses);
 
 }  // namespace vbts::vcpu

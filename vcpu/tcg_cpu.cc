@@ -15,10 +15,10 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "base/bits.h"
 #include "base/status_macros.h"
 #include "pmu/paging.h"
 #include "pmu/phys_memory.h"
-#include "base/bits.h"
 #include "vcpu/data_breakpoints.h"
 #include "vcpu/decoder.h"
 #include "vcpu/unicorn_abi.h"
@@ -395,15 +395,11 @@ struct TcgCallbacks {
     // engine's tracer, which lists each instruction's own operands, sees it.
     if (!self->guest_data_hit_hook_ || size <= 0 || self->delivering_ >= 0) return;
     const int i = watch->index;
-    GuestBreakpoints bp;
-    bp.dr[i] = self->dr()[i];
-    bp.dr7 = self->dr()[7] & ((3ull << (2 * i)) | (0xFull << (16 + 4 * i)));
+    const GuestBreakpoints bp = self->GuestDebugRegs();
     const bool write = type == UC_MEM_WRITE;
-    const uint32_t hits =
-        DataBreakpointHits(bp, {vcpu::DataAccess{address, static_cast<uint32_t>(size), /*read=*/!write, write}});
-    if (hits == 0) return;
+    if (!bp.IsData(i) || !bp.Matches(i, {address, static_cast<uint32_t>(size), /*read=*/!write, write})) return;
     self->stats_.guest_data_hits++;
-    self->guest_data_hit_hook_(hits);
+    self->guest_data_hit_hook_(1u << i);
   }
   // Any data access while a data-access hook is set (SetDataAccessHook).
   static void DataAccess(uc_engine*, uc_mem_type type, uint64_t address, int size, int64_t, void* user) {
@@ -640,7 +636,7 @@ struct TcgCallbacks {
     if (self->pending_exception_) {
       const auto [vector, ec] = *self->pending_exception_;
       self->pending_exception_.reset();
-      if (std::exchange(self->pending_after_last_rep_, false)) {
+      if (const uint64_t length = std::exchange(self->pending_rep_skip_, 0)) {
         // QEMU runs each iteration of a REP string instruction as a block
         // that jumps back to the instruction, and stops there once more
         // with the count at 0 before it moves on; the CPU has finished the
@@ -649,7 +645,7 @@ struct TcgCallbacks {
         // 17.3.1.2: the trap follows the iteration; a REP with a count of
         // 0 changes nothing, so stepping past it here is what QEMU's next
         // block would do).
-        env->eip += self->PrefixBytes(env->segs[uabi::kCs].base + env->eip) + 1;
+        env->eip += length;
         if (!(env->hflags & kHfCs64)) env->eip &= 0xFFFFFFFFu;
         self->stats_.finished_rep_traps++;
       }
@@ -2326,8 +2322,8 @@ void TcgCpu::QueueException(uint8_t vector, std::optional<uint32_t> error_code) 
   // A #DB the observer raises at the boundary right after an iteration of a
   // REP string instruction that left its count at 0 (a data breakpoint the
   // last iteration hit): see ExecInterrupt.
-  pending_after_last_rep_ = vector == 1 && in_code_hook_ && last_start_ == hook_linear_ &&
-                            IsRepString(hook_linear_) && RepCountZero(hook_linear_);
+  pending_rep_skip_ =
+      vector == 1 && in_code_hook_ && last_start_ == hook_linear_ ? FinishedRepLength(hook_linear_) : 0;
   At<uint32_t>(cpu_, uabi::kCpuInterruptRequest) |= uabi::kInterruptHard;
   Kick();
 }
@@ -2596,33 +2592,33 @@ void TcgCpu::SkipSequential(uint64_t limit, bool across_blocks, bool block_ends)
   skip_cs_ = env_->segs[uabi::kCs].selector;
 }
 
-uint64_t TcgCpu::PrefixBytes(uint64_t linear, bool* rep) {
+uint64_t TcgCpu::PrefixBytes(uint64_t linear, bool* rep, bool* addr_size) {
   // Legacy prefixes, and REX in 64-bit code.
   const bool code64 = (env_->hflags & kHfCs64) != 0;
   if (rep) *rep = false;
+  if (addr_size) *addr_size = false;
   uint64_t n = 0;
   for (; n < 14; n++) {
     uint8_t b = 0;
     if (!ReadCode(linear + n, b)) break;
     if (!IsPrefix(b, code64)) break;
     if (rep && (b == 0xF2 || b == 0xF3)) *rep = true;
+    if (addr_size && b == 0x67) *addr_size = true;
   }
   return n;
 }
 
-bool TcgCpu::RepCountZero(uint64_t linear) {
-  // The count register is the address size's: CX, ECX or RCX (an 0x67
-  // prefix switches 16 <-> 32 bits, and 64 -> 32 in 64-bit code).
+uint64_t TcgCpu::FinishedRepLength(uint64_t linear) {
+  if (!IsRepString(linear)) return 0;
+  // The count register is the address size's: CX, ECX or RCX (a 67 prefix
+  // switches 16 <-> 32 bits, and 64 -> 32 in 64-bit code). The string
+  // opcode is one byte after the prefixes.
   const bool code64 = (env_->hflags & kHfCs64) != 0;
   const bool cs32 = (env_->hflags & kHfCs32) != 0;
   bool a67 = false;
-  const uint64_t n = PrefixBytes(linear);
-  for (uint64_t i = 0; i < n; i++) {
-    uint8_t b = 0;
-    if (ReadCode(linear + i, b) && b == 0x67) a67 = true;
-  }
+  const uint64_t prefixes = PrefixBytes(linear, nullptr, &a67);
   const int width = code64 ? (a67 ? 32 : 64) : (cs32 != a67 ? 32 : 16);
-  return (env_->regs[kRcx] & LowBits(width)) == 0;
+  return (env_->regs[kRcx] & LowBits(width)) == 0 ? prefixes + 1 : 0;
 }
 
 bool TcgCpu::IsRepString(uint64_t linear) {
@@ -2916,16 +2912,23 @@ void TcgCpu::SetGuestDataHitHook(GuestDataHitHook hook) {
   SyncGuestWatches();
 }
 
+GuestBreakpoints TcgCpu::GuestDebugRegs() const {
+  GuestBreakpoints bp;
+  for (int i = 0; i < 4; i++) bp.dr[i] = dr()[i];
+  bp.dr7 = dr()[7];
+  return bp;
+}
+
 std::array<uint64_t, 5> TcgCpu::GuestWatchRegs() const {
   // Only what decides the ranges: DR7's L/G bits and R/W and LEN fields of
   // the data breakpoints, and their addresses.
   std::array<uint64_t, 5> r{};
   if (!guest_data_hit_hook_) return r;
-  const uint64_t dr7 = dr()[7];
+  const GuestBreakpoints bp = GuestDebugRegs();
   for (int i = 0; i < 4; i++) {
-    if (((dr7 >> (2 * i)) & 3) == 0 || ((dr7 >> (16 + 4 * i)) & 1) == 0) continue;  // not an enabled data breakpoint
-    r[4] |= (dr7 & (3ull << (2 * i))) | (dr7 & (0xFull << (16 + 4 * i)));
-    r[i] = dr()[i];
+    if (!bp.IsData(i)) continue;
+    r[4] |= bp.dr7 & ((3ull << (2 * i)) | (0xFull << (16 + 4 * i)));
+    r[i] = bp.dr[i];
   }
   return r;
 }
@@ -2968,21 +2971,20 @@ void TcgCpu::SyncGuestWatches() {
     stats_.guest_watch_adds++;
     FlushCode();  // memory hooks are compiled into the translations
   }
-  const uint64_t dr7 = want[4];
+  GuestBreakpoints bp;
+  for (int i = 0; i < 4; i++) bp.dr[i] = want[i];
+  bp.dr7 = want[4];
   for (size_t k = 0; k < guest_watch_hooks_.size(); k++) {
     const int i = guest_watches_[k].index;
-    if (((dr7 >> (2 * i)) & 3) == 0) {  // not an enabled data breakpoint (GuestWatchRegs)
+    if (!bp.IsData(i)) {
       SetHookRange(guest_watch_hooks_[k], ~0ull, ~0ull);
       continue;
     }
-    // LEN 00/01/11/10: 1, 2, 4, 8 bytes, the address aligned down to it
-    // (SDM vol. 3B 17.2.5).  Unicorn calls a hook for an access whose start
-    // is in its range: start early enough for the widest access that
-    // overlaps (as SetDebugWatchpoints); the callback checks exactly.
-    static constexpr uint64_t kLen[4] = {1, 2, 8, 4};
-    const uint64_t len = kLen[(dr7 >> (18 + 4 * i)) & 3];
-    const uint64_t addr = want[i] & ~(len - 1);
-    SetHookRange(guest_watch_hooks_[k], addr >= 64 ? addr - 63 : 0, addr + len - 1);
+    // Unicorn calls a hook for an access whose start is in its range: start
+    // early enough for the widest access that overlaps (as
+    // SetDebugWatchpoints); the callback checks exactly (Matches).
+    const uint64_t lo = bp.Start(i);
+    SetHookRange(guest_watch_hooks_[k], lo >= 64 ? lo - 63 : 0, lo + bp.Length(i) - 1);
   }
   stats_.guest_watch_syncs++;
 }

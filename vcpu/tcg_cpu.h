@@ -32,6 +32,7 @@
 #include "vcpu/completer.h"
 #include "pmu/paging.h"
 #include "vcpu/cpu_state.h"
+#include "vcpu/data_breakpoints.h"
 #include "vcpu/decoder.h"
 
 struct uc_struct;
@@ -494,9 +495,11 @@ class TcgCpu {
   bool IsRepString(uint64_t linear);
   // How many prefix bytes the instruction at `linear` starts with; `rep`:
   // whether one of them is REP/REPNE (F3/F2).
-  uint64_t PrefixBytes(uint64_t linear, bool* rep = nullptr);
-  // The count register of the (REP string) instruction at `linear` is 0.
-  bool RepCountZero(uint64_t linear);
+  // `rep`: an F2/F3 prefix is among them; `addr_size`: a 67 prefix.
+  uint64_t PrefixBytes(uint64_t linear, bool* rep = nullptr, bool* addr_size = nullptr);
+  // The length of the instruction at `linear` if it is a REP string
+  // instruction whose count register is 0, else 0.
+  uint64_t FinishedRepLength(uint64_t linear);
   // An event is about to be delivered: the event hook, while skipping.
   void AnnounceEvent(std::optional<uint64_t> soft_linear);
   friend struct TcgCallbacks;
@@ -521,7 +524,7 @@ class TcgCpu {
   bool delivering_soft_ = false;  // ... raised by INT n/INT3/INTO
   uint64_t soft_start_ = 0;     // EIP of the last INT n/INT3/INTO
   std::optional<std::pair<uint8_t, std::optional<uint32_t>>> pending_exception_;
-  bool pending_after_last_rep_ = false;  // QueueException: a #DB after a REP's last iteration
+  uint64_t pending_rep_skip_ = 0;  // QueueException: a #DB after a REP's last iteration, its length
   bool in_code_hook_ = false;   // insn_hook_ is running
   // A store insn_hook_ made (InvalidateCodeBytes) changed the block being
   // run at or after the reported instruction: the block is left there and
@@ -667,6 +670,7 @@ class TcgCpu {
   // The guest's data-breakpoint ranges as DR0-DR7 set them now, and whether
   // the installed hooks still match.
   std::array<uint64_t, 5> GuestWatchRegs() const;
+  GuestBreakpoints GuestDebugRegs() const;  // DR0-DR3 and DR7 as the guest set them
   bool GuestWatchesStale() const { return guest_data_hit_hook_ && GuestWatchRegs() != guest_watch_regs_; }
   void SyncGuestWatches();
   // An access hook may ask for the boundary after its instruction: every
