@@ -642,9 +642,10 @@ struct TcgCallbacks {
         // with the count at 0 before it moves on; the CPU has finished the
         // instruction after its last iteration, so a trap that iteration
         // caused has the next instruction's EIP in its frame (SDM vol. 3B
-        // 17.3.1.2: the trap follows the iteration; a REP with a count of
-        // 0 changes nothing, so stepping past it here is what QEMU's next
-        // block would do).
+        // 17.3.1.2: the trap follows the iteration; vol. 3A 6.5: a trap's
+        // return address is the instruction after the trapping one). A REP
+        // with a count of 0 changes nothing, so stepping past it here is
+        // what QEMU's next block would do.
         env->eip += length;
         if (!(env->hflags & kHfCs64)) env->eip &= 0xFFFFFFFFu;
         self->stats_.finished_rep_traps++;

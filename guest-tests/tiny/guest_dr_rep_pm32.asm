@@ -16,7 +16,8 @@
 ; whole in one single step, so the KVM engine (`--engine=kvm`) cannot stop after an iteration
 ; here (docs/tracing.md); the image is not among the KVM engine's diff tests.
 ; After the last iteration the CPU has finished the instruction, so a trap it causes has the
-; next instruction's EIP (Bochs's REP loop, modelled on the hardware, returns with the
+; next instruction's EIP (SDM vol. 3A 6.5: a trap's return address is the instruction after
+; the trapping one; Bochs's REP loop, modelled on the hardware, also returns with the
 ; instruction complete when the count reaches 0); QEMU 7.2 stops at the instruction once more
 ; with the count at 0 and puts its EIP in the frame: under QEMU TCG case 2's EIP check fails
 ; (tests.cfg, guest_dr_rep_pm32.qemu.expected), and vbts's TCG engine corrects it
