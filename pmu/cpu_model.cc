@@ -105,6 +105,10 @@ std::vector<CpuModel> MakeModels() {
     p.dram_source = 0x0C;
     p.offcore = PmuModel::OffcoreLayout::kNehalem;
     p.offcore_valid = 0xFFFF;  // Linux's intel_westmere_extra_regs mask (bit 11, reserved in the SDM, included)
+    // BR_INST_RETIRED umasks of Westmere (SDM vol. 3B ch. 19, the Westmere
+    // events; Linux's westmereep event list: conditional 01H, near_call 02H,
+    // all_branches 04H).
+    p.branch_umasks = {{0x01, kBranchClassCond}, {0x02, kBranchClassNearCall}, {0x04, kBranchClassAll}};
     m.microcode_revision = 0x1F;  // intel-ucode/06-2c-02, 2018-05-08
     models.push_back(std::move(m));
   }
@@ -236,6 +240,14 @@ std::vector<CpuModel> MakeModels() {
     p.dram_source = 0x0A;
     p.offcore = PmuModel::OffcoreLayout::kSkylake;
     p.offcore_valid = 0x3FFFFF8FFFull;  // Linux's intel_skl_extra_regs mask
+    // BR_INST_RETIRED umasks of Skylake (SDM vol. 3B ch. 19, the Skylake
+    // events; Linux's skylake event list): conditional 01H, near_call 02H,
+    // all_branches_pebs 04H, near_return 08H, not_taken 10H (only
+    // conditional branches can be not taken), near_taken 20H, far_branch 40H.
+    p.branch_umasks = {{0x01, kBranchClassCond},          {0x02, kBranchClassNearCall},
+                       {0x04, kBranchClassAll},           {0x08, kBranchClassNearReturn},
+                       {0x10, kBranchClassCondNotTaken},  {0x20, kBranchClassNearTaken},
+                       {0x40, kBranchClassFar}};
     m.microcode_revision = 0xF0;  // intel-ucode/06-5e-03, 2021-11-12
     models.push_back(std::move(m));
   }
@@ -299,6 +311,14 @@ std::vector<CpuModel> MakeModels() {
     p.dram_source = 0x0A;
     p.offcore = PmuModel::OffcoreLayout::kSkylake;
     p.offcore_valid = 0x3FFFFFBFFFull;  // Linux's intel_icl_extra_regs mask
+    // BR_INST_RETIRED umasks of Ice Lake (SDM vol. 3B ch. 19, the Ice Lake
+    // events; Linux's icelakex event list), where 01H is cond_taken and 11H
+    // cond: cond_taken 01H, near_call 02H, near_return 08H, cond_ntaken 10H,
+    // cond 11H, near_taken 20H, far_branch 40H, indirect 80H (no 04H).
+    p.branch_umasks = {{0x01, kBranchClassCondTaken},    {0x02, kBranchClassNearCall},
+                       {0x08, kBranchClassNearReturn},   {0x10, kBranchClassCondNotTaken},
+                       {0x11, kBranchClassCond},         {0x20, kBranchClassNearTaken},
+                       {0x40, kBranchClassFar},          {0x80, kBranchClassIndirect}};
     m.microcode_revision = 0x0D000410;  // intel-ucode/06-6a-06, 2025-03-11
     models.push_back(std::move(m));
   }

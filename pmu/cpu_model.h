@@ -114,7 +114,27 @@ struct PmuModel {
   enum class OffcoreLayout : uint8_t { kNone, kNehalem, kSkylake };
   OffcoreLayout offcore = OffcoreLayout::kNone;
   uint64_t offcore_valid = 0;
+  // BR_INST_RETIRED (C4H): the model's umasks beyond the architectural 00H
+  // (every branch instruction), each with the branch classes it counts
+  // (kBranchClass*, a union); a umask not listed counts nothing
+  // (docs/pmu-model.md, "Branch events").
+  struct BranchUmask {
+    uint8_t umask;
+    uint16_t classes;
+  };
+  std::vector<BranchUmask> branch_umasks;
 };
+// The classes of a retired branch instruction that BR_INST_RETIRED's umasks
+// select (pmu/branch.h has the instruction's kind).
+inline constexpr uint16_t kBranchClassAll = 1u << 0;         // every branch instruction
+inline constexpr uint16_t kBranchClassCondTaken = 1u << 1;   // conditional (Jcc, JCXZ, LOOPcc), taken
+inline constexpr uint16_t kBranchClassCondNotTaken = 1u << 2;  // conditional, not taken
+inline constexpr uint16_t kBranchClassNearCall = 1u << 3;    // near CALL, direct or indirect
+inline constexpr uint16_t kBranchClassNearReturn = 1u << 4;  // near RET
+inline constexpr uint16_t kBranchClassNearTaken = 1u << 5;   // a taken near branch of any kind
+inline constexpr uint16_t kBranchClassFar = 1u << 6;         // far branch instructions (far JMP/CALL/RET, INT n, IRET, SYSCALL, ...)
+inline constexpr uint16_t kBranchClassIndirect = 1u << 7;    // near indirect JMP or CALL (not RET)
+inline constexpr uint16_t kBranchClassCond = kBranchClassCondTaken | kBranchClassCondNotTaken;
 inline constexpr uint64_t kPerfCapFullWidthWrite = 1ull << 13;
 inline constexpr uint64_t kPerfCapPebsBaseline = 1ull << 14;  // adaptive PEBS (SDM 18.9.2)
 

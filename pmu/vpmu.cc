@@ -133,6 +133,25 @@ struct NbCounter {
   bool pmi_pending = false;  // overflowed: the next event counted raises the PMI (OVF_PMI)
 };
 
+// The BR_INST_RETIRED classes (pmu/cpu_model.h) of a retired instruction: 0
+// for one that is no branch instruction.  A branch instruction that did not
+// transfer control is a conditional one (Jcc, JCXZ, LOOPcc; an INTO that
+// did not trap counts with them).
+uint16_t BranchClasses(const Branch& b) {
+  if (!b.branch_insn) return 0;
+  constexpr uint16_t kAll = kBranchClassAll;
+  switch (b.kind) {
+    case BranchKind::kNone: return kAll | kBranchClassCondNotTaken;
+    case BranchKind::kJcc: return kAll | kBranchClassCondTaken | kBranchClassNearTaken;
+    case BranchKind::kJmp: return kAll | kBranchClassNearTaken;
+    case BranchKind::kIndJmp: return kAll | kBranchClassNearTaken | kBranchClassIndirect;
+    case BranchKind::kCall: return kAll | kBranchClassNearTaken | kBranchClassNearCall;
+    case BranchKind::kIndCall: return kAll | kBranchClassNearTaken | kBranchClassNearCall | kBranchClassIndirect;
+    case BranchKind::kRet: return kAll | kBranchClassNearTaken | kBranchClassNearReturn;
+    default: return kAll | (IsFarBranch(b.kind) ? kBranchClassFar : 0);
+  }
+}
+
 }  // namespace
 
 struct VirtualPmu::State {
@@ -246,20 +265,23 @@ struct VirtualPmu::State {
   // every reported block.  Kept until GLOBAL_CTRL, an event select or
   // FIXED_CTR_CTRL changes (PlainChanged: every WRMSR, the legacy freeze).
   void PlainChanged() { plain_valid_ = false; }
-  // Also the GP counters a branch instruction increments (branch_gp_):
-  // GpIncrement depends on nothing else of the instruction, and is 0 or 1.
+  // Also the GP counters every branch instruction increments (branch_gp_:
+  // GpIncrement depends on nothing else of the instruction, and is 0 or 1),
+  // and those of a BR_INST_RETIRED umask that selects some branches
+  // (branch_sel_gp_), whose increment depends on the branch's class.
   void PlainMasks() const {
     if (plain_valid_) return;
     Branch plain, branch;
     branch.branch_insn = true;
     for (int level = 0; level < 2; level++) {
       plain_gp_[level] = plain_fixed_[level] = branch_gp_[level] = load_gp_[level] = store_gp_[level] = 0;
-      ldlat_gp_[level] = 0;
+      ldlat_gp_[level] = branch_sel_gp_[level] = 0;
       for (int i = 0; i < pmu.gp_counters; i++) {
         const uint64_t sel = gp[i].evtsel;
         if (!CounterEnabled(i, false) || !(sel & (level == 0 ? kEvtOs : kEvtUsr))) continue;
         if (GpIncrement(sel, plain)) plain_gp_[level] |= 1u << i;
-        if (GpIncrement(sel, branch)) branch_gp_[level] |= 1u << i;
+        if (SelectsBranches(sel)) branch_sel_gp_[level] |= 1u << i;
+        else if (GpIncrement(sel, branch)) branch_gp_[level] |= 1u << i;
         if (IsMemEvent(sel, pmu.mem_loads_event)) load_gp_[level] |= 1u << i;
         if (IsMemEvent(sel, pmu.mem_stores_event)) store_gp_[level] |= 1u << i;
         if (IsMemEvent(sel, pmu.load_latency_event)) ldlat_gp_[level] |= 1u << i;
@@ -273,6 +295,7 @@ struct VirtualPmu::State {
   }
   mutable bool plain_valid_ = false;
   mutable uint32_t plain_gp_[2] = {0, 0}, plain_fixed_[2] = {0, 0}, branch_gp_[2] = {0, 0};
+  mutable uint32_t branch_sel_gp_[2] = {0, 0};
   // The counters that count retired loads / stores (docs/pmu-model.md,
   // "Retired loads and stores"), per level as above.
   mutable uint32_t load_gp_[2] = {0, 0}, store_gp_[2] = {0, 0};
@@ -482,11 +505,25 @@ struct VirtualPmu::State {
 
   // What an event select counts for one retired instruction (SDM 18.2.1.2,
   // table 18-1; docs/pmu-model.md lists the events vbts implements).
-  static uint64_t GpIncrement(uint64_t evtsel, const Branch& b) {
+  // The branch classes a BR_INST_RETIRED umask counts (pmu/cpu_model.h):
+  // 00H every branch instruction (the architectural event), the model's
+  // other umasks from its table, any other umask nothing.
+  uint16_t BranchUmaskClasses(uint32_t umask) const {
+    if (umask == 0) return kBranchClassAll;
+    for (const PmuModel::BranchUmask& u : pmu.branch_umasks)
+      if (u.umask == umask) return u.classes;
+    return 0;
+  }
+  // An event select of BR_INST_RETIRED with a umask that counts some branch
+  // instructions and not others.
+  bool SelectsBranches(uint64_t evtsel) const {
+    return (evtsel & 0xFF) == 0xC4 && !(BranchUmaskClasses((evtsel >> 8) & 0xFF) & kBranchClassAll);
+  }
+  uint64_t GpIncrement(uint64_t evtsel, const Branch& b) const {
     const uint32_t event = evtsel & 0xFF, umask = (evtsel >> 8) & 0xFF;
     uint64_t n = 0;
     if (event == 0xC0 && (umask == 0 || umask == 1)) n = 1;                   // instructions retired (01H: INST_RETIRED.ALL, PEBS)
-    else if (event == 0xC4 && umask == 0) n = b.branch_insn ? 1 : 0;         // branch instructions retired
+    else if (event == 0xC4) n = (BranchClasses(b) & BranchUmaskClasses(umask)) ? 1 : 0;  // branch instructions retired
     else if (event == 0x3C && (umask == 0 || umask == 1)) n = 1;             // core/reference cycles: 1 per instruction
     else if (event == 0xA4 && umask == 1) n = 1;  // TOPDOWN.SLOTS (arch event 7, CPUID.0AH:EAX[31:24] = 8): as fixed counter 3
     // CMASK (bits 31:24, SDM 18.2.1.1): when nonzero the counter counts the
@@ -521,6 +558,10 @@ struct VirtualPmu::State {
     // The enabled GP counters whose event this instruction is, at its CPL
     // (each counts it once: GpIncrement is 0 or 1).
     uint32_t counting = b.branch_insn ? branch_gp_[level] : plain_gp_[level];
+    if (b.branch_insn) {
+      for (uint32_t m = branch_sel_gp_[level]; m; m &= m - 1)
+        if (GpIncrement(gp[std::countr_zero(m)].evtsel, b)) counting |= m & -m;
+    }
     if (b.mem & 1) counting |= load_gp_[level];
     if (b.mem & 2) counting |= store_gp_[level];
     // The load-latency event: an instruction whose slowest load took longer
@@ -1307,7 +1348,9 @@ bool VirtualPmu::State::CountersBranchAgnostic() const {
   const Branch plain;
   for (int i = 0; i < s.pmu.gp_counters; i++) {
     if (!s.CounterEnabled(i, false)) continue;
-    if (State::GpIncrement(s.gp[i].evtsel, taken) != State::GpIncrement(s.gp[i].evtsel, plain)) return false;
+    // A umask that selects some branches tells one kind from another.
+    if (s.SelectsBranches(s.gp[i].evtsel)) return false;
+    if (s.GpIncrement(s.gp[i].evtsel, taken) != s.GpIncrement(s.gp[i].evtsel, plain)) return false;
   }
   for (int i = 0; i < s.nb_count(); i++) {
     if (!s.NbEnabled(i)) continue;

@@ -654,6 +654,69 @@ TEST_F(VpmuTest, BranchCounterCountsTakenAndNotTakenBranchesByRing) {
   EXPECT_EQ(Rd(0x309), 1u);
 }
 
+// BR_INST_RETIRED's umasks (docs/pmu-model.md, "Branch events"): one
+// instruction of each kind, ring 0, counted by PMC0 with OS|USR|EN and the
+// umask.  Expected counts by hand from the kinds' classes: not-taken Jcc
+// (cond), taken Jcc (cond, near taken), JMP (near taken), JMP r/m (near
+// taken, indirect), CALL (near taken, near call), CALL r/m (near taken, near
+// call, indirect), RET (near taken, near return), far CALL, SYSCALL, IRET,
+// INT n (far), and one non-branch instruction: 11 branch instructions.
+TEST(VpmuModels, BranchUmasksCountTheirClassesPerModel) {
+  const BranchKind kinds[] = {BranchKind::kNone,   BranchKind::kJcc,     BranchKind::kJmp,     BranchKind::kIndJmp,
+                              BranchKind::kCall,   BranchKind::kIndCall, BranchKind::kRet,     BranchKind::kFarCall,
+                              BranchKind::kSyscall, BranchKind::kIret,   BranchKind::kSoftInt};
+  struct Case {
+    const char* model;
+    uint8_t umask;
+    uint64_t expected;
+  };
+  const Case cases[] = {
+      // westmere: conditional 01H, near_call 02H, all_branches 04H; 08H and 20H are not its umasks.
+      {"westmere", 0x00, 11}, {"westmere", 0x01, 2}, {"westmere", 0x02, 2}, {"westmere", 0x04, 11},
+      {"westmere", 0x08, 0}, {"westmere", 0x20, 0},
+      // skylake: + near_return 08H, not_taken 10H, near_taken 20H, far_branch 40H; no 80H.
+      {"skylake", 0x00, 11}, {"skylake", 0x01, 2}, {"skylake", 0x02, 2}, {"skylake", 0x04, 11},
+      {"skylake", 0x08, 1}, {"skylake", 0x10, 1}, {"skylake", 0x20, 6}, {"skylake", 0x40, 4}, {"skylake", 0x80, 0},
+      // icelake-server: 01H is cond_taken, 11H cond, 80H indirect; no 04H.
+      {"icelake-server", 0x00, 11}, {"icelake-server", 0x01, 1}, {"icelake-server", 0x02, 2},
+      {"icelake-server", 0x04, 0}, {"icelake-server", 0x08, 1}, {"icelake-server", 0x10, 1},
+      {"icelake-server", 0x11, 2}, {"icelake-server", 0x20, 6}, {"icelake-server", 0x40, 4},
+      {"icelake-server", 0x80, 2},
+      // core-duo: only the architectural 00H.
+      {"core-duo", 0x00, 11}, {"core-duo", 0x02, 0},
+  };
+  testing::FakePhysMemory mem(1 << 20);
+  LinearMemory lin(mem, PagingRegs{});
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(c.model) + " umask " + std::to_string(c.umask));
+    VirtualPmu pmu(*FindCpuModel(c.model));
+    ASSERT_FALSE(pmu.WriteMsr(0x186, 0xC4 | (uint64_t{c.umask} << 8) | (3u << 16) | (1u << 22)).gp);
+    if (FindCpuModel(c.model)->pmu.perfmon_version >= 2) {
+      ASSERT_FALSE(pmu.WriteMsr(0x38F, 1).gp);
+    }
+    uint64_t at = 0x100;
+    for (BranchKind k : kinds) {
+      Branch b;
+      b.kind = k;
+      b.from = at;
+      b.to = at + 0x40;
+      b.branch_insn = true;
+      ASSERT_TRUE(pmu.Observe(b, lin, false).ok());
+      at += 0x80;
+    }
+    Branch plain;
+    plain.from = at;
+    plain.to = at + 2;
+    ASSERT_TRUE(pmu.Observe(plain, lin, false).ok());
+    EXPECT_EQ(pmu.ReadMsr(0xC1).value, c.expected);
+    // A umask that tells branches apart is not branch-agnostic (the engines
+    // then report every block end).
+    if (c.umask != 0 && c.expected != 11) {
+      EXPECT_FALSE(pmu.BranchAgnostic());
+    }
+  }
+}
+
 TEST_F(VpmuTest, FreezeOnPmiLegacy) {
   // Westmere (v3): FREEZE_LBRS_ON_PMI clears DEBUGCTL.LBR, FREEZE_PERFMON_ON_PMI
   // clears GLOBAL_CTRL when a PMI is requested.

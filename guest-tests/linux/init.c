@@ -315,6 +315,20 @@ __asm__(".text\n"
         "mem_loop:\n\tmov %rdi, %rcx\n"
         "1:\n\tmov %rcx, -8(%rsp)\n\tadd -8(%rsp), %rax\n\tdec %rcx\n\tjnz 1b\n\tret\n");
 
+// The branch-event workload (`/init calls N`, docs/pmu-model.md "Branch
+// events"): N iterations of a direct near CALL of a bare RET, a JZ that is
+// never taken (RCX is not 0 there), DEC and a JNZ taken back to the top
+// except the last time. Each more iteration adds exactly one near call, one
+// near return, two conditional branches (one not taken, one taken) and
+// three taken near branches (CALL, RET, JNZ).
+extern void calls_loop(uint64_t n);
+__asm__(".text\n"
+        ".globl calls_loop\n"
+        "calls_loop:\n\tmov %rdi, %rcx\n"
+        "1:\n\tcall 3f\n\ttest %rcx, %rcx\n\tjz 2f\n\tdec %rcx\n\tjnz 1b\n"
+        "2:\n\tret\n"
+        "3:\n\tret\n");
+
 // The load-latency and offcore workload (`/init sweep`): one store to each
 // line of a 2 MB buffer (its pages come in on first touch), then a load from
 // every other line of it, 16384 loads 128 bytes apart (sweep_load_insn). The
@@ -404,6 +418,10 @@ int main(int argc, char** argv) {
   if (argc > 1 && strcmp(argv[1], "sweep") == 0 && getpid() != 1) {
     sweep_store(sweep_buf, SWEEP_BYTES / 64);
     return sweep_load(sweep_buf, SWEEP_BYTES / 128) != 0 ? 0 : 1;  // the values stored: never all 0
+  }
+  if (argc > 2 && strcmp(argv[1], "calls") == 0 && getpid() != 1) {
+    calls_loop(strtoull(argv[2], NULL, 0));
+    return 0;
   }
   if (argc > 2 && strcmp(argv[1], "chain") == 0 && getpid() != 1) {
     chain_outer(strtoull(argv[2], NULL, 0));

@@ -18,6 +18,7 @@ cd /tmp || exit 1
 
 require_pmu
 read -r release < /proc/sys/kernel/osrelease
+read -r pmu < /sys/bus/event_source/devices/cpu/caps/pmu_name
 echo "$(perf --version) on Linux $release"
 # Linux lowers perf_event_max_sample_rate when a PMI handler takes long (the
 # drain of ~3000 BTS records below takes ~90 us of guest time) and then
@@ -51,6 +52,30 @@ m2=$(perf stat -x, -e L1-dcache-loads:u,L1-dcache-stores:u -- /init mem 2000 2>&
 set -- $m1 $m2
 check "perf stat L1-dcache" "$([ $(($3 - $1)) = 1000 ] && [ $(($4 - $2)) = 1000 ] && echo 1)" \
   "loads:u $1 / $3, stores:u $2 / $4 at 1000 / 2000 iterations (expected differences 1000 and 1000)"
+
+# perf stat of BR_INST_RETIRED's umasks (docs/pmu-model.md, "Branch events")
+# by their names in perf's event list for the model, at most four at once (no
+# multiplexing), of `/init calls N` at 1000 and 2000: each more iteration adds
+# one near call, one near return, two conditional branches (a JZ not taken, a
+# JNZ taken), three taken near branches (CALL, RET, JNZ), four branches in all.
+case $pmu in
+  westmere) expect="near_call:1000 conditional:2000 all_branches:4000" ;;
+  skylake) expect="near_call:1000 near_return:1000 not_taken:1000 near_taken:3000" ;;
+  *) expect="near_call:1000 near_return:1000 cond:2000 cond_taken:1000" ;;
+esac
+events=""
+for e in $expect; do events="$events${events:+,}br_inst_retired.${e%%:*}:u"; done
+b1=$(perf stat -x, -e "$events" -- /init calls 1000 2>&1 >/dev/null | cut -d, -f1 | tr '\n' ' ')
+b2=$(perf stat -x, -e "$events" -- /init calls 2000 2>&1 >/dev/null | cut -d, -f1 | tr '\n' ' ')
+ok=1 detail=""
+for e in $expect; do
+  set -- $b1; c1=$1; b1=${b1#* }
+  set -- $b2; c2=$1; b2=${b2#* }
+  d=$((c2 - c1))
+  [ "$d" = "${e#*:}" ] || ok=0
+  detail="$detail${e%%:*} $c1 / $c2 (difference $d, expected ${e#*:}); "
+done
+check "perf stat br_inst_retired" "$ok" "$pmu: $detail"
 
 # perf stat -e task-clock,ref-cycles: the process's time and its reference
 # cycles run on one clock, the TSC's (SDM vol. 3B 18.2.1: unhalted reference
@@ -106,7 +131,6 @@ check "perf record LLC-loads" "$([ "$loads/$misses" = 128/0 ] && echo 1)" \
 # store hit the L1D. mem_loop's 1000 stores go to one red-zone slot, in the
 # L1D from the first on: with a period of 99, exactly 10 samples there, all
 # "L1 hit".
-read -r pmu < /sys/bus/event_source/devices/cpu/caps/pmu_name
 if [ "$pmu" = westmere ]; then
   check "perf mem stores" "$([ ! -e /sys/bus/event_source/devices/cpu/events/mem-stores ] && echo 1)" \
     "$pmu: no mem-stores event (expected: Linux has none for Nehalem and Westmere)"
