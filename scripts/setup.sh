@@ -26,6 +26,7 @@ packages=(
   gdb                   # gdb.* tests: Debian's gdb against vbts's gdbstub (docs/gdb.md)
   lz4 xz-utils zstd     # linux.* tests: scripts/fetch-linux.sh unpacks Debian's kernel
   linux-perf            # linux.perf-tool-* tests: Debian's perf tool inside Debian's kernel
+  bc                    # linux.perf-shell-skylake: perf's stat+shadow_stat.sh computes with it
 )
 missing=()
 for p in "${packages[@]}"; do

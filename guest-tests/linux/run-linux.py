@@ -2,7 +2,7 @@
 """run-linux.py: boot Debian's kernel with guest-tests/linux/init.c as PID 1.
 
     run-linux.py (--vbts PATH | --qemu PATH) --kernel VMLINUX --initrd CPIO [--cpu MODEL]
-                 [--record-max N] [--perf-tool] [--perf-test] [--iommu]
+                 [--record-max N] [--perf-tool] [--perf-test] [--perf-shell] [--iommu]
 
 The kernel is not ours: scripts/fetch-linux.sh puts Debian's cloud kernel
 (linux-image-cloud-amd64) there; without it the test is skipped (77) with a
@@ -32,6 +32,11 @@ saying how to get it.
 With --perf-test the initramfs is linux-perf-test.cpio and init runs
 perf-test.sh: the hardware-facing cases of Debian's own `perf test` suite, one
 PASS line each (PERF_TEST_CHECKS) and "SUMMARY: 16 passed, 0 failed".
+With --perf-shell the initramfs is linux-perf-shell.cpio (perf, bash, gcc and
+perf's own tests/shell) and init runs perf-shell.sh: Debian perf's shell
+tests, each with the status it has on a real CPU with this kernel, one PASS
+line each (PERF_SHELL_CHECKS) and "SUMMARY: 8 passed, 0 failed"; the guest has
+1 GiB (the initramfs is ~90 MB) and up to 280 s.
 With --iommu (vbts only) the machine has `--device=intel-iommu,edu` and init
 runs iommu.sh from linux-iommu.cpio: Linux's VT-d driver enables interrupt
 remapping and DMA remapping on vbts's unit, finds the edu device through the
@@ -73,6 +78,10 @@ PERF_TEST_CHECKS = ("Read samples using the mmap interface", "User space counter
                     "Perf time to TSC", "x86 bp modify", "Sigtrap")
 
 
+PERF_SHELL_CHECKS = ("test_brstack.sh", "record.sh", "record.sh register capture", "stat.sh", "stat+shadow_stat.sh",
+                     "stat+csv_summary.sh", "stat+csv_output.sh", "record+zstd_comp_decomp.sh")
+
+
 IOMMU_CHECKS = ("timer through interrupt remapping", "COM1 through interrupt remapping", "dmar0 registers",
                 "edu on the PCI bus", "edu in an IOMMU group", "DMA faults signalled")
 IOMMU_LINES = (
@@ -112,6 +121,8 @@ def main():
                     help="the initramfs of perf-tool.sh: check its perf checks (PERF_TOOL_CHECKS)")
     ap.add_argument("--perf-test", action="store_true",
                     help="the initramfs of perf-test.sh: check its cases of `perf test` (PERF_TEST_CHECKS)")
+    ap.add_argument("--perf-shell", action="store_true",
+                    help="the initramfs of perf-shell.sh: check Debian perf's shell tests (PERF_SHELL_CHECKS)")
     ap.add_argument("--iommu", action="store_true",
                     help="--device=intel-iommu,edu and the initramfs of iommu.sh: IOMMU_CHECKS, IOMMU_LINES")
     a = ap.parse_args()
@@ -119,27 +130,29 @@ def main():
         print("SKIP: no kernel at %s: run scripts/fetch-linux.sh %s (scripts/test.sh does)"
               % (a.kernel, os.path.dirname(a.kernel)))
         return 77
-    if (a.perf_tool or a.perf_test) and not os.path.exists(a.initrd):
+    if (a.perf_tool or a.perf_test or a.perf_shell) and not os.path.exists(a.initrd):
         print("SKIP: no %s: the build found no `perf` (Debian's linux-perf; scripts/setup.sh installs it)"
               % a.initrd)
         return 77
-    script = "/perf-tool.sh" if a.perf_tool else "/perf-test.sh" if a.perf_test else "/iommu.sh" if a.iommu else ""
+    script = ("/perf-tool.sh" if a.perf_tool else "/perf-test.sh" if a.perf_test else
+              "/perf-shell.sh" if a.perf_shell else "/iommu.sh" if a.iommu else "")
     append = APPEND + (" -- run /bin/sh " + script if script else "")
     checks = (PERF_TOOL_CHECKS if a.perf_tool else PERF_TEST_CHECKS if a.perf_test else
-              IOMMU_CHECKS if a.iommu else INIT_CHECKS)
+              PERF_SHELL_CHECKS if a.perf_shell else IOMMU_CHECKS if a.iommu else INIT_CHECKS)
+    mem, seconds = ("1G", 280) if a.perf_shell else ("512M", 120)
     tmp = tempfile.TemporaryDirectory()
     trace = os.path.join(tmp.name, "boot.vbtr")
     if a.vbts:
         mode = ["record", "-o", trace, "--max-records=%d" % a.record_max] if a.record_max else ["run"]
         devices = ["--device=intel-iommu,edu"] if a.iommu else []
-        cmd = [a.vbts, *mode, *devices, "--cpu=" + a.cpu, "--mem=512M", "--timeout=120",
+        cmd = [a.vbts, *mode, *devices, "--cpu=" + a.cpu, "--mem=" + mem, "--timeout=%d" % seconds,
                "--initrd=" + a.initrd, "--append=" + append, a.kernel]
     else:
         cmd = [a.qemu, "-accel", "tcg", "-cpu", "Westmere", "-m", "512", "-no-reboot",
                "-display", "none", "-serial", "stdio", "-device", "isa-debug-exit,iobase=0xf4,iosize=4",
                "-kernel", a.kernel, "-initrd", a.initrd, "-append", append]
     p = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace",
-                       timeout=300)
+                       timeout=seconds + 180)
     out = p.stdout.splitlines()
     errors = []
     want_status = 1 if a.vbts else 155
