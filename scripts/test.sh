@@ -23,10 +23,12 @@ if [ "$heavy_default" -eq 1 ]; then
   # perf-tool runs of Debian's perf, one model (icelake-server: adaptive PEBS,
   # the LBR call stack, TSC-deadline mode) stands for the three, and for perf's own
   # `perf test` cases (linux.perf-test-*: the guest's debug registers, which the
-  # guest images exercise under the sanitizers too).
+  # guest images exercise under the sanitizers too) and its shell tests
+  # (linux.perf-shell-*: LBR filters and branch events, which the unit tests
+  # and the perf-tool runs cover).
   cd build-asan
   # Leaks inside libunicorn (not vbts's) are suppressed: scripts/lsan.supp.
   LSAN_OPTIONS="suppressions=$PWD/../scripts/lsan.supp" \
     ctest --output-on-failure -j2 --timeout 300 -L "unit|kvm|guest|engines|gdb|linux" \
-      -E "^(diff|record|engines.record|linux.perf-qemu|linux.perf-tool-(westmere|skylake|qemu)|linux.perf-test)"
+      -E "^(diff|record|engines.record|linux.perf-qemu|linux.perf-tool-(westmere|skylake|qemu)|linux.perf-test|linux.perf-shell)"
 fi
