@@ -100,7 +100,7 @@ void Tracer::Rebind(VcpuControl& vcpu, std::function<absl::Status(uint8_t)> send
 }
 
 bool Tracer::WantsEveryInstruction() const {
-  return pmu_.NeedsObservation() || sink_active_ || pmi_due_ || pmi_in_flight_.has_value() || guest_tf_ ||
+  return observe_always_ || pmu_.NeedsObservation() || sink_active_ || pmi_due_ || pmi_in_flight_.has_value() || guest_tf_ ||
          db_in_flight_ || (guest_bp_ && guest_bp_->AnyData());
 }
 

@@ -150,6 +150,10 @@ class Tracer : public StepObserver {
   // The host does not raise the guest's own data breakpoints while it is
   // stepped (HostFacts::emulate_data_breakpoints): the tracer does.
   void SetEmulateDataBreakpoints(bool on) { emulate_data_bps_ = on; }
+  // Wants every instruction even with nothing traced, so that each is
+  // counted (stats().instructions): the guest clock of --clock=instructions
+  // (vmm/machine.h).  TCG engine only: under KVM it would step the guest.
+  void SetObserveAlways(bool on) { observe_always_ = on; }
   // The engine reports each access that hits one of the guest's data
   // breakpoints itself, while the instruction runs (TCG:
   // TcgCpu::SetGuestDataHitHook, through EngineDataHits), so that blocks run
@@ -291,6 +295,7 @@ class Tracer : public StepObserver {
   std::optional<Boundary> prev_;
   bool pmi_due_ = false;
   bool emulate_data_bps_ = false;
+  bool observe_always_ = false;  // SetObserveAlways
   std::optional<GuestBreakpoints> guest_bp_;  // cached guest DR0-3/DR7 (emulate_data_bps_)
   uint32_t data_hits_ = 0;                    // DR6 B0-B3 due at the next boundary
   bool engine_data_bps_ = false;              // SetEngineReportsDataBreakpoints

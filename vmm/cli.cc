@@ -165,7 +165,8 @@ int CliMain(int argc, char** argv) {
 #endif
   // The options of `vbts run`, which `vbts record` takes too.
   std::string tcg_hooks = "block";
-  auto add_run_options = [&config, &mem, &sandbox, &tcg_hooks](CLI::App* cmd) {
+  std::string clock = "host";
+  auto add_run_options = [&config, &mem, &sandbox, &tcg_hooks, &clock](CLI::App* cmd) {
     cmd->add_option("--mem", mem, "guest RAM size (bytes, or with K/M/G suffix)")->capture_default_str();
     cmd->add_option("--cpu", config.cpu_model, "guest CPU model (" + pmu::CpuModelNames() + ")")
         ->capture_default_str();
@@ -192,6 +193,13 @@ int CliMain(int argc, char** argv) {
                     "instruction (before every instruction while tracing; slower, for comparisons). "
                     "docs/tcg-engine.md")
         ->check(CLI::IsMember({"block", "instruction"}))
+        ->capture_default_str();
+    cmd->add_option("--clock", clock,
+                    "the guest's time on the TCG engine: host (the host's clock, as under KVM, while nothing is "
+                    "traced) or instructions (one TSC tick per retired instruction throughout, and a halted guest "
+                    "jumps to its next timer: deterministic, like QEMU's -icount; needs the TCG engine). "
+                    "docs/tcg-engine.md")
+        ->check(CLI::IsMember({"host", "instructions"}))
         ->capture_default_str();
     cmd->add_option("--branches", config.branches_path,
                     "write every control transfer as `0x<from> 0x<to> <kind>` lines to FILE (steps the guest)");
@@ -277,6 +285,7 @@ int CliMain(int argc, char** argv) {
   }
   config.sandbox = sandbox == "on";
   config.tcg_hook_per_block = tcg_hooks == "block";
+  config.instruction_clock = clock == "instructions";
   if (config.gdb_wait && config.gdb.empty()) {
     PrintError("vbts: --gdb-wait needs --gdb=[HOST:]PORT");
     return kExitUsage;

@@ -331,6 +331,14 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
       return absl::InvalidArgumentError(
           absl::StrFormat("--gdb needs the TCG engine: --engine=%s cannot be debugged (use auto or tcg)", config_.engine));
   }
+  if (config_.instruction_clock) {
+    // Only the TCG engine counts instructions without stepping them.
+    if (config_.engine == "auto") config_.engine = "tcg";
+    if (config_.engine != "tcg")
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "--clock=instructions needs the TCG engine: --engine=%s keeps the host's time (use auto or tcg)",
+          config_.engine));
+  }
   if (config_.engine == "auto") {
     // Traced from the start: the TCG engine for the whole run.  Otherwise KVM,
     // and the TCG engine for as long as the guest turns tracing on
@@ -403,6 +411,9 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
       tracer_ = std::make_unique<vcpu::Tracer>(*tcg_control_, *tracer_ram_, *vpmu_,
                                                [this](uint8_t vector) { return tcg_control_->SendInterrupt(vector); });
       tracer_->SetEmulateDataBreakpoints(true);  // QEMU's are not used (vcpu/tcg_cpu.cc)
+      // --clock=instructions: the guest's time counts every instruction, so
+      // the engine observes them all (in blocks where nothing is traced).
+      tracer_->SetObserveAlways(config_.instruction_clock);
     } else {
       tracer_ = std::make_unique<vcpu::Tracer>(*vcpu_, *tracer_ram_, *vpmu_,
                                                [vm = vm_.get()](uint8_t vector) { return vm->SignalMsi(0, vector); });

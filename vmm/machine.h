@@ -79,6 +79,12 @@ struct MachineConfig {
   // every instruction, as before 2026-11-27; for comparisons).
   // docs/tcg-engine.md, "One hook a block".
   bool tcg_hook_per_block = true;
+  // --clock=instructions: the guest's time runs on retired instructions for
+  // the whole run (one TSC tick each; a halted guest moves to its next timer
+  // at once), as it does while vbts traces (docs/tcg-engine.md, "Guest
+  // time"); the TCG engine observes every block for it.  Default: the host's
+  // clock while untraced.
+  bool instruction_clock = false;
   // Single-step the whole guest on hosts that rewrite CPUID, so that every
   // CPUID answers from the CPU model (docs/completion.md, "CPUID").
   bool exact_cpuid = false;
