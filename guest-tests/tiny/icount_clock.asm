@@ -23,12 +23,12 @@
 main:
         SET_HANDLER TIMER_VEC, timer_handler
         APIC_ENABLE
-        call measure
+        call tsc_delta_2004
         CHECK_EQ eax, 2004, "TSC delta over 2004 instructions, nothing traced = 2004"
         CHECK_EQ edx, 0, "TSC delta high half 0"
         xor ebx, ebx                                            ; deltas other than 2004
         mov ebp, 100
-.again: call measure
+.again: call tsc_delta_2004
         cmp eax, 2004
         je .same
         inc ebx
@@ -36,74 +36,10 @@ main:
         jnz .again
         CHECK_EQ ebx, 0, "100 more measurements of the same sequence: every delta 2004"
 
-        call arm_timer
-        sti
-        xor ebx, ebx
-.spin:  inc ebx
-        cmp dword [timer_count], 0
-        je .spin
-        cli
-        mov [spins], ebx
-        mov eax, [handler_tsc]
-        sub eax, [arm_tsc]
-        mov [spin_ticks], eax
-        call arm_timer
-        sti
-        hlt
-        cli
-        mov eax, [handler_tsc]
-        sub eax, [arm_tsc]
-        mov [hlt_ticks], eax
-        CHECK_EQ dword [timer_count], 2, "timer fired in the spin loop and in HLT"
-        cmp dword [spins], 1000
-        CHECK_CC a, "the spin loop ran more than 1000 times before the timer fired"
-        mov eax, [spin_ticks]
-        sub eax, [hlt_ticks]
-        jns .abs
-        neg eax
-.abs:   cmp eax, 4
-        CHECK_CC be, "ticks from arming to the handler: spin loop and HLT within 4"
+        call timer_spin_then_hlt
+        call check_spin_then_hlt
         ret
 
-; EDX:EAX = the TSC delta over the 2004-instruction sequence of part 1.
-measure:
-        rdtsc
-        mov esi, eax
-        mov edi, edx
-        mov ecx, 1000
-.loop:  dec ecx
-        jnz .loop
-        rdtsc
-        sub eax, esi
-        sbb edx, edi
-        ret
-
-; The one-shot timer armed, and the TSC right after (the same instructions both times).
-arm_timer:
-        mov eax, TIMER_VEC
-        mov edx, TIMER_COUNT
-        call rt_lapic_timer_oneshot32
-        rdtsc
-        mov [arm_tsc], eax
-        ret
-
-timer_handler:                          ; EBX = frame
-        push eax
-        push edx
-        rdtsc
-        mov [handler_tsc], eax
-        pop edx
-        pop eax
-        inc dword [timer_count]
-        APIC_EOI
-        ret
-
-section .data
-arm_tsc:        dd 0
-handler_tsc:    dd 0
-spin_ticks:     dd 0
-hlt_ticks:      dd 0
-spins:          dd 0
-timer_count:    dd 0
+%include "tsc_timer.inc"
 
 %include "end.inc"

@@ -53,15 +53,7 @@ main:
         mov eax, 3
         xor edx, edx
         wrmsr                                                   ; PMC0, PMC1 on: instruction time
-        rdtsc
-        mov esi, eax
-        mov edi, edx
-        mov ecx, 1000
-.loop:  dec ecx
-        jnz .loop
-        rdtsc
-        sub eax, esi
-        sbb edx, edi
+        call tsc_delta_2004
         mov [t_delta], eax
         mov [t_delta + 4], edx
         mov ecx, 0x10
@@ -90,45 +82,12 @@ main:
 
         ; ---- part 2: the LAPIC timer on instruction time
         WRMSR32 0x38F, 3                                        ; counters on again
-        call arm_timer
-        sti
-        xor ebx, ebx
-.spin:  inc ebx
-        cmp dword [timer_count], 0
-        je .spin
-        cli
-        mov [spins], ebx
-        mov eax, [handler_tsc]
-        sub eax, [arm_tsc]
-        mov [spin_ticks], eax
-        call arm_timer
-        sti
-        hlt
-        cli
-        mov eax, [handler_tsc]
-        sub eax, [arm_tsc]
-        mov [hlt_ticks], eax
+        call timer_spin_then_hlt
         WRMSR32 0x38F, 0
-        CHECK_EQ dword [timer_count], 2, "timer fired in the spin loop and in HLT"
-        cmp dword [spins], 1000
-        CHECK_CC a, "the spin loop ran more than 1000 times before the timer fired"
-        mov eax, [spin_ticks]
-        sub eax, [hlt_ticks]
-        jns .abs
-        neg eax
-.abs:   cmp eax, 4
-        CHECK_CC be, "ticks from arming to the handler: spin loop and HLT within 4"
+        call check_spin_then_hlt
 
         ; ---- part 3: counters off, the lingering hook keeps instruction time
-        rdtsc
-        mov esi, eax
-        mov edi, edx
-        mov ecx, 1000
-.loop3: dec ecx
-        jnz .loop3
-        rdtsc
-        sub eax, esi
-        sbb edx, edi
+        call tsc_delta_2004
         CHECK_EQ eax, 2004, "counters off, TSC delta over the same 2004 instructions = 2004"
 
         ; ---- part 4: the timer on the lingering hook's instruction time
@@ -146,35 +105,11 @@ main:
         CHECK_CC be, "counters off, ticks from arming to the handler as in part 2's spin loop within 4"
         ret
 
-; The one-shot timer armed, and the TSC right after (the same instructions both times).
-arm_timer:
-        mov eax, TIMER_VEC
-        mov edx, TIMER_COUNT
-        call rt_lapic_timer_oneshot32
-        rdtsc
-        mov [arm_tsc], eax
-        ret
-
-timer_handler:                          ; EBX = frame
-        push eax
-        push edx
-        rdtsc
-        mov [handler_tsc], eax
-        pop edx
-        pop eax
-        inc dword [timer_count]
-        APIC_EOI
-        ret
+%include "tsc_timer.inc"
 
 section .data
 align 8
 t_delta:        dq 0
 t_written:      dq 0
-arm_tsc:        dd 0
-handler_tsc:    dd 0
-spin_ticks:     dd 0
-hlt_ticks:      dd 0
-spins:          dd 0
-timer_count:    dd 0
 
 %include "end.inc"
