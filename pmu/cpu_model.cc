@@ -141,6 +141,10 @@ std::vector<CpuModel> MakeModels() {
     // Core Duo T2500: 32 KB 8-way L1D per core, 2 MB 8-way shared L2 as the
     // last level (CPUID.4 of Yonah).
     p.cache = {{64, 8}, {4096, 8}, PairPrefetch::kLlc};
+    // Its branch events are the P6 family's (SDM vol. 3B ch. 19, the Core Solo
+    // and Core Duo events; OProfile's and PAPI's P6 tables): C4H branch
+    // instructions retired, C9H taken branch instructions retired.
+    p.branch_taken_event = 0xC9;
     m.microcode_revision = 0x39;  // intel-ucode/06-0e-08, 2005-11-15
     models.push_back(std::move(m));
   }

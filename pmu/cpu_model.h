@@ -123,6 +123,10 @@ struct PmuModel {
     uint16_t classes;
   };
   std::vector<BranchUmask> branch_umasks;
+  // The P6 family's BR_TAKEN_RETIRED (event C9H, umask 00H: taken branch
+  // instructions retired), which `core-duo` keeps among its events beside
+  // C4H; 0: the model has no such event.
+  uint8_t branch_taken_event = 0;
 };
 // The classes of a retired branch instruction that BR_INST_RETIRED's umasks
 // select (pmu/branch.h has the instruction's kind).

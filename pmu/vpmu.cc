@@ -517,13 +517,17 @@ struct VirtualPmu::State {
   // An event select of BR_INST_RETIRED with a umask that counts some branch
   // instructions and not others.
   bool SelectsBranches(uint64_t evtsel) const {
-    return (evtsel & 0xFF) == 0xC4 && !(BranchUmaskClasses((evtsel >> 8) & 0xFF) & kBranchClassAll);
+    const uint32_t event = evtsel & 0xFF;
+    if (pmu.branch_taken_event && event == pmu.branch_taken_event) return true;
+    return event == 0xC4 && !(BranchUmaskClasses((evtsel >> 8) & 0xFF) & kBranchClassAll);
   }
   uint64_t GpIncrement(uint64_t evtsel, const Branch& b) const {
     const uint32_t event = evtsel & 0xFF, umask = (evtsel >> 8) & 0xFF;
     uint64_t n = 0;
     if (event == 0xC0 && (umask == 0 || umask == 1)) n = 1;                   // instructions retired (01H: INST_RETIRED.ALL, PEBS)
     else if (event == 0xC4) n = (BranchClasses(b) & BranchUmaskClasses(umask)) ? 1 : 0;  // branch instructions retired
+    else if (pmu.branch_taken_event && event == pmu.branch_taken_event && umask == 0)  // P6's taken branches retired
+      n = (BranchClasses(b) & (kBranchClassNearTaken | kBranchClassFar)) ? 1 : 0;
     else if (event == 0x3C && (umask == 0 || umask == 1)) n = 1;             // core/reference cycles: 1 per instruction
     else if (event == 0xA4 && umask == 1) n = 1;  // TOPDOWN.SLOTS (arch event 7, CPUID.0AH:EAX[31:24] = 8): as fixed counter 3
     // CMASK (bits 31:24, SDM 18.2.1.1): when nonzero the counter counts the

@@ -717,6 +717,35 @@ TEST(VpmuModels, BranchUmasksCountTheirClassesPerModel) {
   }
 }
 
+// core-duo's BR_TAKEN_RETIRED (C9H, the P6 family's event): the same eleven
+// branch instructions, of which every one but the not-taken Jcc transferred
+// control: 10. On westmere C9H is none of the events vbts models: 0.
+TEST(VpmuModels, P6TakenBranchesEventOnCoreDuo) {
+  testing::FakePhysMemory mem(1 << 20);
+  LinearMemory lin(mem, PagingRegs{});
+  for (const auto& [model, expected] : {std::pair{"core-duo", 10u}, {"westmere", 0u}}) {
+    SCOPED_TRACE(model);
+    VirtualPmu pmu(*FindCpuModel(model));
+    ASSERT_FALSE(pmu.WriteMsr(0x186, 0xC9 | (3u << 16) | (1u << 22)).gp);
+    if (FindCpuModel(model)->pmu.perfmon_version >= 2) {
+      ASSERT_FALSE(pmu.WriteMsr(0x38F, 1).gp);
+    }
+    uint64_t at = 0x100;
+    for (BranchKind k : {BranchKind::kNone, BranchKind::kJcc, BranchKind::kJmp, BranchKind::kIndJmp,
+                         BranchKind::kCall, BranchKind::kIndCall, BranchKind::kRet, BranchKind::kFarCall,
+                         BranchKind::kSyscall, BranchKind::kIret, BranchKind::kSoftInt}) {
+      Branch b;
+      b.kind = k;
+      b.from = at;
+      b.to = at + 0x40;
+      b.branch_insn = true;
+      ASSERT_TRUE(pmu.Observe(b, lin, false).ok());
+      at += 0x80;
+    }
+    EXPECT_EQ(pmu.ReadMsr(0xC1).value, expected);
+  }
+}
+
 TEST_F(VpmuTest, FreezeOnPmiLegacy) {
   // Westmere (v3): FREEZE_LBRS_ON_PMI clears DEBUGCTL.LBR, FREEZE_PERFMON_ON_PMI
   // clears GLOBAL_CTRL when a PMI is requested.
