@@ -654,6 +654,24 @@ TEST_F(VpmuTest, BranchCounterCountsTakenAndNotTakenBranchesByRing) {
   EXPECT_EQ(Rd(0x309), 1u);
 }
 
+// One retired instruction of each branch kind at CPL 0, in this order: a
+// not-taken Jcc (kind none, a branch instruction), taken Jcc, JMP, JMP r/m,
+// CALL, CALL r/m, RET, far CALL, SYSCALL, IRET, INT n.
+void ObserveEachBranchKind(VirtualPmu& pmu, LinearMemory& lin) {
+  uint64_t at = 0x100;
+  for (BranchKind k : {BranchKind::kNone, BranchKind::kJcc, BranchKind::kJmp, BranchKind::kIndJmp,
+                       BranchKind::kCall, BranchKind::kIndCall, BranchKind::kRet, BranchKind::kFarCall,
+                       BranchKind::kSyscall, BranchKind::kIret, BranchKind::kSoftInt}) {
+    Branch b;
+    b.kind = k;
+    b.from = at;
+    b.to = at + 0x40;
+    b.branch_insn = true;
+    ASSERT_TRUE(pmu.Observe(b, lin, false).ok());
+    at += 0x80;
+  }
+}
+
 // BR_INST_RETIRED's umasks (docs/pmu-model.md, "Branch events"): one
 // instruction of each kind, ring 0, counted by PMC0 with OS|USR|EN and the
 // umask.  Expected counts by hand from the kinds' classes: not-taken Jcc
@@ -662,9 +680,6 @@ TEST_F(VpmuTest, BranchCounterCountsTakenAndNotTakenBranchesByRing) {
 // call, indirect), RET (near taken, near return), far CALL, SYSCALL, IRET,
 // INT n (far), and one non-branch instruction: 11 branch instructions.
 TEST(VpmuModels, BranchUmasksCountTheirClassesPerModel) {
-  const BranchKind kinds[] = {BranchKind::kNone,   BranchKind::kJcc,     BranchKind::kJmp,     BranchKind::kIndJmp,
-                              BranchKind::kCall,   BranchKind::kIndCall, BranchKind::kRet,     BranchKind::kFarCall,
-                              BranchKind::kSyscall, BranchKind::kIret,   BranchKind::kSoftInt};
   struct Case {
     const char* model;
     uint8_t umask;
@@ -694,19 +709,10 @@ TEST(VpmuModels, BranchUmasksCountTheirClassesPerModel) {
     if (FindCpuModel(c.model)->pmu.perfmon_version >= 2) {
       ASSERT_FALSE(pmu.WriteMsr(0x38F, 1).gp);
     }
-    uint64_t at = 0x100;
-    for (BranchKind k : kinds) {
-      Branch b;
-      b.kind = k;
-      b.from = at;
-      b.to = at + 0x40;
-      b.branch_insn = true;
-      ASSERT_TRUE(pmu.Observe(b, lin, false).ok());
-      at += 0x80;
-    }
+    ObserveEachBranchKind(pmu, lin);
     Branch plain;
-    plain.from = at;
-    plain.to = at + 2;
+    plain.from = 0x2000;
+    plain.to = 0x2002;
     ASSERT_TRUE(pmu.Observe(plain, lin, false).ok());
     EXPECT_EQ(pmu.ReadMsr(0xC1).value, c.expected);
     // A umask that tells branches apart is not branch-agnostic (the engines
@@ -730,18 +736,7 @@ TEST(VpmuModels, P6TakenBranchesEventOnCoreDuo) {
     if (FindCpuModel(model)->pmu.perfmon_version >= 2) {
       ASSERT_FALSE(pmu.WriteMsr(0x38F, 1).gp);
     }
-    uint64_t at = 0x100;
-    for (BranchKind k : {BranchKind::kNone, BranchKind::kJcc, BranchKind::kJmp, BranchKind::kIndJmp,
-                         BranchKind::kCall, BranchKind::kIndCall, BranchKind::kRet, BranchKind::kFarCall,
-                         BranchKind::kSyscall, BranchKind::kIret, BranchKind::kSoftInt}) {
-      Branch b;
-      b.kind = k;
-      b.from = at;
-      b.to = at + 0x40;
-      b.branch_insn = true;
-      ASSERT_TRUE(pmu.Observe(b, lin, false).ok());
-      at += 0x80;
-    }
+    ObserveEachBranchKind(pmu, lin);
     EXPECT_EQ(pmu.ReadMsr(0xC1).value, expected);
   }
 }
