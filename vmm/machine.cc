@@ -314,31 +314,23 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
       return absl::InvalidArgumentError(
           absl::StrFormat("--device=%s: expected %s", d, absl::StrJoin(MachineConfig::kDeviceNames, " or ")));
   }
-  if (!config_.devices.empty()) {
-    // The devices' interrupts reach vbts's interrupt controllers, which run
-    // with the TCG engine (KVM's in-kernel I/O APIC cannot remap).
+  // Options only the TCG engine serves: `auto` becomes tcg for them, and
+  // another engine is refused with the reason.
+  auto needs_tcg = [this](bool asked, std::string_view option, std::string_view why) -> absl::Status {
+    if (!asked) return absl::OkStatus();
     if (config_.engine == "auto") config_.engine = "tcg";
-    if (config_.engine != "tcg")
-      return absl::InvalidArgumentError(absl::StrFormat("--device needs the TCG engine: --engine=%s has KVM's "
-                                                        "interrupt controllers (use auto or tcg)",
-                                                        config_.engine));
-  }
-  if (!config_.gdb.empty()) {
-    // The debugger's stops (breakpoints the guest cannot see, exact steps,
-    // watchpoints) are the TCG engine's (docs/gdb.md).
-    if (config_.engine == "auto") config_.engine = "tcg";
-    if (config_.engine != "tcg")
-      return absl::InvalidArgumentError(
-          absl::StrFormat("--gdb needs the TCG engine: --engine=%s cannot be debugged (use auto or tcg)", config_.engine));
-  }
-  if (config_.instruction_clock) {
-    // Only the TCG engine counts instructions without stepping them.
-    if (config_.engine == "auto") config_.engine = "tcg";
-    if (config_.engine != "tcg")
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "--clock=instructions needs the TCG engine: --engine=%s keeps the host's time (use auto or tcg)",
-          config_.engine));
-  }
+    if (config_.engine == "tcg") return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s needs the TCG engine: --engine=%s %s (use auto or tcg)", option, config_.engine, why));
+  };
+  // The devices' interrupts reach vbts's interrupt controllers, which run
+  // with the TCG engine (KVM's in-kernel I/O APIC cannot remap).
+  VBTS_RETURN_IF_ERROR(needs_tcg(!config_.devices.empty(), "--device", "has KVM's interrupt controllers"));
+  // The debugger's stops (breakpoints the guest cannot see, exact steps,
+  // watchpoints) are the TCG engine's (docs/gdb.md).
+  VBTS_RETURN_IF_ERROR(needs_tcg(!config_.gdb.empty(), "--gdb", "cannot be debugged"));
+  // Only the TCG engine counts instructions without stepping them.
+  VBTS_RETURN_IF_ERROR(needs_tcg(config_.instruction_clock, "--clock=instructions", "keeps the host's time"));
   if (config_.engine == "auto") {
     // Traced from the start: the TCG engine for the whole run.  Otherwise KVM,
     // and the TCG engine for as long as the guest turns tracing on
