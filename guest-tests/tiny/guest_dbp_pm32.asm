@@ -10,6 +10,7 @@
 ;    do not trap (no memory operation), `mov eax, [watch]` does: EIP = after_read.
 ; Expected: status 1, output guest_dbp_pm32.expected (the same under QEMU TCG).
 %include "rt.inc"
+%include "db_data.inc"
 
 main:
         SET_HANDLER 1, db_data_handler
@@ -25,9 +26,7 @@ after_write:
         mov dword [watch], 6            ; breakpoint off: no trap
         CHECK_EQ dword [db_count], 1, "one #DB, for the write while the breakpoint was on"
         CHECK_EQ dword [db_eip], after_write, "trap after the write: EIP = after_write"
-        mov eax, [db_dr6]
-        and eax, 0x400F
-        CHECK_EQ eax, 2, "DR6.B1"
+        CHECK_DR6 2, "DR6.B1"
         CHECK_EQ dword [watch], 6, "both writes happened"
         ; RW1=11 (reads and writes): the multi-byte NOP and PREFETCHT0 name watch but access
         ; no memory (SDM vol. 2B NOP, PREFETCHh): no trap; the read after them traps.
@@ -46,8 +45,6 @@ after_read:
 set_dr7:                                ; EAX -> DR7: the image's one MOV DR7
         mov dr7, eax
         ret
-
-%include "db_data.inc"
 
 section .data
 align 4

@@ -18,6 +18,7 @@
 ;  vbts step it (docs/tracing.md). QEMU TCG raises them itself.
 ; Expected: status 1, output guest_dr_pm32.expected.
 %include "rt.inc"
+%include "db_data.inc"
 
 main:
         SET_HANDLER 1, db_data_handler
@@ -34,9 +35,7 @@ bp_insn:
         CHECK_EQ ecx, 1, "instruction breakpoint: the instruction ran once after the #DB"
         CHECK_EQ dword [db_count], 1, "instruction breakpoint: one #DB"
         CHECK_EQ dword [db_eip], bp_insn, "instruction breakpoint: fault, EIP = bp_insn"
-        mov eax, [db_dr6]
-        and eax, 0x400F
-        CHECK_EQ eax, 1, "instruction breakpoint: DR6.B0 (and not BS)"
+        CHECK_DR6 1, "instruction breakpoint: DR6.B0 (and not BS)"
 
         ; ---- vbts: make it step the guest (PMC0 counts instructions, no PMI)
         mov eax, 1
@@ -66,9 +65,7 @@ dbp_w_after:
         mov dr7, eax
         CHECK_EQ dword [db_count], 1, "write breakpoint: one #DB (not for the read, not for watch+4)"
         CHECK_EQ dword [db_eip], dbp_w_after, "write breakpoint: trap, EIP = the next instruction"
-        mov eax, [db_dr6]
-        and eax, 0x400F
-        CHECK_EQ eax, 2, "write breakpoint: DR6.B1"
+        CHECK_DR6 2, "write breakpoint: DR6.B1"
         CHECK_EQ dword [watch], 0x00070000, "write breakpoint: the write happened"
 
         ; ---- 3. read/write breakpoint on a byte
@@ -85,9 +82,7 @@ dbp_r_after:
         mov dr7, eax
         CHECK_EQ dword [db_count], 1, "read/write breakpoint: one #DB for the read of watch2"
         CHECK_EQ dword [db_eip], dbp_r_after, "read/write breakpoint: EIP = the next instruction"
-        mov eax, [db_dr6]
-        and eax, 0x400F
-        CHECK_EQ eax, 4, "read/write breakpoint: DR6.B2"
+        CHECK_DR6 4, "read/write breakpoint: DR6.B2"
 
         ; ---- 4. write breakpoint on the stack slot PUSH writes
         mov dword [db_count], 0
@@ -102,12 +97,8 @@ dbp_push_after:
         mov dr7, eax
         CHECK_EQ dword [db_count], 1, "stack breakpoint: one #DB for the push (not the pop)"
         CHECK_EQ dword [db_eip], dbp_push_after, "stack breakpoint: EIP = the instruction after the push"
-        mov eax, [db_dr6]
-        and eax, 0x400F
-        CHECK_EQ eax, 8, "stack breakpoint: DR6.B3"
+        CHECK_DR6 8, "stack breakpoint: DR6.B3"
         ret
-
-%include "db_data.inc"
 
 section .data
 align 8

@@ -24,6 +24,7 @@
 ; (docs/tcg-engine.md, "The guest's data breakpoints").
 ; Expected: status 1, output guest_dr_rep_pm32.expected.
 %include "rt.inc"
+%include "db_data.inc"
 
 main:
         SET_HANDLER 1, db_data_handler
@@ -43,9 +44,7 @@ rep_b:
         CHECK_EQ dword [db_count], 1, "REP MOVSB: one #DB, for the iteration that wrote copy_dst+5"
         CHECK_EQ dword [db_eip], rep_b, "REP MOVSB: iterations left, so EIP = the REP MOVSB"
         CHECK_EQ dword [db_ecx], 2, "REP MOVSB: ECX = 2 at the #DB (6 of 8 bytes copied)"
-        mov eax, [db_dr6]
-        and eax, 0x400F
-        CHECK_EQ eax, 1, "REP MOVSB: DR6.B0"
+        CHECK_DR6 1, "REP MOVSB: DR6.B0"
         CHECK_EQ dword [copy_dst + 4], 0x08070605, "REP MOVSB: all 8 bytes copied in the end"
 
         ; ---- 2. REP MOVSD, a read/write breakpoint hit by the last iteration's read
@@ -65,13 +64,9 @@ after_d:
         CHECK_EQ dword [db_count], 1, "REP MOVSD: one #DB, for the last iteration's read of dsrc+12"
         CHECK_EQ dword [db_eip], after_d, "REP MOVSD: nothing left, so EIP = the next instruction"
         CHECK_EQ dword [db_ecx], 0, "REP MOVSD: ECX = 0 at the #DB"
-        mov eax, [db_dr6]
-        and eax, 0x400F
-        CHECK_EQ eax, 4, "REP MOVSD: DR6.B2"
+        CHECK_DR6 4, "REP MOVSD: DR6.B2"
         CHECK_EQ dword [ddst + 12], 0x44444444, "REP MOVSD: the last dword copied"
         ret
-
-%include "db_data.inc"
 
 section .data
 copy_src:       db 1, 2, 3, 4, 5, 6, 7, 8
