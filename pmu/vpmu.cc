@@ -503,8 +503,6 @@ struct VirtualPmu::State {
     return (rsp & supplier) && (rsp & (1ull << 32));  // and SNOOP_NOT_NEEDED
   }
 
-  // What an event select counts for one retired instruction (SDM 18.2.1.2,
-  // table 18-1; docs/pmu-model.md lists the events vbts implements).
   // The branch classes a BR_INST_RETIRED umask counts (pmu/cpu_model.h):
   // 00H every branch instruction (the architectural event), the model's
   // other umasks from its table, any other umask nothing.
@@ -521,6 +519,8 @@ struct VirtualPmu::State {
     if (pmu.branch_taken_event && event == pmu.branch_taken_event) return true;
     return event == 0xC4 && !(BranchUmaskClasses((evtsel >> 8) & 0xFF) & kBranchClassAll);
   }
+  // What an event select counts for one retired instruction (SDM 18.2.1.2,
+  // table 18-1; docs/pmu-model.md lists the events vbts implements).
   uint64_t GpIncrement(uint64_t evtsel, const Branch& b) const {
     const uint32_t event = evtsel & 0xFF, umask = (evtsel >> 8) & 0xFF;
     uint64_t n = 0;
