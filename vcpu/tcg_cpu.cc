@@ -12,6 +12,7 @@
 #include <ctime>
 #include <cstring>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -51,6 +52,10 @@ void (*t_translate_insn)(void*, void*) = nullptr;
 // such a helper (a page walk through a device, a frame pushed there) finds
 // an old one.
 thread_local uintptr_t t_access_ra = 0;
+// Likewise the return address a QEMU helper passed for a guest access it
+// makes itself (FXSAVE's stores, a far CALL's pushes: cpu_*_mmuidx_ra), for
+// TcgCallbacks::SeenAfterAccess only.
+thread_local uintptr_t t_helper_ra = 0;
 // Every flush of QEMU's TLB (by any TcgCpu) counts here.
 std::atomic<uint64_t> g_paging_generation{0};
 // Host nanoseconds spent translating guest code (translator_loop) and
@@ -371,8 +376,36 @@ struct TcgCallbacks {
     self->config_.devices->MmioWrite(self->mmio_base() + offset, static_cast<int>(size), value);
     self->mmio_written_ = true;  // the store helper looks at the machine afterwards (AfterStore)
   }
+  // A watched access (a debugger's watchpoint, the guest's data breakpoint)
+  // asks for the boundary right after its instruction. Returns when that
+  // boundary will be seen: a code hook runs before every instruction, or
+  // this is the instruction's run alone (below), or it cannot be had (an
+  // event delivery's frame, or an access whose instruction QEMU cannot
+  // find: no return address; the stop then comes at the block's end).
+  // Otherwise the instruction is abandoned at this access, as at a fault
+  // there (what it stored before is stored again), and QEMU runs it again
+  // alone in a block of its own (cflags_next_tb = 1, as QEMU's own
+  // watchpoints and its precise self-modifying-code path do), where the
+  // access is reported and the next instruction starts a block. So no code
+  // hook is needed between hits (docs/tcg-engine.md, "Watched accesses").
+  static void RunAloneUnlessSeen(TcgCpu* self) {
+    if (self->delivering_ >= 0 || self->data_access_hook_) return;
+    uabi::EnvPrefix* env = self->env_;
+    if (self->CodeHookActive() && !(env->hflags & uabi::kHfHookless)) return;
+    if (self->blocks_in_run_ == self->alone_block_ && self->current_block_.start == self->alone_at_) return;
+    const uintptr_t ra = t_access_ra != 0 ? t_access_ra : t_helper_ra;
+    if (ra == 0 || !cpu_restore_state_x86_64(self->cpu_, ra, /*will_exit=*/true)) {
+      self->stats_.access_stops_at_block_end++;
+      return;
+    }
+    self->alone_at_ = env->segs[uabi::kCs].base + env->eip;
+    self->alone_block_ = self->blocks_in_run_ + 1;
+    At<uint32_t>(self->cpu_, uabi::kCpuCflagsNextTb) = 1;
+    self->stats_.access_reruns++;
+    cpu_loop_exit_noexc_x86_64(self->cpu_);  // (vbts's: TcgCallbacks::Restarted settles the block)
+  }
   // A debugger's watched range was accessed: the run ends after this
-  // instruction (TcgCpu::DebugCheck at the next boundary).
+  // instruction (TcgCpu::DebugCheck or the block start after it).
   static void DebugAccess(uc_engine*, uc_mem_type type, uint64_t address, int size, int64_t, void* user) {
     auto* self = static_cast<TcgCpu*>(user);
     const bool write = type == UC_MEM_WRITE;
@@ -380,6 +413,7 @@ struct TcgCallbacks {
       if (!(write ? w.write : w.read)) continue;
       const uint64_t len = w.len ? w.len : 1;
       if (address + static_cast<uint64_t>(size) <= w.addr || address >= w.addr + len) continue;
+      RunAloneUnlessSeen(self);
       if (self->debug_stop_.kind != TcgCpu::DebugStop::kWatch)
         self->debug_stop_ = TcgCpu::DebugStop{TcgCpu::DebugStop::kWatch, std::max(address, w.addr), write};
       self->RequestStop();
@@ -398,6 +432,7 @@ struct TcgCallbacks {
     const GuestBreakpoints bp = self->GuestDebugRegs();
     const bool write = type == UC_MEM_WRITE;
     if (!bp.IsData(i) || !bp.Matches(i, {address, static_cast<uint32_t>(size), /*read=*/!write, write})) return;
+    RunAloneUnlessSeen(self);
     self->stats_.guest_data_hits++;
     self->guest_data_hit_hook_(1u << i);
   }
@@ -581,7 +616,7 @@ struct TcgCallbacks {
     // boundary (it has accounted for the instruction before), before the
     // instruction runs; when the run resumes here the tracer is not told
     // twice (first_hook_of_run_ above).
-    if (self->DebugChecked()) self->DebugCheck(address);
+    if (self->DebugChecked() || self->debug_stop_.kind == TcgCpu::DebugStop::kWatch) self->DebugCheck(address);
     if (self->exec_bp_mask_) self->CheckInstructionBreakpoints(address);
     // An event the observer raised for this boundary (a PMI, an emulated
     // #DB): leave the block here; QEMU's loop takes it before the
@@ -610,8 +645,12 @@ struct TcgCallbacks {
     if (!self->kick_.load(std::memory_order_relaxed) && !self->time_up_.load(std::memory_order_relaxed)) return;
     // With a debugger's checks on, the code hook of this same boundary ends
     // the run after TcgCpu::DebugCheck, which must see every boundary (a
-    // step ended here would otherwise run one more instruction when resumed).
-    if (self->debug_code_ && self->CodeHookActive()) return;
+    // step ended here would otherwise run one more instruction when resumed);
+    // so does a watchpoint's stop, after the tracer saw the boundary.
+    if ((self->debug_code_ || self->debug_stop_.kind == TcgCpu::DebugStop::kWatch) && self->CodeHookActive()) return;
+    // A run ended here resumes with this boundary reported, as when the
+    // code hook ends it (AtBoundary).
+    if (self->stop_requested_ || self->time_up_.load(std::memory_order_relaxed)) self->skipping_ = false;
     self->Boundary(address);
   }
   // QEMU's check for pending interrupts at a block boundary, for vbts's
@@ -700,7 +739,10 @@ struct TcgCallbacks {
     t_translating_tb = nullptr;
     t_translating_hook = nullptr;
   }
-  static void ForgetAccess() { t_access_ra = 0; }
+  static void ForgetAccess() {
+    t_access_ra = 0;
+    t_helper_ra = 0;
+  }
   static void RestoreHiddenHook() {
     if (t_hidden_hook != nullptr) t_hidden_hook->to_delete = false;
     t_hidden_hook = nullptr;
@@ -844,6 +886,8 @@ struct TcgCallbacks {
     ForgetAccess();  // the store helper is left by longjmp
     const uint64_t at = self->env_->segs[uabi::kCs].base + self->env_->eip;
     self->LeaveBlockAt(at);  // in a block with one hook: the store has started, what follows it has not
+    // A lingering code hook counted the instruction; it counts it again.
+    if (self->code_hook_ != 0 && !self->CodeHookActive() && self->lingering_retired_ > 0) self->lingering_retired_--;
     if (self->last_start_ != at) return;
     self->stats_.restarts++;
     if (self->last_start_skipped_ && self->skipped_ > 0) {
@@ -1387,6 +1431,39 @@ VBTS_LOAD_HELPER(helper_le_ldsw_mmu)
 VBTS_LOAD_HELPER(helper_le_ldsl_mmu)
 #undef VBTS_LOAD_HELPER
 
+// The guest accesses QEMU's helpers make themselves (FXSAVE, a far CALL's
+// pushes, IRET's pops...): the return address the helper passes, for
+// TcgCallbacks::RunAloneUnlessSeen.
+#define VBTS_HELPER_LOAD(name, type)                                                     \
+  type name##_x86_64(void* env, uint64_t addr, int mmu_idx, uintptr_t ra) {              \
+    using Fn = type (*)(void*, uint64_t, int, uintptr_t);                                \
+    static const auto original = vbts::vcpu::Original<Fn>(#name "_x86_64");             \
+    const uintptr_t outer = std::exchange(vbts::vcpu::t_helper_ra, ra);                 \
+    const type v = original(env, addr, mmu_idx, ra);                                     \
+    vbts::vcpu::t_helper_ra = outer;                                                     \
+    return v;                                                                            \
+  }
+VBTS_HELPER_LOAD(cpu_ldub_mmuidx_ra, uint32_t)
+VBTS_HELPER_LOAD(cpu_ldsb_mmuidx_ra, int)
+VBTS_HELPER_LOAD(cpu_lduw_mmuidx_ra, uint32_t)
+VBTS_HELPER_LOAD(cpu_ldsw_mmuidx_ra, int)
+VBTS_HELPER_LOAD(cpu_ldl_mmuidx_ra, uint32_t)
+VBTS_HELPER_LOAD(cpu_ldq_mmuidx_ra, uint64_t)
+#undef VBTS_HELPER_LOAD
+#define VBTS_HELPER_STORE(name, type)                                                    \
+  void name##_x86_64(void* env, uint64_t addr, type val, int mmu_idx, uintptr_t ra) {    \
+    using Fn = void (*)(void*, uint64_t, type, int, uintptr_t);                          \
+    static const auto original = vbts::vcpu::Original<Fn>(#name "_x86_64");             \
+    const uintptr_t outer = std::exchange(vbts::vcpu::t_helper_ra, ra);                 \
+    original(env, addr, val, mmu_idx, ra);                                               \
+    vbts::vcpu::t_helper_ra = outer;                                                     \
+  }
+VBTS_HELPER_STORE(cpu_stb_mmuidx_ra, uint32_t)
+VBTS_HELPER_STORE(cpu_stw_mmuidx_ra, uint32_t)
+VBTS_HELPER_STORE(cpu_stl_mmuidx_ra, uint32_t)
+VBTS_HELPER_STORE(cpu_stq_mmuidx_ra, uint64_t)
+#undef VBTS_HELPER_STORE
+
 // IN: likewise.
 #define VBTS_IN_HELPER(size)                                                                  \
   uint64_t helper_in##size##_x86_64(void* env, uint32_t port) {                               \
@@ -1882,6 +1959,16 @@ absl::Status TcgCpu::SelfCheck() {
                                    {"helper_le_stw_mmu_x86_64", reinterpret_cast<void*>(&helper_le_stw_mmu_x86_64)},
                                    {"helper_le_stl_mmu_x86_64", reinterpret_cast<void*>(&helper_le_stl_mmu_x86_64)},
                                    {"helper_le_stq_mmu_x86_64", reinterpret_cast<void*>(&helper_le_stq_mmu_x86_64)},
+                                   {"cpu_ldub_mmuidx_ra_x86_64", reinterpret_cast<void*>(&cpu_ldub_mmuidx_ra_x86_64)},
+                                   {"cpu_ldsb_mmuidx_ra_x86_64", reinterpret_cast<void*>(&cpu_ldsb_mmuidx_ra_x86_64)},
+                                   {"cpu_lduw_mmuidx_ra_x86_64", reinterpret_cast<void*>(&cpu_lduw_mmuidx_ra_x86_64)},
+                                   {"cpu_ldsw_mmuidx_ra_x86_64", reinterpret_cast<void*>(&cpu_ldsw_mmuidx_ra_x86_64)},
+                                   {"cpu_ldl_mmuidx_ra_x86_64", reinterpret_cast<void*>(&cpu_ldl_mmuidx_ra_x86_64)},
+                                   {"cpu_ldq_mmuidx_ra_x86_64", reinterpret_cast<void*>(&cpu_ldq_mmuidx_ra_x86_64)},
+                                   {"cpu_stb_mmuidx_ra_x86_64", reinterpret_cast<void*>(&cpu_stb_mmuidx_ra_x86_64)},
+                                   {"cpu_stw_mmuidx_ra_x86_64", reinterpret_cast<void*>(&cpu_stw_mmuidx_ra_x86_64)},
+                                   {"cpu_stl_mmuidx_ra_x86_64", reinterpret_cast<void*>(&cpu_stl_mmuidx_ra_x86_64)},
+                                   {"cpu_stq_mmuidx_ra_x86_64", reinterpret_cast<void*>(&cpu_stq_mmuidx_ra_x86_64)},
                                    {"tcg_gen_qemu_ld_i64_x86_64", reinterpret_cast<void*>(&tcg_gen_qemu_ld_i64_x86_64)},
                                    {"tcg_gen_qemu_st_i64_x86_64", reinterpret_cast<void*>(&tcg_gen_qemu_st_i64_x86_64)}}) {
     if (dlsym(RTLD_DEFAULT, name) != ours) {
@@ -3000,7 +3087,7 @@ void TcgCpu::SetHookRange(size_t hook, uint64_t begin, uint64_t end) {
 bool TcgCpu::UpdateDebugCode() {
   // Breakpoints alone need no catch-all hook (DebugBreakpoint); a step and
   // a watchpoint's stop after its instruction do.
-  debug_code_ = debug_step_ || !debug_watches_.empty();
+  debug_code_ = debug_step_;  // (a watchpoint's access finds its boundary: RunAloneUnlessSeen)
   return SyncCodeHook();
 }
 

@@ -115,6 +115,11 @@ struct TcgStats {
   // Instructions QEMU ran again from a new block after a store into their
   // own (TcgCallbacks::Restarted).
   uint64_t restarts = 0;
+  // Instructions run again alone after a watched access inside a block (a
+  // debugger's watchpoint, the guest's data breakpoint), and hits whose
+  // instruction QEMU could not find, which stop at the block's end
+  // (TcgCallbacks::RunAloneUnlessSeen).
+  uint64_t access_reruns = 0, access_stops_at_block_end = 0;
   // Instructions translated as UD2 for vbts to perform (SMSW r32 outside
   // 64-bit mode, LGDT/LIDT in 64-bit mode), and those performed.
   uint64_t substituted = 0, performed = 0;
@@ -675,7 +680,13 @@ class TcgCpu {
   void SyncGuestWatches();
   // An access hook may ask for the boundary after its instruction: every
   // instruction then keeps its hook.
-  bool AccessHooksStop() const { return data_access_hook_ || guest_watch_regs_[4] != 0; }
+  // (The guest's data breakpoints and a debugger's watchpoints do not:
+  // their hit runs its instruction again alone, TcgCallbacks::RunAloneUnlessSeen.)
+  bool AccessHooksStop() const { return static_cast<bool>(data_access_hook_); }
+  // The instruction RunAloneUnlessSeen left the block at, and the number
+  // of the block (blocks_in_run_) that runs it alone.
+  uint64_t alone_at_ = ~0ull;
+  uint64_t alone_block_ = ~0ull;
   // QEMU's TCGContext, which tcg_tb_alloc (interposed) gives at the first
   // translation; nullptr before (ReclaimCode).
   void* tcg_ctx_ = nullptr;

@@ -1336,6 +1336,12 @@ TEST_F(TcgSkipTest, AGuestDataBreakpointHitReportsTheBoundaryAfterItsInstruction
     EXPECT_EQ(h.bits, 9u);
   }
   EXPECT_EQ(cpu_->stats().guest_data_hits, 6u);  // B0 and B3, three times
+  // The store is in the middle of its block (nop .. jnz), which runs with one
+  // hook: each hit leaves the block at the store and runs it again alone,
+  // once per iteration; its hooks report then (6 hits, not 12).
+  EXPECT_EQ(cpu_->stats().access_reruns, 3u);
+  EXPECT_EQ(cpu_->stats().access_stops_at_block_end, 0u);
+  EXPECT_GT(cpu_->stats().hookless_blocks, 0u);
   EXPECT_EQ(cpu_->stats().guest_watch_adds, 1u);
   // DR0 moved to 0x802 (write, 2 bytes), DR1 and DR3 off: the hooks' ranges
   // change in place, without new hooks or a retranslation, and the loop's
@@ -1882,6 +1888,73 @@ TEST_F(TcgCpuTest, DebugWatchpointStopsAfterTheAccess) {
   cpu_->SetDebugWatchpoints({{0x800, 4, /*read=*/true, /*write=*/false}});
   st = RunFrom(Pm32(0));
   EXPECT_EQ(st.rip, kCodeRip + 15);
+}
+
+// mov ecx, 3 / L: dec ecx / jnz L / mov [0x800], ecx / inc ebx / inc ebx / hlt
+const std::vector<uint8_t> kWatchedStoreInsideABlock = {0xb9, 0x03, 0x00, 0x00, 0x00, 0x49, 0x75, 0xfd, 0x89, 0x0d,
+                                                        0x00, 0x08, 0x00, 0x00, 0x43, 0x43, 0xf4};
+
+TEST_F(TcgCpuTest, DebugWatchpointInsideABlockStopsRightAfterTheAccessWithNoCodeHook) {
+  // The store starts the block after the loop (store, inc, inc, hlt): the
+  // hit leaves it at the store, which runs again alone; the run stops before
+  // the first inc (EBX still 0). No catch-all code hook is made for it.
+  Code(kCodeRip, kWatchedStoreInsideABlock);
+  cpu_->SetDebugWatchpoints({{0x800, 4, /*read=*/false, /*write=*/true}});
+  CpuState st = RunFrom(Pm32(0), TcgStop::kRequested);
+  EXPECT_EQ(cpu_->debug_stop().kind, TcgCpu::DebugStop::kWatch);
+  EXPECT_EQ(cpu_->debug_stop().address, 0x800u);
+  EXPECT_EQ(st.rip, kCodeRip + 14);
+  EXPECT_EQ(st.gpr[kRbx], 0u);
+  EXPECT_EQ(Read32(0x800), 0u);  // ECX after the loop
+  EXPECT_EQ(cpu_->stats().access_reruns, 1u);
+  EXPECT_EQ(cpu_->stats().code_hook_adds, 0u);
+  // Resumed there, the guest runs to its HLT: both incs, no second stop.
+  st = RunFrom(st);
+  EXPECT_EQ(st.rip, kCodeRip + 17);
+  EXPECT_EQ(st.gpr[kRbx], 2u);
+  EXPECT_EQ(cpu_->debug_stop().kind, TcgCpu::DebugStop::kNone);
+}
+
+TEST_F(TcgCpuTest, DebugWatchpointOnAHelpersStoreStopsRightAfterItsInstruction) {
+  // FXSAVE [0x800] stores its image from QEMU's helper (FCW at offset 0,
+  // SDM vol. 2A FXSAVE, table 3-53; 037FH after FNINIT, vol. 1 8.1.5): the
+  // helper's return address finds the instruction, so the stop is right
+  // after it, before the inc.
+  Code(kCodeRip, {0xdb, 0xe3,                                // fninit
+                  0x0f, 0xae, 0x05, 0x00, 0x08, 0x00, 0x00,  // fxsave [0x800]
+                  0x43,                                      // inc ebx
+                  0xf4});
+  cpu_->SetDebugWatchpoints({{0x800, 2, /*read=*/false, /*write=*/true}});
+  CpuState st = RunFrom(Pm32(0), TcgStop::kRequested);
+  EXPECT_EQ(cpu_->debug_stop().kind, TcgCpu::DebugStop::kWatch);
+  EXPECT_EQ(st.rip, kCodeRip + 9);
+  EXPECT_EQ(st.gpr[kRbx], 0u);
+  EXPECT_EQ(Read32(0x800) & 0xFFFF, 0x037Fu);
+  EXPECT_EQ(cpu_->stats().access_reruns, 1u);
+  EXPECT_EQ(cpu_->stats().access_stops_at_block_end, 0u);
+}
+
+TEST_F(TcgSkipTest, DebugWatchpointUnderOneHookABlockStopsWhereTheHookSawTheBoundary) {
+  // With the instruction hook skipping across blocks (one hook a block), the
+  // watch stops before the first inc after the hook was called there: the
+  // tracer has seen the boundary after the store when GDB is told.
+  Code(kCodeRip, kWatchedStoreInsideABlock);
+  cpu_->SetDebugWatchpoints({{0x800, 4, /*read=*/false, /*write=*/true}});
+  std::vector<uint64_t> reports;
+  cpu_->SetInstructionHook([&](uint64_t la) {
+    reports.push_back(la);
+    Take();
+    cpu_->SkipSequential(UINT64_MAX, /*across=*/true, /*ends=*/false);
+  });
+  CpuState st = RunFrom(Pm32(0), TcgStop::kRequested);
+  EXPECT_EQ(cpu_->debug_stop().kind, TcgCpu::DebugStop::kWatch);
+  EXPECT_EQ(st.rip, kCodeRip + 14);
+  EXPECT_EQ(st.gpr[kRbx], 0u);
+  ASSERT_FALSE(reports.empty());
+  EXPECT_EQ(reports.front(), kCodeRip);
+  EXPECT_EQ(reports.back(), kCodeRip + 14);
+  EXPECT_EQ(cpu_->stats().access_reruns, 1u);
+  EXPECT_GT(cpu_->stats().hookless_blocks, 0u);
 }
 
 }  // namespace

@@ -38,6 +38,10 @@ inline constexpr size_t kUcCpu = 0x180;
 // struct CPUState: interrupt_request (x86_cpu_exec_interrupt clears its bits
 // at 0x1c), env_ptr.
 inline constexpr size_t kCpuInterruptRequest = 0x1c;
+// cflags_next_tb, just before it: the flags of the next block QEMU's loop
+// looks up, -1 for the usual ones (cpu_exec reads and resets it at 0x18; its
+// precise self-modifying-code path stores 1 there: one instruction).
+inline constexpr size_t kCpuCflagsNextTb = 0x18;
 inline constexpr size_t kCpuEnvPtr = 0x128;
 // struct CPUClass (include/hw/core/cpu.h): reset, has_work, do_interrupt,
 // do_unaligned_access, ... (x86 leaves the last unset; vbts sets it). The
@@ -174,6 +178,9 @@ void do_interrupt_x86_hardirq_x86_64(void* env, int intno, int is_hw);
 int x86_cpu_pending_interrupt_x86_64(void* cpu, int interrupt_request);
 void cpu_exit(void* cpu);
 [[noreturn]] void cpu_loop_exit_x86_64(void* cpu);
+// QEMU's restart of the current instruction from a new block (vbts defines
+// it around libunicorn's: TcgCallbacks::Restarted).
+[[noreturn]] void cpu_loop_exit_noexc_x86_64(void* cpu);
 // Sets EIP (and CC_OP) to the guest instruction whose translated code
 // contains host address `host_pc` (a helper's return address).
 bool cpu_restore_state_x86_64(void* cpu, uintptr_t host_pc, bool will_exit);

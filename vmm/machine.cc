@@ -585,6 +585,11 @@ RunResult Machine::Finish(RunEnd end, int status, std::string message) {
                             "tcg: the guest's data breakpoints: %u hits reported by the engine, their ranges changed "
                             "%u times, memory hooks added %u times, removed %u times\n",
                             t.guest_data_hits, t.guest_watch_syncs, t.guest_watch_adds, t.guest_watch_removals);
+    if (t.access_reruns || t.access_stops_at_block_end)
+      absl::StrAppendFormat(&r.details,
+                            "tcg: watched accesses (data breakpoints, watchpoints): %u instructions run again alone, "
+                            "%u stops at a block's end\n",
+                            t.access_reruns, t.access_stops_at_block_end);
   }
   if (tracer_) {
     const vcpu::TracerStats& t = tracer_->stats();
