@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """bench-gdb.py: what GDB's breakpoints, watchpoints and branch trace cost a guest.
 
-    bench-gdb.py --vbts build/vbts --image build/guest-tests/gdb_demo.elf [--spins N] [--runs R]
+    bench-gdb.py --vbts build/vbts --image build/guest-tests/gdb_demo.elf [--spins N] [--runs R] [--only TEXT]
 
 Each case starts `vbts run --gdb=127.0.0.1:0 --gdb-wait IMAGE`, attaches
 `gdb -batch -nx`, sets `spin_limit` to N (spin() then runs N iterations of its
@@ -61,10 +61,13 @@ def main():
     p.add_argument("--gdb", default="gdb")
     p.add_argument("--spins", type=int, default=100_000_000)
     p.add_argument("--runs", type=int, default=1)
+    p.add_argument("--only", default="", help="the cases whose name holds this text")
     args = p.parse_args()
     print("| what GDB has set | time (s) | guest instructions/s in the loop |")
     print("|---|---|---|")
     for name, setup in CASES:
+        if args.only not in name:
+            continue
         base = min(session(args, 1, setup) for _ in range(args.runs))
         took = min(session(args, args.spins, setup) for _ in range(args.runs))
         rate = 6 * args.spins / max(took - base, 1e-3)
