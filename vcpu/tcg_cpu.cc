@@ -1882,6 +1882,9 @@ absl::Status TcgCpu::SelfCheck() {
     return fail("stop_interrupt");
   }
   if (At<void*>(uc_, uabi::kUcMemRedirect) != nullptr) return fail("mem_redirect");
+  // QEMU's CPU reset leaves cflags_next_tb at -1 (no request), next to
+  // interrupt_request (TcgCallbacks::RunAloneUnlessSeen stores 1 there).
+  if (At<int32_t>(cpu_, uabi::kCpuCflagsNextTb) != -1) return fail("cflags_next_tb");
   // CPUState's uc and cc (the CPU's class) are adjacent fields before the
   // architecture state: the class is the one whose do_interrupt is x86's
   // and whose do_unaligned_access is unset (vbts sets it in Init).
