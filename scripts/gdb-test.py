@@ -210,6 +210,29 @@ def case_watch():
     finish_demo(v, out)
 
 
+def case_watch_btrace():
+    # A write watchpoint while GDB's branch trace runs: the TCG engine then runs
+    # blocks with one hook and finds the boundary after the store by running
+    # it again alone (docs/tcg-engine.md, "Watched accesses").  From step(0)'s
+    # entry: the store 0 + middle(0) = 5 stops in step(0), then 5 + 11 = 16 in
+    # step(1); the history up to there is step's call of middle (which calls
+    # leaf twice), the return to main and the same again from step(1), in
+    # step after the store each time (the source: gdb_demo.c).
+    v = Vbts(demo())
+    out = run_gdb(v, demo(), ["break step", "continue", "delete", "record btrace bts", "watch counter", "continue",
+                              "continue", "record function-call-history 1,100", "record stop", "delete",
+                              "continue"])
+    got = re.findall(r"^\d+\t(\w+)$", out, re.M)
+    want = ["step", "middle", "leaf", "middle", "leaf", "middle", "step", "main", "step", "middle", "leaf", "middle",
+            "leaf", "middle", "step"]
+    if got != want:
+        fail("function-call-history %s, expected %s" % (got, want), ("gdb", out), ("vbts", v.stderr()))
+    expect(out, [r"Breakpoint 1, step \(i=(i@entry=)?0\)", r"Hardware watchpoint 2: counter", r"Old value = 0",
+                 r"New value = 5", r"step \(i=(i@entry=)?0\)", r"Old value = 5", r"New value = 16",
+                 r"step \(i=(i@entry=)?1\)", r"exited normally"], "gdb", ("vbts", v.stderr()))
+    finish_demo(v, out)
+
+
 def case_interrupt():
     # spin() runs until `release` is set: the guest would spin ~forever with
     # spin_limit = 0xffffffff.  Ctrl-C (SIGINT to gdb, which sends 0x03) stops

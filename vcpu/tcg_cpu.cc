@@ -940,24 +940,32 @@ struct TcgCallbacks {
   // it finds is raised at the instruction.
   [[noreturn]] static void CompleteHere(TcgCpu* self, uintptr_t ra) {
     self->LeaveBlockAt(self->env_->segs[uabi::kCs].base + self->env_->eip);
-    CpuState st = self->GetState(/*with_msrs=*/true);
-    RamView ram(self->config_.ram, self->config_.ram_bytes);
-    absl::StatusOr<DecodedInsn> insn = DecodeCurrent(st, ram);
-    CpuidFn cpuid = [self](uint32_t leaf, uint32_t subleaf) { return self->config_.devices->Cpuid(leaf, subleaf); };
-    absl::StatusOr<Completion> c = insn.ok() ? Complete(st, ram, *insn, cpuid) : absl::StatusOr<Completion>(insn.status());
-    if (c.ok() && c->retired()) {
-      self->stats_.completed++;
-      TcgCpu* running = t_running;
-      t_running = nullptr;  // the MSRs SetState writes are CPU state, not the machine's
-      absl::Status set = self->SetState(st);
-      t_running = running;
-      if (set.ok()) cpu_loop_exit_x86_64(self->cpu_);
+    // What happens is decided in a scope of its own: QEMU leaves by longjmp,
+    // past destructors, so the statuses and strings must be gone by then.
+    enum class Outcome { kRetired, kFault, kUndefined } outcome = Outcome::kUndefined;
+    int vector = 6, error_code = 0;  // #UD: what vbts cannot perform
+    {
+      CpuState st = self->GetState(/*with_msrs=*/true);
+      RamView ram(self->config_.ram, self->config_.ram_bytes);
+      absl::StatusOr<DecodedInsn> insn = DecodeCurrent(st, ram);
+      CpuidFn cpuid = [self](uint32_t leaf, uint32_t subleaf) { return self->config_.devices->Cpuid(leaf, subleaf); };
+      absl::StatusOr<Completion> c =
+          insn.ok() ? Complete(st, ram, *insn, cpuid) : absl::StatusOr<Completion>(insn.status());
+      if (c.ok() && c->retired()) {
+        self->stats_.completed++;
+        TcgCpu* running = t_running;
+        t_running = nullptr;  // the MSRs SetState writes are CPU state, not the machine's
+        if (self->SetState(st).ok()) outcome = Outcome::kRetired;
+        t_running = running;
+      } else if (c.ok() && c->faulted()) {
+        if (c->fault.vector == 14) self->env_->cr[2] = c->fault.cr2;
+        outcome = Outcome::kFault;
+        vector = c->fault.vector;
+        error_code = static_cast<int>(c->fault.error_code.value_or(0));
+      }
     }
-    if (c.ok() && c->faulted()) {
-      if (c->fault.vector == 14) self->env_->cr[2] = c->fault.cr2;
-      raise_exception_err_ra_x86_64(self->env_, c->fault.vector, static_cast<int>(c->fault.error_code.value_or(0)), ra);
-    }
-    raise_exception_err_ra_x86_64(self->env_, 6, 0, ra);  // what vbts cannot perform: #UD
+    if (outcome == Outcome::kRetired) cpu_loop_exit_x86_64(self->cpu_);
+    raise_exception_err_ra_x86_64(self->env_, vector, error_code, ra);
   }
   // QEMU 5.0 keeps EFER.SCE/NXE only where its own CPU model lists SYSCALL/NX
   // (and hides SYSCALL from Intel models outside 64-bit mode); the CPUID
@@ -2246,22 +2254,28 @@ bool TcgCpu::CompleteSubstituted() {
     // LGDT/LIDT m16&64 (SDM vol. 2A): #GP(0) above CPL 0; the operand read
     // faults as any read; a non-canonical base is #GP(0).
     if ((env->hflags & uabi::kHfCplMask) != 0) raise_exception_err_ra_x86_64(env, 13, 0, 0);
-    std::vector<DataAccess> acc = DataAccessesOf(*insn, st);
-    if (acc.empty()) return false;
-    uint8_t m[10];
-    absl::StatusOr<pmu::AccessFault> f = ReadLinear(acc[0].linear, absl::MakeSpan(m));
-    if (!f.ok()) raise_exception_err_ra_x86_64(env, 13, 0, 0);
-    if (f->kind == pmu::AccessFault::Kind::kPageFault) {
-      env->cr[2] = f->address;
-      raise_exception_err_ra_x86_64(env, 14, static_cast<int>(f->error_code), 0);
+    // The exception is raised (a longjmp) once the operand's vector and
+    // status are gone: a longjmp past them would leak them.
+    std::optional<std::pair<int, int>> fault;  // (vector, error code)
+    {
+      const std::vector<DataAccess> acc = DataAccessesOf(*insn, st);
+      if (acc.empty()) return false;
+      uint8_t m[10];
+      absl::StatusOr<pmu::AccessFault> f = ReadLinear(acc[0].linear, absl::MakeSpan(m));
+      uint64_t base = 0;
+      if (f.ok()) std::memcpy(&base, m + 2, 8);  // little-endian, as the guest's
+      if (f.ok() && f->kind == pmu::AccessFault::Kind::kPageFault) {
+        env->cr[2] = f->address;
+        fault = {14, static_cast<int>(f->error_code)};
+      } else if (!f.ok() || !f->ok() || !pmu::IsCanonical(base)) {
+        fault = {13, 0};
+      } else {
+        uabi::SegCache& table = kind == Substitute::kLgdt ? env->gdt : env->idt;
+        table.base = base;
+        table.limit = static_cast<uint32_t>(m[0] | (m[1] << 8));
+      }
     }
-    if (!f->ok()) raise_exception_err_ra_x86_64(env, 13, 0, 0);
-    uint64_t base;
-    std::memcpy(&base, m + 2, 8);  // little-endian, as the guest's
-    if (!pmu::IsCanonical(base)) raise_exception_err_ra_x86_64(env, 13, 0, 0);
-    uabi::SegCache& table = kind == Substitute::kLgdt ? env->gdt : env->idt;
-    table.base = base;
-    table.limit = static_cast<uint32_t>(m[0] | (m[1] << 8));
+    if (fault) raise_exception_err_ra_x86_64(env, fault->first, fault->second, 0);
   }
   env->eip += insn->length;
   if (!code64) env->eip &= 0xFFFFFFFFu;
