@@ -454,6 +454,16 @@ struct TcgCallbacks {
     self->data_access_hook_(pa, static_cast<uint32_t>(size), static_cast<uint8_t>(env->hflags & uabi::kHfCplMask),
                             type == UC_MEM_WRITE);
   }
+  // The guest's instruction breakpoint (a code hook bounded to its address,
+  // SyncGuestExecHooks): a #DB fault before the instruction, unless the
+  // catch-all code hook runs, which checks every boundary (AtBoundary).
+  // Unicorn synced EIP and EFLAGS before calling it, as before the catch-all.
+  static void GuestExecBreakpoint(uc_engine*, uint64_t address, uint32_t, void* user) {
+    auto* self = static_cast<TcgCpu*>(user);
+    if (self->CodeHookActive() || !self->exec_bp_mask_) return;
+    self->env_->eip = address - self->env_->segs[uabi::kCs].base;
+    self->CheckInstructionBreakpoints(address);
+  }
   // A debugger's breakpoint (a code hook bounded to its address): before
   // the instruction, unless the catch-all code hook checks it (DebugCheck)
   // or the run resumes here (its first block starts at the resume address).
@@ -2497,11 +2507,35 @@ void TcgCpu::UpdateBreakpoints() {
   for (int i = 0; i < 4; i++) {
     if (((dr7 >> (2 * i)) & 3) != 0 && ((dr7 >> (16 + 4 * i)) & 3) == 0) mask |= 1u << i;
   }
-  const bool hook_before = static_cast<bool>(insn_hook_) || exec_bp_mask_ != 0;
   exec_bp_mask_ = mask;
-  const bool hook_after = static_cast<bool>(insn_hook_) || exec_bp_mask_ != 0;
-  // The instruction hook carries the check: (un)install it between runs.
-  if (hook_before != hook_after && t_running == this) RequestStop();
+  // Their bounded code hooks follow between runs (SyncGuestExecHooks).
+  if (t_running == this && GuestExecAddrs() != guest_exec_addrs_) RequestStop();
+}
+
+std::vector<uint64_t> TcgCpu::GuestExecAddrs() const {
+  std::vector<uint64_t> a;
+  for (int i = 0; i < 4; i++) {
+    if ((exec_bp_mask_ >> i) & 1) a.push_back(dr()[i]);
+  }
+  std::sort(a.begin(), a.end());
+  a.erase(std::unique(a.begin(), a.end()), a.end());
+  return a;
+}
+
+void TcgCpu::SyncGuestExecHooks() {
+  std::vector<uint64_t> want = GuestExecAddrs();
+  if (want == guest_exec_addrs_) return;
+  for (size_t h : guest_exec_hooks_) DeleteHook(h);
+  guest_exec_hooks_.clear();
+  guest_exec_addrs_ = std::move(want);
+  for (uint64_t a : guest_exec_addrs_) {
+    uc_hook h = 0;
+    if (uc_hook_add(uc_, &h, UC_HOOK_CODE, reinterpret_cast<void*>(&TcgCallbacks::GuestExecBreakpoint), this, a, a) ==
+        UC_ERR_OK)
+      guest_exec_hooks_.push_back(h);
+  }
+  stats_.guest_exec_hook_syncs++;
+  FlushCode();  // code hooks are compiled into the translations of their addresses
 }
 
 void TcgCpu::CheckInstructionBreakpoints(uint64_t linear) {
@@ -2537,7 +2571,7 @@ bool TcgCpu::HooklessAllowed() const {
   // access that makes a PMI or #DB due ends the run at the next instruction
   // (SetDataAccessHook, SetGuestDataHitHook), which needs its hook.
   return config_.hook_per_block && insn_hook_ && code_hook_ != 0 && skipping_ && !exec_bp_mask_ && !debug_code_ &&
-         debug_bps_.empty() && !AccessHooksStop() && !deliver_now_ && !stop_requested_ &&
+         debug_bps_.empty() && guest_exec_hooks_.empty() && !AccessHooksStop() && !deliver_now_ && !stop_requested_ &&
          skipped_ + kHooklessMinRoom <= skip_limit_;
 }
 
@@ -2807,7 +2841,9 @@ bool TcgCpu::KeepCodeHookLingering() {
 }
 
 bool TcgCpu::SyncCodeHook() {
-  const bool want = static_cast<bool>(insn_hook_) || exec_bp_mask_ != 0 || debug_code_;
+  // (The guest's instruction breakpoints have hooks of their own:
+  // SyncGuestExecHooks.)
+  const bool want = static_cast<bool>(insn_hook_) || debug_code_;
   // Installed unused, to linger (KeepCodeHookLingering).
   const bool lingering = !want && code_hook_ == 0 && linger_requested_;
   linger_requested_ = false;
@@ -2882,6 +2918,7 @@ absl::StatusOr<TcgStop> TcgCpu::Run(uint64_t timeout_us) {
   hooks_synced_ = false;
   SyncDataHook();
   SyncGuestWatches();
+  SyncGuestExecHooks();
   allow_delivery_ = false;
   stop_requested_ = halted_ = triple_fault_ = false;
   kick_ = false;

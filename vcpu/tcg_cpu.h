@@ -142,6 +142,9 @@ struct TcgStats {
   // ... their memory hooks added (each retranslates all code) and removed
   // after lingering unused.
   uint64_t guest_watch_adds = 0, guest_watch_removals = 0;
+  // The guest's instruction breakpoints: the times their bounded code hooks
+  // were remade (each retranslates all code).
+  uint64_t guest_exec_hook_syncs = 0;
   // #DB traps after a REP string instruction's last iteration delivered with
   // the next instruction's EIP (QEMU stops at it once more, count 0).
   uint64_t finished_rep_traps = 0;
@@ -552,6 +555,13 @@ class TcgCpu {
   uint64_t last_observed_ = 0;  // the last address the instruction hook reported
   bool own_single_step_ = false;
   uint8_t exec_bp_mask_ = 0;  // DR0-DR3 enabled as instruction breakpoints
+  // The guest's instruction breakpoints as Unicorn code hooks bounded to their
+  // linear addresses (sorted, unique), so that only those instructions call
+  // vbts while no catch-all code hook runs (TcgCallbacks::GuestExecBreakpoint).
+  std::vector<uint64_t> guest_exec_addrs_;
+  std::vector<size_t> guest_exec_hooks_;
+  std::vector<uint64_t> GuestExecAddrs() const;  // what DR0-DR3 and exec_bp_mask_ ask for
+  void SyncGuestExecHooks();                     // between runs
   // The watcher thread and the current run's time limit (steady clock ns, 0: none).
   std::thread watcher_;
   std::mutex watch_mu_;

@@ -483,6 +483,42 @@ TEST_F(TcgCpuTest, CodeBreakpointRightAfterMovSsIsSuppressedButNotAfterSti) {
   EXPECT_EQ(dr6 & 0xF, 1u);           // B0
 }
 
+TEST_F(TcgCpuTest, GuestInstructionBreakpointsUseBoundedHooksNotTheCatchAllOne) {
+  // DR0 on the NOP in the middle of a loop's block (mov ecx, 3 / L: inc ebx /
+  // nop / dec ecx / jnz L / hlt): three #DB faults before it (SDM vol. 3B
+  // 17.3.1.1), each handler returning with RF set in the frame so that the
+  // NOP then runs once (inc edx / or dword [esp+8], 10000H / iretd). Only the
+  // NOP calls vbts: a code hook bounded to DR0's address, no catch-all hook.
+  Gate32(1, MakeGate(kIntGate32, kCode32K, 0x600, 0));
+  Code(0x600, {0x42,                                            // inc edx
+               0x81, 0x4c, 0x24, 0x08, 0x00, 0x00, 0x01, 0x00,  // or dword [esp+8], 0x10000
+               0xcf});                                          // iretd
+  Code(kCodeRip, {0xb9, 0x03, 0x00, 0x00, 0x00,  // mov ecx, 3
+                  0x43,                          // L: inc ebx
+                  0x90,                          // nop: DR0
+                  0x49,                          // dec ecx
+                  0x75, 0xfb,                    // jnz L
+                  0xf4});
+  const uint64_t db[4] = {kCodeRip + 6, 0, 0, 0};
+  cpu_->SetDebugRegs(db, 0, 0x401);  // L0, execute, 1 byte
+  CpuState st = RunFrom(Pm32(0));
+  EXPECT_EQ(st.rip, kCodeRip + 11);  // after the HLT
+  EXPECT_EQ(st.gpr[kRdx], 3u);       // three #DBs
+  EXPECT_EQ(st.gpr[kRbx], 3u);
+  EXPECT_EQ(cpu_->stats().breakpoints, 3u);
+  EXPECT_EQ(cpu_->stats().code_hook_adds, 0u);
+  EXPECT_EQ(cpu_->stats().guest_exec_hook_syncs, 1u);
+  uint64_t dr[4], dr6 = 0, dr7 = 0;
+  cpu_->GetDebugRegs(dr, dr6, dr7);
+  EXPECT_EQ(dr6 & 0xF, 1u);  // B0
+  // DR7 off: the hook goes, and the loop runs without #DB.
+  cpu_->SetDebugRegs(db, 0, 0x400);
+  st = RunFrom(Pm32(0));
+  EXPECT_EQ(st.gpr[kRdx], 0u);
+  EXPECT_EQ(cpu_->stats().breakpoints, 3u);
+  EXPECT_EQ(cpu_->stats().guest_exec_hook_syncs, 2u);
+}
+
 TEST_F(TcgCpuTest, NullSsWithRplOtherThanCplFaultsInLongMode) {
   // SDM vol. 2B MOV: in 64-bit mode at CPL < 3 a null selector loads SS only
   // if its RPL is the CPL; otherwise #GP(0) (kvm-unit-tests emulator64

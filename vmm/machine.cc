@@ -585,6 +585,10 @@ RunResult Machine::Finish(RunEnd end, int status, std::string message) {
                             "tcg: the guest's data breakpoints: %u hits reported by the engine, their ranges changed "
                             "%u times, memory hooks added %u times, removed %u times\n",
                             t.guest_data_hits, t.guest_watch_syncs, t.guest_watch_adds, t.guest_watch_removals);
+    if (t.guest_exec_hook_syncs)
+      absl::StrAppendFormat(&r.details,
+                            "tcg: the guest's instruction breakpoints: %u raised, their code hooks remade %u times\n",
+                            t.breakpoints, t.guest_exec_hook_syncs);
     if (t.access_reruns || t.access_stops_at_block_end)
       absl::StrAppendFormat(&r.details,
                             "tcg: watched accesses (data breakpoints, watchpoints): %u instructions run again alone, "
