@@ -8,6 +8,7 @@
 #include <unicorn/unicorn.h>
 
 #include <algorithm>
+#include <iterator>
 #include <chrono>
 #include <ctime>
 #include <cstring>
@@ -2508,8 +2509,14 @@ void TcgCpu::UpdateBreakpoints() {
     if (((dr7 >> (2 * i)) & 3) != 0 && ((dr7 >> (16 + 4 * i)) & 3) == 0) mask |= 1u << i;
   }
   exec_bp_mask_ = mask;
-  // Their bounded code hooks follow between runs (SyncGuestExecHooks).
-  if (t_running == this && GuestExecAddrs() != guest_exec_addrs_) RequestStop();
+  // Their bounded code hooks follow between runs (SyncGuestExecHooks); the
+  // catch-all code hook, where it runs, checks at once.
+  if (t_running == this && !insn_hook_ && !debug_code_ && !GuestExecHooked()) RequestStop();
+}
+
+bool TcgCpu::GuestExecHooked() const {
+  const std::vector<uint64_t> want = GuestExecAddrs();
+  return std::includes(guest_exec_addrs_.begin(), guest_exec_addrs_.end(), want.begin(), want.end());
 }
 
 std::vector<uint64_t> TcgCpu::GuestExecAddrs() const {
@@ -2523,17 +2530,44 @@ std::vector<uint64_t> TcgCpu::GuestExecAddrs() const {
 }
 
 void TcgCpu::SyncGuestExecHooks() {
-  std::vector<uint64_t> want = GuestExecAddrs();
-  if (want == guest_exec_addrs_) return;
-  for (size_t h : guest_exec_hooks_) DeleteHook(h);
-  guest_exec_hooks_.clear();
-  guest_exec_addrs_ = std::move(want);
-  for (uint64_t a : guest_exec_addrs_) {
+  // Hooks stay on addresses no longer enabled (their callback checks DR7):
+  // a guest that turns the same breakpoints off and on (Linux at each switch
+  // to and from a task that has them) then retranslates nothing. Only a new
+  // address adds a hook, which is compiled into the translations of every
+  // address space's code at that linear address: all code is retranslated.
+  // While the catch-all code hook runs (the tracer's instruction hook, a
+  // debugger's step) it checks the breakpoints, and other code hooks would
+  // keep blocks from running with one hook: then there are none.
+  if (insn_hook_ || debug_code_) {
+    if (guest_exec_hooks_.empty()) return;
+    for (size_t h : guest_exec_hooks_) DeleteHook(h);
+    guest_exec_hooks_.clear();
+    guest_exec_addrs_.clear();
+    stats_.guest_exec_hook_syncs++;
+    FlushCode();
+    return;
+  }
+  if (GuestExecHooked()) return;
+  std::vector<uint64_t> add;
+  const std::vector<uint64_t> want = GuestExecAddrs();
+  std::set_difference(want.begin(), want.end(), guest_exec_addrs_.begin(), guest_exec_addrs_.end(),
+                      std::back_inserter(add));
+  if (guest_exec_addrs_.size() + add.size() > kMaxGuestExecHooks) {
+    // Past the bound, the old ones go (each hooked instruction calls vbts).
+    for (size_t h : guest_exec_hooks_) DeleteHook(h);
+    guest_exec_hooks_.clear();
+    guest_exec_addrs_.clear();
+    add = want;
+  }
+  for (uint64_t a : add) {
     uc_hook h = 0;
     if (uc_hook_add(uc_, &h, UC_HOOK_CODE, reinterpret_cast<void*>(&TcgCallbacks::GuestExecBreakpoint), this, a, a) ==
-        UC_ERR_OK)
+        UC_ERR_OK) {
       guest_exec_hooks_.push_back(h);
+      guest_exec_addrs_.push_back(a);
+    }
   }
+  std::sort(guest_exec_addrs_.begin(), guest_exec_addrs_.end());
   stats_.guest_exec_hook_syncs++;
   FlushCode();  // code hooks are compiled into the translations of their addresses
 }

@@ -556,12 +556,15 @@ class TcgCpu {
   bool own_single_step_ = false;
   uint8_t exec_bp_mask_ = 0;  // DR0-DR3 enabled as instruction breakpoints
   // The guest's instruction breakpoints as Unicorn code hooks bounded to their
-  // linear addresses (sorted, unique), so that only those instructions call
-  // vbts while no catch-all code hook runs (TcgCallbacks::GuestExecBreakpoint).
+  // linear addresses (sorted, unique; those of breakpoints enabled before stay,
+  // up to kMaxGuestExecHooks), so that only those instructions call vbts while
+  // no catch-all code hook runs (TcgCallbacks::GuestExecBreakpoint).
   std::vector<uint64_t> guest_exec_addrs_;
   std::vector<size_t> guest_exec_hooks_;
   std::vector<uint64_t> GuestExecAddrs() const;  // what DR0-DR3 and exec_bp_mask_ ask for
+  bool GuestExecHooked() const;                  // ... all have hooks
   void SyncGuestExecHooks();                     // between runs
+  static constexpr size_t kMaxGuestExecHooks = 64;
   // The watcher thread and the current run's time limit (steady clock ns, 0: none).
   std::thread watcher_;
   std::mutex watch_mu_;

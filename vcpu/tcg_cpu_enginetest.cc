@@ -511,12 +511,25 @@ TEST_F(TcgCpuTest, GuestInstructionBreakpointsUseBoundedHooksNotTheCatchAllOne) 
   uint64_t dr[4], dr6 = 0, dr7 = 0;
   cpu_->GetDebugRegs(dr, dr6, dr7);
   EXPECT_EQ(dr6 & 0xF, 1u);  // B0
-  // DR7 off: the hook goes, and the loop runs without #DB.
+  // DR7 off: the loop runs without #DB; the hook stays (its callback reads
+  // DR7), so that turning the same breakpoint on again retranslates nothing.
   cpu_->SetDebugRegs(db, 0, 0x400);
   st = RunFrom(Pm32(0));
   EXPECT_EQ(st.gpr[kRdx], 0u);
   EXPECT_EQ(cpu_->stats().breakpoints, 3u);
+  cpu_->SetDebugRegs(db, 0, 0x401);
+  st = RunFrom(Pm32(0));
+  EXPECT_EQ(st.gpr[kRdx], 3u);
+  EXPECT_EQ(cpu_->stats().breakpoints, 6u);
+  EXPECT_EQ(cpu_->stats().guest_exec_hook_syncs, 1u);
+  // A new address (the dec) adds its hook: retranslated once more.
+  const uint64_t db_dec[4] = {kCodeRip + 7, 0, 0, 0};
+  cpu_->SetDebugRegs(db_dec, 0, 0x401);
+  st = RunFrom(Pm32(0));
+  EXPECT_EQ(st.gpr[kRdx], 3u);
+  EXPECT_EQ(cpu_->stats().breakpoints, 9u);
   EXPECT_EQ(cpu_->stats().guest_exec_hook_syncs, 2u);
+  EXPECT_EQ(cpu_->stats().code_hook_adds, 0u);
 }
 
 TEST_F(TcgCpuTest, NullSsWithRplOtherThanCplFaultsInLongMode) {
