@@ -532,6 +532,27 @@ TEST_F(TcgCpuTest, GuestInstructionBreakpointsUseBoundedHooksNotTheCatchAllOne) 
   EXPECT_EQ(cpu_->stats().code_hook_adds, 0u);
 }
 
+TEST_F(TcgCpuTest, GuestInstructionBreakpointHooksPastTheirBoundStartOver) {
+  // 70 NOPs and a HLT; DR0 on NOP i in run i (i = 0..69): each run takes one
+  // #DB (the handler counts in EDX and sets RF). Each new address adds a
+  // hook; the 65th finds 64 (kMaxGuestExecHooks) and starts over with its
+  // own, so that runs 65..69 add to that: the breakpoint fires every time.
+  Gate32(1, MakeGate(kIntGate32, kCode32K, 0x600, 0));
+  Code(0x600, {0x42, 0x81, 0x4c, 0x24, 0x08, 0x00, 0x00, 0x01, 0x00, 0xcf});  // inc edx; or [esp+8], RF; iretd
+  std::vector<uint8_t> nops(70, 0x90);
+  nops.push_back(0xf4);
+  Code(kCodeRip, nops);
+  for (uint64_t i = 0; i < 70; i++) {
+    const uint64_t db[4] = {kCodeRip + i, 0, 0, 0};
+    cpu_->SetDebugRegs(db, 0, 0x401);
+    CpuState st = RunFrom(Pm32(0));
+    ASSERT_EQ(st.gpr[kRdx], 1u) << i;
+    ASSERT_EQ(st.rip, kCodeRip + 71) << i;
+  }
+  EXPECT_EQ(cpu_->stats().guest_exec_hook_syncs, 70u);
+  EXPECT_EQ(cpu_->stats().breakpoints, 70u);
+}
+
 TEST_F(TcgCpuTest, NullSsWithRplOtherThanCplFaultsInLongMode) {
   // SDM vol. 2B MOV: in 64-bit mode at CPL < 3 a null selector loads SS only
   // if its RPL is the CPL; otherwise #GP(0) (kvm-unit-tests emulator64
