@@ -8,10 +8,10 @@
 #include <unicorn/unicorn.h>
 
 #include <algorithm>
-#include <iterator>
 #include <chrono>
 #include <ctime>
 #include <cstring>
+#include <iterator>
 #include <mutex>
 #include <utility>
 #include <vector>
@@ -55,7 +55,7 @@ void (*t_translate_insn)(void*, void*) = nullptr;
 thread_local uintptr_t t_access_ra = 0;
 // Likewise the return address a QEMU helper passed for a guest access it
 // makes itself (FXSAVE's stores, a far CALL's pushes: cpu_*_mmuidx_ra), for
-// TcgCallbacks::SeenAfterAccess only.
+// TcgCallbacks::RunAloneUnlessSeen only.
 thread_local uintptr_t t_helper_ra = 0;
 // Every flush of QEMU's TLB (by any TcgCpu) counts here.
 std::atomic<uint64_t> g_paging_generation{0};
@@ -2511,12 +2511,17 @@ void TcgCpu::UpdateBreakpoints() {
   exec_bp_mask_ = mask;
   // Their bounded code hooks follow between runs (SyncGuestExecHooks); the
   // catch-all code hook, where it runs, checks at once.
-  if (t_running == this && !insn_hook_ && !debug_code_ && !GuestExecHooked()) RequestStop();
+  if (t_running == this && !insn_hook_ && !debug_code_ && !GuestExecHooked(GuestExecAddrs())) RequestStop();
 }
 
-bool TcgCpu::GuestExecHooked() const {
-  const std::vector<uint64_t> want = GuestExecAddrs();
+bool TcgCpu::GuestExecHooked(const std::vector<uint64_t>& want) const {
   return std::includes(guest_exec_addrs_.begin(), guest_exec_addrs_.end(), want.begin(), want.end());
+}
+
+void TcgCpu::DropGuestExecHooks() {
+  for (size_t h : guest_exec_hooks_) DeleteHook(h);
+  guest_exec_hooks_.clear();
+  guest_exec_addrs_.clear();
 }
 
 std::vector<uint64_t> TcgCpu::GuestExecAddrs() const {
@@ -2540,23 +2545,18 @@ void TcgCpu::SyncGuestExecHooks() {
   // keep blocks from running with one hook: then there are none.
   if (insn_hook_ || debug_code_) {
     if (guest_exec_hooks_.empty()) return;
-    for (size_t h : guest_exec_hooks_) DeleteHook(h);
-    guest_exec_hooks_.clear();
-    guest_exec_addrs_.clear();
+    DropGuestExecHooks();
     stats_.guest_exec_hook_syncs++;
     FlushCode();
     return;
   }
-  if (GuestExecHooked()) return;
-  std::vector<uint64_t> add;
   const std::vector<uint64_t> want = GuestExecAddrs();
+  if (GuestExecHooked(want)) return;
+  std::vector<uint64_t> add;
   std::set_difference(want.begin(), want.end(), guest_exec_addrs_.begin(), guest_exec_addrs_.end(),
                       std::back_inserter(add));
   if (guest_exec_addrs_.size() + add.size() > kMaxGuestExecHooks) {
-    // Past the bound, the old ones go (each hooked instruction calls vbts).
-    for (size_t h : guest_exec_hooks_) DeleteHook(h);
-    guest_exec_hooks_.clear();
-    guest_exec_addrs_.clear();
+    DropGuestExecHooks();  // past the bound, the old ones go (each hooked instruction calls vbts)
     add = want;
   }
   for (uint64_t a : add) {
@@ -2601,9 +2601,9 @@ constexpr size_t kHooklessHits = 4096;  // a power of two
 }  // namespace
 
 bool TcgCpu::HooklessAllowed() const {
-  // Not with the data-access hook or the guest's data breakpoints: an
-  // access that makes a PMI or #DB due ends the run at the next instruction
-  // (SetDataAccessHook, SetGuestDataHitHook), which needs its hook.
+  // Not with the data-access hook: an access that makes a PMI due ends the
+  // run at the next instruction (SetDataAccessHook), which needs its hook.
+  // (The guest's data breakpoints do not need it: RunAloneUnlessSeen.)
   return config_.hook_per_block && insn_hook_ && code_hook_ != 0 && skipping_ && !exec_bp_mask_ && !debug_code_ &&
          debug_bps_.empty() && guest_exec_hooks_.empty() && !AccessHooksStop() && !deliver_now_ && !stop_requested_ &&
          skipped_ + kHooklessMinRoom <= skip_limit_;
@@ -3184,9 +3184,10 @@ void TcgCpu::SetHookRange(size_t hook, uint64_t begin, uint64_t end) {
 }
 
 bool TcgCpu::UpdateDebugCode() {
-  // Breakpoints alone need no catch-all hook (DebugBreakpoint); a step and
-  // a watchpoint's stop after its instruction do.
-  debug_code_ = debug_step_;  // (a watchpoint's access finds its boundary: RunAloneUnlessSeen)
+  // Breakpoints alone need no catch-all hook (DebugBreakpoint), nor do
+  // watchpoints (their access finds its boundary: RunAloneUnlessSeen); a
+  // step does.
+  debug_code_ = debug_step_;
   return SyncCodeHook();
 }
 

@@ -562,8 +562,9 @@ class TcgCpu {
   std::vector<uint64_t> guest_exec_addrs_;
   std::vector<size_t> guest_exec_hooks_;
   std::vector<uint64_t> GuestExecAddrs() const;  // what DR0-DR3 and exec_bp_mask_ ask for
-  bool GuestExecHooked() const;                  // ... all have hooks
-  void SyncGuestExecHooks();                     // between runs
+  bool GuestExecHooked(const std::vector<uint64_t>& want) const;  // ... all have hooks
+  void DropGuestExecHooks();
+  void SyncGuestExecHooks();  // between runs
   static constexpr size_t kMaxGuestExecHooks = 64;
   // The watcher thread and the current run's time limit (steady clock ns, 0: none).
   std::thread watcher_;
@@ -691,10 +692,10 @@ class TcgCpu {
   GuestBreakpoints GuestDebugRegs() const;  // DR0-DR3 and DR7 as the guest set them
   bool GuestWatchesStale() const { return guest_data_hit_hook_ && GuestWatchRegs() != guest_watch_regs_; }
   void SyncGuestWatches();
-  // An access hook may ask for the boundary after its instruction: every
-  // instruction then keeps its hook.
-  // (The guest's data breakpoints and a debugger's watchpoints do not:
-  // their hit runs its instruction again alone, TcgCallbacks::RunAloneUnlessSeen.)
+  // The data-access hook may ask for the boundary after its instruction:
+  // every instruction then keeps its hook. (The guest's data breakpoints and
+  // a debugger's watchpoints need not: their hit runs its instruction again
+  // alone, TcgCallbacks::RunAloneUnlessSeen.)
   bool AccessHooksStop() const { return static_cast<bool>(data_access_hook_); }
   // The instruction RunAloneUnlessSeen left the block at, and the number
   // of the block (blocks_in_run_) that runs it alone.
