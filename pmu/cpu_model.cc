@@ -4,6 +4,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "absl/numeric/int128.h"
 #include "absl/strings/str_join.h"
 
 namespace vbts::pmu {
@@ -331,16 +332,55 @@ std::vector<CpuModel> MakeModels() {
 
 }  // namespace
 
-CpuModel CpuModel::WithTscFrequency(uint64_t tsc_khz) const {
+Ratio BestRatio(uint64_t p, uint64_t q, uint64_t max_numerator) {
+  // The continued fraction of p/q: its convergents h/k are the best
+  // approximations with numerators up to theirs; past the bound, the best
+  // semiconvergent below it competes with the last convergent.
+  const uint64_t p0 = p, q0 = q;
+  uint64_t h0 = 0, h1 = 1, k0 = 1, k1 = 0;
+  Ratio best{0, 1};
+  const auto closer = [&](Ratio a, Ratio b) {  // |a - p/q| < |b - p/q|
+    const auto err = [&](Ratio r) {
+      const absl::int128 d = absl::int128(r.numerator) * q0 - absl::int128(p0) * r.denominator;
+      return absl::uint128(d < 0 ? -d : d);
+    };
+    // Cross-multiplied by the denominators (q0 is common).
+    return err(a) * b.denominator < err(b) * a.denominator;
+  };
+  while (q != 0) {
+    const uint64_t a = p / q;
+    if (a > 0 && h1 > (max_numerator - h0) / a) {
+      const uint64_t t = (max_numerator - h0) / h1;  // the largest semiconvergent within the bound
+      const Ratio semi{t * h1 + h0, t * k1 + k0};
+      if (k1 != 0) best = {h1, k1};
+      if (t > 0 && (best.numerator == 0 || closer(semi, best))) best = semi;
+      return best;
+    }
+    const uint64_t h2 = a * h1 + h0, k2 = a * k1 + k0;
+    h0 = h1, h1 = h2, k0 = k1, k1 = k2;
+    if (k1 != 0) best = {h1, k1};
+    const uint64_t r = p - a * q;
+    p = q, q = r;
+  }
+  return best;
+}
+
+CpuModel CpuModel::WithTscFrequency(uint64_t tsc_khz, uint64_t crystal_hz) const {
   CpuModel m = *this;
-  if (tsc_khz == 0 || tsc_khz > 0xFFFFFFFFull || Cpuid(0, 0).eax < 0x15) return m;
-  constexpr uint64_t kCrystalKhz = 24000;
-  // TSC = crystal * EBX / EAX exactly: the ratio in lowest terms.
-  const uint64_t g = std::gcd(tsc_khz, kCrystalKhz);
-  const uint32_t numerator = static_cast<uint32_t>(tsc_khz / g), denominator = static_cast<uint32_t>(kCrystalKhz / g);
+  const uint64_t crystal_khz = crystal_hz / 1000;
+  if (tsc_khz == 0 || tsc_khz > 0xFFFFFFFFull || crystal_khz == 0 || crystal_hz > 0xFFFFFFFFull ||
+      Cpuid(0, 0).eax < 0x15)
+    return m;
+  // TSC = crystal * EBX / EAX, where software computes crystal_khz * EBX in
+  // 32 bits (Linux's native_calibrate_tsc: unsigned int): EBX at most
+  // 0xFFFFFFFF / crystal_khz, the ratio exact when it fits in lowest terms
+  // and otherwise the closest one that does.
+  const Ratio r = BestRatio(tsc_khz, crystal_khz, 0xFFFFFFFFull / crystal_khz);
+  if (r.numerator == 0 || r.denominator > 0xFFFFFFFFull) return m;
   const uint32_t mhz = static_cast<uint32_t>((tsc_khz + 500) / 1000);
   std::erase_if(m.leaves, [](const CpuidLeaf& l) { return l.function == 0x15 || l.function == 0x16; });
-  m.leaves.push_back({0x15, 0, false, denominator, numerator, static_cast<uint32_t>(kCrystalKhz * 1000), 0});
+  m.leaves.push_back({0x15, 0, false, static_cast<uint32_t>(r.denominator), static_cast<uint32_t>(r.numerator),
+                      static_cast<uint32_t>(crystal_khz * 1000), 0});
   m.leaves.push_back({0x16, 0, false, mhz, mhz, 100, 0});
   return m;
 }

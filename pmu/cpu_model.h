@@ -12,6 +12,17 @@
 
 namespace vbts::pmu {
 
+// A fraction numerator/denominator.
+struct Ratio {
+  uint64_t numerator = 0, denominator = 1;
+  bool operator==(const Ratio&) const = default;
+};
+// The fraction closest to p/q (0 < q, both below 2^32) among those with a numerator of at
+// most `max_numerator` (at least 1) and a non-zero denominator: p/q in lowest
+// terms when its numerator is within the bound.  {0, 1} when no fraction
+// with a numerator from 1 to the bound has a denominator that fits.
+Ratio BestRatio(uint64_t p, uint64_t q, uint64_t max_numerator);
+
 struct CpuidLeaf {
   uint32_t function;
   uint32_t index;        // subleaf, meaningful when `indexed`
@@ -164,12 +175,16 @@ struct CpuModel {
   // CPUID leaves 15H and 16H, for a model whose maximum basic leaf reaches
   // them (SDM vol. 2A CPUID: 15H EAX/EBX the TSC/crystal ratio, ECX the
   // crystal's Hz; 16H EAX/EBX/ECX base, maximum and bus MHz).  The crystal
-  // is enumerated as 24 MHz (ECX), which Skylake client parts leave 0 for
-  // software to know: enumerated, Linux takes the TSC frequency from these
-  // leaves exactly (native_calibrate_tsc) instead of timing the PIT, which
-  // an emulated PIT on a loaded host can fail ("tsc: Unable to calibrate
-  // against PIT").  `tsc_khz` 0 or a model below leaf 15H: unchanged.
-  CpuModel WithTscFrequency(uint64_t tsc_khz) const;
+  // is `crystal_hz`, the clock of the LAPIC timer (SDM vol. 3A 10.5.4: with
+  // leaf 15H enumerated, the timer counts the core crystal clock; Linux
+  // takes its timer period from it).  Enumerated, Linux takes the TSC
+  // frequency from these leaves (native_calibrate_tsc) instead of timing the
+  // PIT, which an emulated PIT on a loaded host can fail ("tsc: Unable to
+  // calibrate against PIT").  Linux multiplies the crystal's kHz by EBX in
+  // 32 bits, so EBX stays within 0xFFFFFFFF / (crystal_hz / 1000): the
+  // ratio is exact when it fits, otherwise the closest one that does
+  // (BestRatio).  `tsc_khz` 0 or a model below leaf 15H: unchanged.
+  CpuModel WithTscFrequency(uint64_t tsc_khz, uint64_t crystal_hz) const;
 
   // What CPUID returns for (leaf, subleaf), with Intel's rules for leaves
   // outside the table: a basic leaf above CPUID.0:EAX returns the highest

@@ -96,20 +96,77 @@ TEST(CpuModel, IcelakeServerPerfCapabilities) {
 
 TEST(CpuModel, UnknownNameIsNull) { EXPECT_EQ(FindCpuModel("pentium"), nullptr); }
 
-TEST(CpuModel, TscFrequencyLeavesGiveTheTscExactly) {
-  // Leaf 15H: TSC = crystal (ECX Hz) * EBX / EAX, the ratio in lowest terms;
-  // 16H: base = maximum = the TSC's MHz, bus 100. 2 100 000 kHz over a
-  // 24 000 kHz crystal = 175/2; 2 095 987 kHz (gcd 1) = 2095987/24000.
-  const CpuModel sky = FindCpuModel("skylake")->WithTscFrequency(2100000);
-  EXPECT_EQ(sky.Cpuid(0x15, 0), (CpuidResult{2, 175, 24000000, 0}));
+TEST(CpuModel, TscFrequencyLeavesGiveTheTscOverTheLapicCrystal) {
+  // Leaf 15H: TSC = crystal (ECX Hz) * EBX / EAX, the crystal the LAPIC
+  // timer's 1 GHz clock; Linux computes crystal_khz * EBX in 32 bits, so
+  // EBX <= 0xFFFFFFFF / 1 000 000 = 4294.  16H: base = maximum = the TSC's
+  // MHz, bus 100.  2 100 000 kHz = 21/10 of 1 000 000 kHz, exactly.
+  constexpr uint64_t kGhz = 1'000'000'000;
+  const CpuModel sky = FindCpuModel("skylake")->WithTscFrequency(2100000, kGhz);
+  EXPECT_EQ(sky.Cpuid(0x15, 0), (CpuidResult{10, 21, 1'000'000'000, 0}));
   EXPECT_EQ(sky.Cpuid(0x16, 0), (CpuidResult{2100, 2100, 100, 0}));
-  const CpuModel odd = FindCpuModel("icelake-server")->WithTscFrequency(2095987);
-  EXPECT_EQ(odd.Cpuid(0x15, 0), (CpuidResult{24000, 2095987, 24000000, 0}));
+  // 2 095 987 kHz (gcd with 10^6: 1) does not fit; the closest ratio with a
+  // numerator up to 4294, found by trying every numerator (each with the two
+  // denominators around it), is 3865/1844: Linux reads 10^6 * 3865 / 1844 =
+  // 2 095 986 kHz (7e-9 off).  The AMD EPYC host of 2026-11-27 gave its vCPUs
+  // 2 596 122 kHz: 3079/1186, read as 2 596 121 kHz.  The exact ratio over the
+  // 24 MHz crystal vbts enumerated before, 1298061/12000, made Linux's product
+  // wrap: "tsc: Detected 448.638 MHz processor", and its clocksource watchdog
+  // then found the TSC 5.8 times faster than the ACPI PM timer.
+  const CpuModel odd = FindCpuModel("icelake-server")->WithTscFrequency(2095987, kGhz);
+  EXPECT_EQ(odd.Cpuid(0x15, 0), (CpuidResult{1844, 3865, 1'000'000'000, 0}));
   EXPECT_EQ(odd.Cpuid(0x16, 0).eax, 2096u);
-  // Below leaf 15H (westmere: maximum 0BH), or no frequency: unchanged.
+  EXPECT_EQ(FindCpuModel("skylake")->WithTscFrequency(2596122, kGhz).Cpuid(0x15, 0),
+            (CpuidResult{1186, 3079, 1'000'000'000, 0}));
+  // Below leaf 15H (westmere: maximum 0BH), or no frequency or crystal: unchanged.
   const CpuModel* w = FindCpuModel("westmere");
-  EXPECT_EQ(w->WithTscFrequency(2100000).leaves.size(), w->leaves.size());
-  EXPECT_EQ(FindCpuModel("skylake")->WithTscFrequency(0).Cpuid(0x15, 0), (CpuidResult{}));
+  EXPECT_EQ(w->WithTscFrequency(2100000, kGhz).leaves.size(), w->leaves.size());
+  EXPECT_EQ(FindCpuModel("skylake")->WithTscFrequency(0, kGhz).Cpuid(0x15, 0), (CpuidResult{}));
+  EXPECT_EQ(FindCpuModel("skylake")->WithTscFrequency(2100000, 999).Cpuid(0x15, 0), (CpuidResult{}));
+}
+
+TEST(BestRatio, ExactInLowestTermsWhenTheNumeratorFits) {
+  EXPECT_EQ(BestRatio(2100000, 1000000, 4294), (Ratio{21, 10}));
+  EXPECT_EQ(BestRatio(7, 7, 1), (Ratio{1, 1}));
+  EXPECT_EQ(BestRatio(3, 9, 1), (Ratio{1, 3}));
+}
+
+TEST(BestRatio, BeyondTheBoundTheNumeratorIsTheBound) {
+  // 1000/1 with numerators up to 5: 5/1 is the closest.
+  EXPECT_EQ(BestRatio(1000, 1, 5), (Ratio{5, 1}));
+}
+
+TEST(BestRatio, MatchesAnExhaustiveSearch) {
+  // Every p/q with p, q up to 40 and bounds 1..10 against the closest
+  // fraction found by trying every numerator n <= bound with every
+  // denominator 1..401 (the closest one's is at most 10 * 40 + 1).
+  for (uint64_t p = 1; p <= 40; ++p) {
+    for (uint64_t q = 1; q <= 40; ++q) {
+      for (uint64_t bound = 1; bound <= 10; ++bound) {
+        Ratio want{0, 1};
+        // |n/d - p/q| compared as |n*q - p*d| / (d*q).
+        auto err_num = [&](Ratio r) {
+          const int64_t e = static_cast<int64_t>(r.numerator * q) - static_cast<int64_t>(p * r.denominator);
+          return static_cast<uint64_t>(e < 0 ? -e : e);
+        };
+        bool have = false;
+        for (uint64_t n = 1; n <= bound; ++n) {
+          for (uint64_t d = 1; d <= 401; ++d) {
+            const Ratio r{n, d};
+            if (!have || err_num(r) * want.denominator < err_num(want) * r.denominator) {
+              want = r;
+              have = true;
+            }
+          }
+        }
+        const Ratio got = BestRatio(p, q, bound);
+        // Equal error is what matters (a tie may pick either side).
+        EXPECT_EQ(err_num(got) * want.denominator, err_num(want) * got.denominator)
+            << p << "/" << q << " bound " << bound << ": got " << got.numerator << "/" << got.denominator
+            << ", want " << want.numerator << "/" << want.denominator;
+      }
+    }
+  }
 }
 
 }  // namespace

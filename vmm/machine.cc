@@ -224,9 +224,10 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
   VBTS_RETURN_IF_ERROR(vm_->CreatePit());
   VBTS_ASSIGN_OR_RETURN(vcpu_, vm_->CreateVcpu(0, facts_.sync_regs));
   // CPUID leaves 15H/16H with the TSC frequency the vCPU has (the TCG
-  // engine's clock runs at it too); without KVM's, they stay 0.
+  // engine's clock runs at it too) over the LAPIC timer's clock as the
+  // crystal (both engines' LAPICs count 1 GHz); without KVM's, they stay 0.
   if (absl::StatusOr<uint64_t> khz = vcpu_->TscKhz(); khz.ok()) {
-    pmu::CpuModel m = model_->WithTscFrequency(*khz);
+    pmu::CpuModel m = model_->WithTscFrequency(*khz, vcpu::LapicConfig{}.bus_hz);
     own_model_ = std::move(m);
     model_ = &*own_model_;
   }
