@@ -57,6 +57,15 @@ thread_local uintptr_t t_access_ra = 0;
 // makes itself (FXSAVE's stores, a far CALL's pushes: cpu_*_mmuidx_ra), for
 // TcgCallbacks::RunAloneUnlessSeen only.
 thread_local uintptr_t t_helper_ra = 0;
+// The return address of the last call of QEMU's helper_lookup_tb_ptr (the
+// search for a branch's target block) on this thread: inside the translated
+// block the branch ends (TcgCpu::LastLookupBlock).
+thread_local uintptr_t t_lookup_ra = 0;
+// libunicorn's helper_lookup_tb_ptr (TcgCpu::Create resolves it).
+void* (*g_lookup_tb_ptr)(void*) = nullptr;
+// Whether QEMU's TranslationBlock has pc and size where uabi::kTbPc and
+// uabi::kTbSize say: 0 not seen yet, 1 checked on a translation, -1 not.
+std::atomic<int> g_tb_layout{0};
 // Every flush of QEMU's TLB (by any TcgCpu) counts here.
 std::atomic<uint64_t> g_paging_generation{0};
 // Host nanoseconds spent translating guest code (translator_loop) and
@@ -1645,6 +1654,23 @@ void translator_loop_x86_64(const void* ops, void* db, void* cpu, void* tb, int 
   TcgCallbacks::BeginTranslation(cpu, tb);
   original(&wrapped, db, cpu, tb, max_insns);
   TcgCallbacks::EndTranslation();
+  // The block's pc and size where unicorn_abi.h pins them (LastLookupBlock):
+  // translator_loop has just set them from the context's first and next pc.
+  const auto* base = static_cast<const vbts::vcpu::uabi::DisasContextBasePrefix*>(db);
+  const bool ok = vbts::vcpu::At<uint64_t>(tb, vbts::vcpu::uabi::kTbPc) == base->pc_first &&
+                  vbts::vcpu::At<uint16_t>(tb, vbts::vcpu::uabi::kTbSize) == static_cast<uint16_t>(base->pc_next - base->pc_first);
+  if (!ok) vbts::vcpu::g_tb_layout.store(-1, std::memory_order_relaxed);
+  else if (vbts::vcpu::g_tb_layout.load(std::memory_order_relaxed) == 0) vbts::vcpu::g_tb_layout.store(1, std::memory_order_relaxed);
+}
+
+// QEMU's search for the block a branch to another page (or an indirect one)
+// goes to: its return address is in the block the branch ends, which
+// TcgCpu::FaultAtTheBranch needs when no block hook reports blocks.
+// (Called at every indirect branch: the original is resolved once, when the
+// first engine is made, so that this is a store and a jump.)
+void* helper_lookup_tb_ptr_x86_64(void* env) {
+  vbts::vcpu::t_lookup_ra = reinterpret_cast<uintptr_t>(__builtin_return_address(0));
+  return vbts::vcpu::g_lookup_tb_ptr(env);
 }
 
 // Each translation block QEMU allocates in its code buffer: the engine
@@ -1783,6 +1809,11 @@ absl::StatusOr<std::unique_ptr<TcgCpu>> TcgCpu::Create(const Config& config) {
       config.devices == nullptr) {
     return absl::InvalidArgumentError("TCG engine: RAM (page-aligned) and devices are required");
   }
+  if (g_lookup_tb_ptr == nullptr) {
+    g_lookup_tb_ptr = Original<void* (*)(void*)>("helper_lookup_tb_ptr_x86_64");
+    if (g_lookup_tb_ptr == nullptr)
+      return absl::FailedPreconditionError("TCG engine: libunicorn has no helper_lookup_tb_ptr_x86_64");
+  }
   unsigned major = 0, minor = 0;
   const unsigned v = uc_version(&major, &minor);
   const unsigned patch = (v >> 8) & 0xff;  // major << 24 | minor << 16 | patch << 8 | extra
@@ -1832,8 +1863,16 @@ absl::Status TcgCpu::Init() {
   if (e != UC_ERR_OK) return UcError(e, "disabling exit addresses");
   uc_hook h;
   e = uc_hook_add(uc_, &h, UC_HOOK_INTR, reinterpret_cast<void*>(&TcgCallbacks::Intr), this, 1, 0);
-  if (e == UC_ERR_OK)
+  if (e == UC_ERR_OK) {
     e = uc_hook_add(uc_, &h, UC_HOOK_BLOCK, reinterpret_cast<void*>(&TcgCallbacks::Block), this, 1, 0);
+    block_hook_ = h;
+    // Runs leave it out through its to_delete flag (SyncBlockHook): only where
+    // the handle shows the layout unicorn_abi.h pins.
+    const auto* hook = reinterpret_cast<const uabi::HookPrefix*>(h);
+    if (e == UC_ERR_OK && (hook->type != UC_HOOK_BLOCK || hook->to_delete || hook->begin != 1 || hook->end != 0 ||
+                           hook->callback != reinterpret_cast<void*>(&TcgCallbacks::Block) || hook->user_data != this))
+      config_.drop_block_hook = false;
+  }
   if (e == UC_ERR_OK)
     e = uc_hook_add(uc_, &h, UC_HOOK_INSN, reinterpret_cast<void*>(&TcgCallbacks::In), this, 1, 0, UC_X86_INS_IN);
   if (e == UC_ERR_OK)
@@ -1979,6 +2018,7 @@ absl::Status TcgCpu::SelfCheck() {
                                    {"helper_lldt_x86_64", reinterpret_cast<void*>(&helper_lldt_x86_64)},
                                    {"helper_rdpmc_x86_64", reinterpret_cast<void*>(&helper_rdpmc_x86_64)},
                                    {"helper_rdtsc_x86_64", reinterpret_cast<void*>(&helper_rdtsc_x86_64)},
+                                   {"helper_lookup_tb_ptr_x86_64", reinterpret_cast<void*>(&helper_lookup_tb_ptr_x86_64)},
                                    {"helper_load_seg_x86_64", reinterpret_cast<void*>(&helper_load_seg_x86_64)},
                                    {"helper_sti_x86_64", reinterpret_cast<void*>(&helper_sti_x86_64)},
                                    {"helper_rdtscp_x86_64", reinterpret_cast<void*>(&helper_rdtscp_x86_64)},
@@ -2328,8 +2368,13 @@ void TcgCpu::FaultAtTheBranch() {
   uabi::EnvPrefix* env = env_;
   if (!(env->hflags & kHfCs64) || pmu::IsCanonical(env->eip)) return;
   // The branch ended the last block that started (no block starts at a
-  // non-canonical address): its last instruction.
-  const uint64_t start = current_block_.start, end = current_block_.start + current_block_.size;
+  // non-canonical address): its last instruction.  Without the block hook,
+  // the block whose branch last searched for its target's block (a branch to
+  // another page always does, and no block is at a non-canonical address).
+  const bool from_lookup = exit_at_block_start_.load(std::memory_order_relaxed);
+  const BlockSpan block = from_lookup ? LastLookupBlock() : current_block_;
+  if (block.size == 0) return;
+  const uint64_t start = block.start, end = block.start + block.size;
   CpuState st = GetState(/*with_msrs=*/false);
   const DecodeMode mode = DecodeModeOf(st);
   std::optional<DecodedInsn> last;
@@ -2356,6 +2401,14 @@ void TcgCpu::FaultAtTheBranch() {
   };
   const uint64_t next_rip = last_at + last->length - env->segs[uabi::kCs].base;
   const uint64_t ret_pop = 8 + (last->has_imm ? last->imm : 0);
+  if (from_lookup) {
+    // A search that was not this branch's (a block left another way since)
+    // names a branch to somewhere else: QEMU's fault stands.
+    if (last->has_rel && next_rip + static_cast<uint64_t>(last->rel) != env->eip) return;
+    if (last->target_reg >= 0 && env->regs[last->target_reg] != env->eip) return;
+    // (A RET's target cannot be checked: QEMU 5.0 loses the block's
+    // register updates on this path, RSP included; TcgCpuTest.AJmpOrCall...)
+  }
   switch (last->branch) {
     case pmu::BranchKind::kJmp: case pmu::BranchKind::kIndJmp: case pmu::BranchKind::kJcc: break;
     case pmu::BranchKind::kCall: case pmu::BranchKind::kIndCall:
@@ -2368,6 +2421,43 @@ void TcgCpu::FaultAtTheBranch() {
   }
   env->eip = last_at - env->segs[uabi::kCs].base;
   stats_.branch_faults++;
+}
+
+TcgCpu::BlockSpan TcgCpu::LastLookupBlock() const {
+  if (g_tb_layout.load(std::memory_order_relaxed) != 1 || tcg_ctx_ == nullptr || t_lookup_ra == 0) return {};
+  void* tb = tcg_tb_lookup_x86_64(tcg_ctx_, t_lookup_ra);
+  if (tb == nullptr) return {};
+  return {At<uint64_t>(tb, uabi::kTbPc), At<uint16_t>(tb, uabi::kTbSize)};
+}
+
+bool TcgCpu::NeedsBlockHook() const {
+  // The block hook reports block starts to what observes instructions (the
+  // code hook, one hook a block, the debugger's and the guest's instruction
+  // breakpoints) and to the reruns of watched accesses (memory hooks).  A
+  // code hook deleted since the last run stays listed in Unicorn until the
+  // next run ends, and QEMU's exit at a block start leaves EIP stale while
+  // one is listed.
+  return !config_.drop_block_hook || code_hook_ != 0 || code_hook_deleted_ || !guest_exec_hooks_.empty() ||
+         !debug_bp_hooks_.empty() || !debug_mem_hooks_.empty() || !guest_watch_hooks_.empty() || data_mem_hook_ != 0;
+}
+
+void TcgCpu::SyncBlockHook() {
+  // The hook stays in Unicorn's list: taken out of the translations through
+  // its to_delete flag (which Unicorn's translator and its call of the
+  // callbacks both honour), not by uc_hook_del, whose invalidation of every
+  // block the hook was translated into walks the guest's page tables.
+  auto* hook = reinterpret_cast<uabi::HookPrefix*>(block_hook_);
+  const bool need = NeedsBlockHook();
+  if (need == !hook->to_delete) return;
+  hook->to_delete = !need;
+  if (need) stats_.block_hook_adds++;
+  else stats_.block_hook_removals++;
+  FlushCode();  // hooks are compiled into the translations
+}
+
+void TcgCpu::DeleteCodeHook(size_t hook) {
+  DeleteHook(hook);
+  code_hook_deleted_ = true;
 }
 
 bool TcgCpu::NonCanonicalStackAccess() {
@@ -2401,9 +2491,11 @@ bool TcgCpu::ReadCode(uint64_t linear, uint8_t& byte) {
 }
 
 void TcgCpu::RequestStop() {
-  // At the next block start or reported instruction (see TcgCallbacks::Block).
+  // At the next block start or reported instruction (see TcgCallbacks::Block);
+  // without the block hook, through QEMU's exit request at the next block start.
   stop_requested_ = true;
   kick_ = true;
+  if (exit_at_block_start_.load(std::memory_order_relaxed)) uc_emu_stop(uc_);
 }
 
 void TcgCpu::FlushCode() {
@@ -2461,8 +2553,14 @@ void TcgCpu::Kick() {
   // instruction).  Otherwise, from a callback during a run: at the next
   // block start (TcgCallbacks::Block); between runs: at the start of the
   // next (QEMU checks interrupt_request first).
-  if (CodeHookActive()) deliver_now_ = true;
-  else kick_ = true;
+  if (CodeHookActive()) {
+    deliver_now_ = true;
+  } else {
+    kick_ = true;
+    // Without the block hook: QEMU's own exit to its loop at the next block
+    // start, which then checks interrupt_request (cpu_exit; the run goes on).
+    if (exit_at_block_start_.load(std::memory_order_relaxed)) cpu_exit(cpu_);
+  }
 }
 
 void TcgCpu::Boundary(uint64_t linear) {
@@ -2519,7 +2617,7 @@ bool TcgCpu::GuestExecHooked(const std::vector<uint64_t>& want) const {
 }
 
 void TcgCpu::DropGuestExecHooks() {
-  for (size_t h : guest_exec_hooks_) DeleteHook(h);
+  for (size_t h : guest_exec_hooks_) DeleteCodeHook(h);
   guest_exec_hooks_.clear();
   guest_exec_addrs_.clear();
 }
@@ -2908,7 +3006,7 @@ bool TcgCpu::SyncCodeHook() {
       stats_.code_hook_adds++;
     }
   } else if (!want && code_hook_ != 0) {
-    DeleteHook(code_hook_);
+    DeleteCodeHook(code_hook_);
     code_hook_ = 0;
     code_hook_idle_since_.reset();
     stats_.code_hook_removals++;
@@ -2937,6 +3035,20 @@ void TcgCpu::Watch() {
     if (watch_cv_.wait_until(lock, deadline) != std::cv_status::timeout) continue;
     if (watch_deadline_ == 0) continue;
     time_up_ = true;  // the next block start ends the run
+    if (exit_at_block_start_.load(std::memory_order_relaxed)) {
+      // Without the block hook, QEMU's exit request ends it there.  The
+      // request can be lost: made before uc_emu_start has begun the run (it
+      // is ignored, then reset), or while QEMU's loop clears the flag it
+      // checks at a block start before it reads the request, which Unicorn
+      // 2.0.1 does without QEMU's barrier between the two.  So it is made
+      // again every kRestopNs until the run, under this lock, says it ended.
+      uc_emu_stop(uc_);
+      watch_deadline_ = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                  std::chrono::steady_clock::now().time_since_epoch())
+                                                  .count()) +
+                        kRestopNs;
+      continue;
+    }
     watch_deadline_ = 0;
   }
 }
@@ -2953,6 +3065,7 @@ absl::StatusOr<TcgStop> TcgCpu::Run(uint64_t timeout_us) {
   SyncDataHook();
   SyncGuestWatches();
   SyncGuestExecHooks();
+  SyncBlockHook();  // after the other hooks: whether any needs it
   allow_delivery_ = false;
   stop_requested_ = halted_ = triple_fault_ = false;
   kick_ = false;
@@ -2975,6 +3088,13 @@ absl::StatusOr<TcgStop> TcgCpu::Run(uint64_t timeout_us) {
   t_running = this;
   timed_out_ = false;
   time_up_ = false;
+  t_lookup_ra = 0;
+  // No block hook: stops, the time limit and kicks leave through QEMU's exit
+  // request at the next block start, where QEMU puts EIP at the block's start
+  // (cpu_tb_exec) because no code hook is listed (NeedsBlockHook).
+  const bool exit_at_block_start = reinterpret_cast<const uabi::HookPrefix*>(block_hook_)->to_delete;
+  exit_at_block_start_ = exit_at_block_start;
+  if (exit_at_block_start) stats_.runs_without_block_hook++;
   if (timeout_us != 0) {
     std::lock_guard<std::mutex> lock(watch_mu_);
     watch_deadline_ = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -2993,10 +3113,13 @@ absl::StatusOr<TcgStop> TcgCpu::Run(uint64_t timeout_us) {
     stats_.hookless_record_drops++;
   }
   const uc_err e = uc_emu_start(uc_, env_->eip, ~0ull, 0, 0);
-  if (timeout_us != 0) {
+  {
     std::lock_guard<std::mutex> lock(watch_mu_);
     watch_deadline_ = 0;
+    exit_at_block_start_ = false;
   }
+  code_hook_deleted_ = false;  // Unicorn removed deleted hooks from its lists as the run ended
+  if (exit_at_block_start && time_up_.load()) timed_out_ = true;
   time_up_ = false;
   t_running = outer;
   if (e != UC_ERR_OK) {
@@ -3016,7 +3139,7 @@ void TcgCpu::SetDebugBreakpoints(std::vector<uint64_t> linear) {
   std::sort(linear.begin(), linear.end());
   linear.erase(std::unique(linear.begin(), linear.end()), linear.end());
   if (linear == debug_bps_) return;  // GDB removes and re-inserts them at every stop
-  for (size_t h : debug_bp_hooks_) DeleteHook(h);
+  for (size_t h : debug_bp_hooks_) DeleteCodeHook(h);
   debug_bp_hooks_.clear();
   debug_bps_ = std::move(linear);
   for (uint64_t a : debug_bps_) {

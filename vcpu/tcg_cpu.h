@@ -158,6 +158,10 @@ struct TcgStats {
   // Their per-block records dropped with all translations (a million kept at most).
   uint64_t hookless_record_drops = 0;
   uint64_t hookless_lookups = 0;  // blocks found by QEMU's search (tcg_tb_lookup), not in the cache
+  // Runs without the block hook (nothing observed: stops and interrupts
+  // through QEMU's exit request at the next block start), and the times the
+  // block hook was compiled into the translations and taken out of them.
+  uint64_t runs_without_block_hook = 0, block_hook_adds = 0, block_hook_removals = 0;
 };
 
 class TcgCpu {
@@ -189,6 +193,12 @@ class TcgCpu {
     // ... the per-block records it keeps for that at most; past them a run's
     // start drops them with all translations.
     size_t hook_per_block_records = size_t{1} << 20;
+    // While no Unicorn code or memory hook exists, run without the block hook
+    // too: a stop, a time limit or an interrupt then ends QEMU's block
+    // through its own exit request, which it checks at every block start
+    // (docs/tcg-engine.md, "Runs without the block hook").  False: the block
+    // hook throughout (for comparisons).
+    bool drop_block_hook = true;
   };
   // Fails with a clear message when the library is not the one
   // unicorn_abi.h pins, or a self-check of what vbts relies on fails.
@@ -461,10 +471,11 @@ class TcgCpu {
   // Delivers `vector` through the IDT in place of the exception QEMU raised
   // (a fault: RF set in its frame; else a trap).
   void DeliverInstead(int vector, bool fault);
-  struct {
+  struct BlockSpan {  // a translated block: its first linear address and its bytes
     uint64_t start = 0;
     uint32_t size = 0;
-  } current_block_;  // the last translated block that started (Unicorn's block hook)
+  };
+  BlockSpan current_block_;  // the last translated block that started (Unicorn's block hook)
   // QEMU's env->dr[0..7] (16 bytes after env->error_code).
   uint64_t* dr() const;
   // The registers for a walk that only translates (QEMU's own walk checked
@@ -517,6 +528,23 @@ class TcgCpu {
   void* cpu_ = nullptr;               // QEMU's CPUState
   uabi::EnvPrefix* env_ = nullptr;    // QEMU's CPUX86State
   size_t code_hook_ = 0;
+  // The block hook (TcgCallbacks::Block), while a run needs it (NeedsBlockHook).
+  size_t block_hook_ = 0;
+  // A code hook was deleted since the last run ended: Unicorn keeps it in
+  // its list (to_delete) until the end of the next run, and while a code hook
+  // is listed QEMU leaves EIP stale at an exit it takes at a block start.
+  bool code_hook_deleted_ = false;
+  // The current run has no code hook listed and no block hook: stops and
+  // kicks ask QEMU to leave at its next block start (cpu_exit); the watcher
+  // thread reads it.
+  std::atomic<bool> exit_at_block_start_{false};
+  bool NeedsBlockHook() const;
+  void SyncBlockHook();  // between runs
+  void DeleteCodeHook(size_t hook);  // DeleteHook, noting code_hook_deleted_
+  // The translated block the last branch left through QEMU's search for its
+  // target (helper_lookup_tb_ptr): the branch FaultAtTheBranch looks for,
+  // while no block hook reports blocks.  {0, 0}: not known.
+  BlockSpan LastLookupBlock() const;
   uint64_t lingering_retired_ = 0;
   std::optional<uint64_t> lingering_stop_at_;
   bool hooks_synced_ = false;  // SyncHooks() decided for the next Run()
@@ -571,6 +599,7 @@ class TcgCpu {
   std::mutex watch_mu_;
   std::condition_variable watch_cv_;
   uint64_t watch_deadline_ = 0;
+  static constexpr uint64_t kRestopNs = 20'000;  // Watch: a lost stop is made again after this
   bool watch_quit_ = false;
   std::atomic<bool> time_up_{false};
   std::atomic<bool> kick_{false};  // the next block start leaves QEMU's block

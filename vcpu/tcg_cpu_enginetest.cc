@@ -98,10 +98,12 @@ class TcgCpuTest : public CompleterTest {
   }
   // A new engine whose unused code hook lingers for `linger` (0 for the
   // tests below but the one of the lingering: a hook let go goes at once).
-  void Recreate(std::chrono::milliseconds linger, bool hook_per_block = true, size_t records = size_t{1} << 20) {
+  void Recreate(std::chrono::milliseconds linger, bool hook_per_block = true, size_t records = size_t{1} << 20,
+                bool drop_block_hook = true) {
     cpu_.reset();
     TcgCpu::Config config{mem_.bytes().data(), mem_.bytes().size(), UC_CPU_X86_WESTMERE, &devices_, linger};
     config.hook_per_block = hook_per_block;
+    config.drop_block_hook = drop_block_hook;
     config.hook_per_block_records = records;
     auto cpu = TcgCpu::Create(config);
     VBTS_ASSERT_OK(cpu.status());
@@ -111,6 +113,8 @@ class TcgCpuTest : public CompleterTest {
   void Code(uint64_t at, std::vector<uint8_t> bytes) {
     std::memcpy(mem_.bytes().data() + at, bytes.data(), bytes.size());
   }
+  void NonCanonicalBranches(bool block_hook);
+  void CutRuns(bool block_hook);
   // Runs from `st` to the next stop; fails the test on an engine error.
   CpuState RunFrom(const CpuState& st, TcgStop::Kind expect = TcgStop::kHalted) {
     VBTS_EXPECT_OK(cpu_->SetState(st));
@@ -1079,6 +1083,18 @@ TEST_F(TcgCpuTest, AJmpOrCallToANonCanonicalAddressFaultsAtTheBranch) {
   //   mov rax, 0xaaaaaaaaaaaaaaaa; jmp rax (FF E0) / call rax (FF D0)
   // Expected: handler 0x800, error code 0, frame RIP = kCodeRip + 10 (the
   // branch), frame RSP = kKernelStack (no return address pushed).
+  // These runs have no block hook: the branch's block is the one whose
+  // search for its target's block came last (LastLookupBlock).
+  // ...WithTheBlockHook below: the same through the last block that started.
+  NonCanonicalBranches(/*block_hook=*/false);
+}
+
+TEST_F(TcgCpuTest, AJmpOrCallToANonCanonicalAddressFaultsAtTheBranchWithTheBlockHook) {
+  Recreate(std::chrono::milliseconds(0), true, size_t{1} << 20, /*drop_block_hook=*/false);
+  NonCanonicalBranches(/*block_hook=*/true);
+}
+
+void TcgCpuTest::NonCanonicalBranches(bool block_hook) {
   Gate64(13, MakeGate(kIntGate32, kCode64K, 0x800, 0));
   Code(0x800, {0xf4});
   for (uint8_t op : {uint8_t{0xe0}, uint8_t{0xd0}}) {
@@ -1098,6 +1114,49 @@ TEST_F(TcgCpuTest, AJmpOrCallToANonCanonicalAddressFaultsAtTheBranch) {
   EXPECT_EQ(Read64(st.gpr[kRsp]), 0u);                // error code, at the handler's RSP
   EXPECT_EQ(Read64(st.gpr[kRsp] + 8), kCodeRip + 11);  // RIP of the RET
   EXPECT_EQ(cpu_->stats().branch_faults, 3u);
+  // 3 runs, each either without the block hook or with it throughout.
+  EXPECT_EQ(cpu_->stats().runs_without_block_hook, block_hook ? 0u : 3u);
+}
+
+TEST_F(TcgCpuTest, WithoutTheBlockHookTheFaultingBranchIsTheLastSearchers) {
+  // Two blocks each end with an indirect JMP, whose target QEMU searches for
+  // (helper_lookup_tb_ptr): the first to 0x2000 (canonical), the second to a
+  // non-canonical address.  The #GP(0) belongs to the second JMP, the block
+  // whose search came last, not to the first:
+  //   kCodeRip: mov rbx, 0x2000; jmp rbx
+  //   0x2000:   mov rax, 0xaaaaaaaaaaaaaaaa; jmp rax
+  // Expected: frame RIP 0x200a (the second JMP: 10 bytes of MOV before it).
+  Gate64(13, MakeGate(kIntGate32, kCode64K, 0x800, 0));
+  Code(0x800, {0xf4});
+  Code(kCodeRip, {0x48, 0xbb, 0x00, 0x20, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xff, 0xe3});
+  Code(0x2000, {0x48, 0xb8, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa, 0xff, 0xe0, 0xf4});
+  const CpuState st = RunFrom(Lm64(0));
+  EXPECT_EQ(st.rip, 0x801u);
+  EXPECT_EQ(Read64(kKernelStack - 40), 0x200au);
+  EXPECT_EQ(cpu_->stats().branch_faults, 1u);
+  EXPECT_EQ(cpu_->stats().runs_without_block_hook, 1u);
+}
+
+TEST_F(TcgCpuTest, TheBlockHookIsInTheTranslationsOnlyWhileSomethingObserves) {
+  // Untraced runs have no block hook; the instruction hook brings it back for
+  // its runs (one retranslation each way); let go, the code hook is deleted
+  // (no lingering here) and stays in Unicorn's list until the next run ends,
+  // which therefore still has the block hook; the run after has none.
+  Code(kCodeRip, {0x90, 0xf4});
+  RunFrom(Pm32(0));
+  EXPECT_EQ(cpu_->stats().runs_without_block_hook, 1u);
+  int reported = 0;
+  cpu_->SetInstructionHook([&](uint64_t) { reported++; });
+  RunFrom(Pm32(0));
+  EXPECT_EQ(reported, 2);  // NOP, HLT
+  EXPECT_EQ(cpu_->stats().runs_without_block_hook, 1u);
+  cpu_->SetInstructionHook(nullptr);
+  RunFrom(Pm32(0));
+  EXPECT_EQ(cpu_->stats().runs_without_block_hook, 1u);  // the deleted code hook is still listed
+  RunFrom(Pm32(0));
+  EXPECT_EQ(cpu_->stats().runs_without_block_hook, 2u);
+  EXPECT_EQ(cpu_->stats().block_hook_adds, 1u);
+  EXPECT_EQ(cpu_->stats().block_hook_removals, 2u);  // at the first run, and after the tracing
 }
 
 TEST_F(TcgCpuTest, AnExceptionQueuedFromTheInstructionHookComesBeforeThatInstruction) {
@@ -1664,7 +1723,9 @@ TEST_F(TcgSkipTest, AFaultInsideAOneHookBlockCountsWhatStartedUpToIt) {
   }
 }
 
-TEST_F(TcgCpuTest, RunsCutByTheirTimeLimitResumeExactly) {
+TEST_F(TcgCpuTest, RunsCutByTheirTimeLimitResumeExactly) { CutRuns(/*block_hook=*/false); }
+
+void TcgCpuTest::CutRuns(bool block_hook) {
   // 5 000 000 calls of f (push rbp; mov rbp, rsp; add rax, rcx; adc rdx, 0;
   // pop rbp; ret) cut into 20-us runs: every run must end at an instruction
   // boundary with the whole state, so RAX = sum of 1..5000000 and RSP is back
@@ -1692,6 +1753,14 @@ TEST_F(TcgCpuTest, RunsCutByTheirTimeLimitResumeExactly) {
   EXPECT_EQ(end.gpr[kRax], 5000000ull * 5000001 / 2);
   EXPECT_EQ(end.gpr[kRsp], kKernelStack);
   EXPECT_GT(runs, 2);  // the limit did cut the loop
+  // Cut through QEMU's exit request at a block start (no block hook), or by
+  // the block hook (...WithTheBlockHook).
+  EXPECT_EQ(cpu_->stats().runs_without_block_hook, block_hook ? 0u : static_cast<uint64_t>(runs) + 1);
+}
+
+TEST_F(TcgCpuTest, RunsCutByTheirTimeLimitResumeExactlyWithTheBlockHook) {
+  Recreate(std::chrono::milliseconds(0), true, size_t{1} << 20, /*drop_block_hook=*/false);
+  CutRuns(/*block_hook=*/true);
 }
 
 TEST_F(TcgCpuTest, SyscallEntersTheKernelAsTheSdmSays) {

@@ -43,6 +43,11 @@ inline constexpr size_t kCpuInterruptRequest = 0x1c;
 // precise self-modifying-code path stores 1 there: one instruction).
 inline constexpr size_t kCpuCflagsNextTb = 0x18;
 inline constexpr size_t kCpuEnvPtr = 0x128;
+// struct TranslationBlock (include/exec/exec-all.h): pc (the linear address of
+// its first instruction), cs_base, flags, size (bytes of guest code).  Checked
+// on a translation: the first the engine sees (translator_loop).
+inline constexpr size_t kTbPc = 0;
+inline constexpr size_t kTbSize = 20;
 // struct CPUClass (include/hw/core/cpu.h): reset, has_work, do_interrupt,
 // do_unaligned_access, ... (x86 leaves the last unset; vbts sets it). The
 // class is CPUState.cc, found next to CPUState.uc by TcgCpu::SelfCheck.

@@ -581,6 +581,10 @@ RunResult Machine::Finish(RunEnd end, int status, std::string message) {
                           "inside a block, records dropped %u times, %u blocks searched for\n",
                           t.hookless_blocks, t.hookless_enters, t.hookless_leaves, t.hookless_settles,
                           t.hookless_record_drops, t.hookless_lookups);
+    absl::StrAppendFormat(&r.details,
+                          "tcg: %u runs without the block hook; block hook put into the translations %u times, "
+                          "taken out %u times\n",
+                          t.runs_without_block_hook, t.block_hook_adds, t.block_hook_removals);
     if (t.guest_watch_adds)
       absl::StrAppendFormat(&r.details,
                             "tcg: the guest's data breakpoints: %u hits reported by the engine, their ranges changed "
