@@ -1228,6 +1228,19 @@ bool VirtualPmu::NeedsObservation() const {
   return (s.debugctl & observed) || s.BtsOn() || s.AnyCounterEnabled();
 }
 
+bool VirtualPmu::MayStartCounting(uint32_t msr, uint64_t value) const {
+  const State& s = *s_;
+  if (s.AnyCounterEnabled()) return true;
+  if (s.nb_on())
+    return msr >= netburst::kMsrCccr0 && msr < netburst::kMsrCccr0 + netburst::kCounters && (value & netburst::kCccrEnable);
+  if (msr >= kMsrPerfEvtSel0 && msr < kMsrPerfEvtSel0 + static_cast<uint32_t>(s.pmu.gp_counters)) return value & kEvtEn;
+  return msr == kMsrFixedCtrCtrl && s.pmu.fixed_counters > 0 && value != 0;
+}
+
+bool VirtualPmu::DisablesAll(uint32_t msr, uint64_t value) const {
+  return msr == kMsrGlobalCtrl && s_->pmu.perfmon_version >= 2 && !s_->nb_on() && value == 0;
+}
+
 bool VirtualPmu::WantsDataAccesses() const {
   return s_->CountsLlc() || s_->CountsL1d() || s_->WantsDataSource() || s_->CountsOffcore();
 }

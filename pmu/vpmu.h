@@ -111,6 +111,19 @@ class VirtualPmu {
   // (BTS, LBR or BTF enabled in DEBUGCTL, an enabled counter).  With this
   // false, Observe() would change nothing and the engine may stop stepping.
   bool NeedsObservation() const;
+  // After WriteMsr(msr, value): whether counting may be about to start, so
+  // that the guest's clock should count instructions from now on (the
+  // engine keeps its code hook lingering, docs/tcg-engine.md, "Guest
+  // time"): a counter counts, or the write armed one (an event select with
+  // EN, a non-zero FIXED_CTR_CTRL, a NetBurst CCCR with its enable bit).
+  // Not for writes that arm nothing: LBR, DS area, DEBUGCTL, counter values,
+  // a GLOBAL_CTRL that enables counters whose event selects are off (Linux's
+  // boot writes all of these), nor for DisablesAll's write.
+  bool MayStartCounting(uint32_t msr, uint64_t value) const;
+  // GLOBAL_CTRL = 0 on an architectural-perfmon v2+ CPU: how Linux's perf
+  // disables the PMU before it programs the counters of a task it is about to
+  // count, and also once while it boots, when it counts nothing after.
+  bool DisablesAll(uint32_t msr, uint64_t value) const;
 
   // One retired instruction or event delivery, in program order.  `mem` is
   // the guest's linear memory with the paging in force when the record is

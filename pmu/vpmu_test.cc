@@ -1602,5 +1602,42 @@ TEST(VpmuModelsTest, RdpmcReadsTheCountersTheModelHas) {
   EXPECT_TRUE(p.ReadPmc(1u << 31).gp);
 }
 
+// What may start counting (the engine then keeps its code hook lingering:
+// Machine::WriteMsr).  Linux 6.1's boot on skylake writes, in this order,
+// PMC3 = 0xFFFF (check_hw_exists), the LBR MSRs = 0, DEBUGCTL = 0x4000,
+// DS_AREA, GLOBAL_CTRL = 0 and GLOBAL_CTRL = 0x70000000F (all enabled, no
+// event select on): none of them arms a counter.
+TEST(VpmuCounting, OnlyArmingWritesMayStartCounting) {
+  VirtualPmu p(*FindCpuModel("skylake"));
+  const auto write = [&](uint32_t msr, uint64_t v) {
+    EXPECT_FALSE(p.WriteMsr(msr, v).gp) << std::hex << msr;
+    return p.MayStartCounting(msr, v);
+  };
+  EXPECT_FALSE(write(0x4C4, 0xFFFF));               // a counter's value
+  EXPECT_FALSE(write(0x680, 0));                    // LBR FROM 0
+  EXPECT_FALSE(write(0x1D9, 0x4000));               // DEBUGCTL.FREEZE_WHILE_SMM
+  EXPECT_FALSE(write(0x600, 0xFFFFFE000001B000));   // DS_AREA
+  EXPECT_FALSE(write(0x38F, 0));
+  EXPECT_TRUE(p.DisablesAll(0x38F, 0));             // perf's disable
+  EXPECT_FALSE(p.DisablesAll(0x38F, 1));
+  EXPECT_FALSE(write(0x38F, 0x70000000F));          // enables counters whose selects are off
+  EXPECT_FALSE(write(0x186, 0xC0));                 // INST_RETIRED without EN
+  EXPECT_TRUE(write(0x186, 0xC0 | (1u << 22)));     // ... with EN: armed (and GLOBAL_CTRL has bit 0: counts)
+  EXPECT_TRUE(write(0xC1, 5));                      // anything while a counter counts
+  EXPECT_FALSE(write(0x38F, 0));                    // disabled: nothing counts after it
+  EXPECT_TRUE(p.DisablesAll(0x38F, 0));
+  EXPECT_FALSE(write(0xC1, 0));                     // a value while nothing counts
+  EXPECT_TRUE(write(0x38D, 0xB));                   // FIXED_CTR_CTRL: fixed counter 0 (OS, USR, PMI)
+  // Core Duo (architectural perfmon v1: no GLOBAL_CTRL): only its selects arm.
+  VirtualPmu c(*FindCpuModel("core-duo"));
+  EXPECT_TRUE(c.MayStartCounting(0x186, 1u << 22));
+  EXPECT_FALSE(c.DisablesAll(0x38F, 0));
+  // NetBurst: a CCCR with its enable bit (12); its disable is per CCCR.
+  VirtualPmu nb(*FindCpuModel("pentium4"));
+  EXPECT_TRUE(nb.MayStartCounting(0x360, 1u << 12));
+  EXPECT_FALSE(nb.MayStartCounting(0x360, 0));
+  EXPECT_FALSE(nb.DisablesAll(0x38F, 0));
+}
+
 }  // namespace
 }  // namespace vbts::pmu

@@ -1250,8 +1250,13 @@ vcpu::TcgDevices::Msr Machine::WriteMsr(uint32_t index, uint64_t value) {
     FlushTcgBulk();
     if (vpmu_->WriteMsr(index, value).gp) return Msr::kGp;
     // Counting may be about to start: the guest's clock goes on instructions
-    // now (docs/tcg-engine.md, "Guest time").
-    if (tcg_->KeepCodeHookLingering()) tcg_->RequestStop();
+    // now (docs/tcg-engine.md, "Guest time").  So also at a PMU disable, after
+    // which Linux's perf programs a task's counters, once the guest has armed a
+    // counter before: Linux's boot disables the PMU once and counts nothing.
+    const bool arms = vpmu_->MayStartCounting(index, value);
+    pmu_armed_once_ = pmu_armed_once_ || arms;
+    if ((arms || (pmu_armed_once_ && vpmu_->DisablesAll(index, value))) && tcg_->KeepCodeHookLingering())
+      tcg_->RequestStop();
     // As in HandleMsr: the WRMSR retires under the configuration it leaves.
     if (tracer_) {
       absl::Status s = tracer_->AfterMsrWrite();

@@ -303,6 +303,9 @@ class Machine : private vcpu::TcgDevices, private PciPlatform {
   std::optional<uint64_t> timer_deadline_ticks_;  // TimerDeadlineTicks() for the current run
   bool in_tcg_ = false;                // the TCG engine holds the vCPU state
   bool tcg_observing_ = false;         // the instruction hook feeds the tracer
+  // The guest has armed a performance counter (VirtualPmu::MayStartCounting)
+  // at least once: from then on its PMU disables keep the code hook lingering.
+  bool pmu_armed_once_ = false;
   bool tcg_first_boundary_ = false;
   bool tcg_bulk_ = false;
   bool switch_engines_ = false;        // --engine=auto on KVM: traced stretches run in TCG
