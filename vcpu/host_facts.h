@@ -66,6 +66,10 @@ struct HostFacts {
   // the KVM engine relies on for the models that have it (skylake,
   // icelake-server; docs/tcg-engine.md).
   int cap_tsc_deadline_timer = 0;
+  // KVM_GET_TSC_KHZ of a vCPU: the rate of the guest's TSC in both engines,
+  // and what CPUID 15H/16H enumerate (pmu::CpuModel::WithTscFrequency); 0 if
+  // KVM does not say.
+  uint64_t vcpu_tsc_khz = 0;
 
   // --- in-kernel PMU ---
   Tristate enable_pmu = Tristate::kAbsent;

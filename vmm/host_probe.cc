@@ -907,6 +907,7 @@ absl::StatusOr<HostFacts> ProbeHost(const Kvm& kvm, const ProbeOptions& options)
   VBTS_ASSIGN_OR_RETURN(std::vector<kvm_cpuid_entry2> cpuid, ProbeCpuid(kvm, &eax_set, &edx_set));
   VBTS_ASSIGN_OR_RETURN(std::unique_ptr<Watchdog> watchdog, Watchdog::Start(/*period_ms=*/5));
   VBTS_ASSIGN_OR_RETURN(std::unique_ptr<ProbeVm> pv, ProbeVm::Create(kvm, cpuid));
+  if (absl::StatusOr<uint64_t> khz = pv->vcpu().TscKhz(); khz.ok()) f.vcpu_tsc_khz = *khz;
 
   const bool debug = f.cap_set_guest_debug > 0;
   struct Slot {

@@ -11,7 +11,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "pmu/cpu_model.h"
 #include "vcpu/descriptors.h"
+#include "vcpu/lapic.h"
 #include "vcpu/tcg_cpu.h"
 #include "vmm/host_probe.h"
 #include "vmm/sandbox.h"
@@ -104,6 +106,24 @@ std::string FormatHostInfo(const vcpu::HostFacts& f, bool verbose) {
   Row(out, "VCPU_EVENTS", Cap(f.cap_vcpu_events));
   Row(out, "EXIT_ON_EMULATION_FAILURE", Cap(f.cap_exit_on_emulation_failure));
   Row(out, "TSC_DEADLINE_TIMER", Cap(f.cap_tsc_deadline_timer));
+
+  Section(out, "Guest time (docs/cpu-models.md, \"TSC frequency leaves\")");
+  if (f.vcpu_tsc_khz == 0) {
+    Row(out, "vCPU TSC (KVM_GET_TSC_KHZ)", "not reported: CPUID 15H/16H stay 0; the TCG engine's TSC runs at 1 GHz");
+  } else {
+    Row(out, "vCPU TSC (KVM_GET_TSC_KHZ)", absl::StrFormat("%u kHz, in both engines", f.vcpu_tsc_khz));
+    // What a model with leaf 15H (skylake, icelake-server) enumerates, and
+    // the frequency Linux computes from it (32-bit, truncating).
+    const uint64_t crystal_hz = vcpu::LapicConfig{}.bus_hz;
+    const pmu::CpuidResult l15 = pmu::FindCpuModel("skylake")->WithTscFrequency(f.vcpu_tsc_khz, crystal_hz).Cpuid(0x15, 0);
+    if (l15.eax != 0 && l15.ebx != 0) {
+      const uint32_t linux_khz = static_cast<uint32_t>(static_cast<uint32_t>(l15.ecx / 1000) * l15.ebx) / l15.eax;
+      Row(out, "CPUID 15H",
+          absl::StrFormat("skylake, icelake-server: EBX/EAX = %u/%u over a %u Hz crystal (the LAPIC timer's "
+                          "clock), from which Linux computes %u kHz",
+                          l15.ebx, l15.eax, l15.ecx, linux_khz));
+    }
+  }
 
   Section(out, "In-kernel PMU / LBR");
   Row(out, "kvm.enable_pmu", TristateName(f.enable_pmu));

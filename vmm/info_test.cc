@@ -126,6 +126,21 @@ TEST(FormatHostInfoTest, PvmHostShowsFailuresAndCompletion) {
   EXPECT_THAT(FormatHostInfo(PvmFacts(), true), HasSubstr("Raw values"));
 }
 
+TEST(FormatHostInfoTest, GuestTimeShowsTheTscAndWhatLinuxReadsFromLeaf15H) {
+  // The AMD EPYC host of 2026-11-27: 2 596 122 kHz.  The closest ratio with
+  // EBX <= 0xFFFFFFFF / 1 000 000 = 4294 over the 1 GHz crystal is 3079/1186
+  // (pmu::BestRatio; CpuModel.TscFrequencyLeavesGiveTheTscOverTheLapicCrystal),
+  // and Linux's 32-bit 1 000 000 * 3079 / 1186 truncates to 2 596 121.
+  HostFacts f = PvmFacts();
+  f.vcpu_tsc_khz = 2596122;
+  const std::string text = FormatHostInfo(f);
+  EXPECT_THAT(text, HasSubstr("vCPU TSC (KVM_GET_TSC_KHZ)     2596122 kHz, in both engines"));
+  EXPECT_THAT(text, HasSubstr("CPUID 15H                      skylake, icelake-server: EBX/EAX = 3079/1186 over a "
+                              "1000000000 Hz crystal (the LAPIC timer's clock), from which Linux computes 2596121 kHz"));
+  f.vcpu_tsc_khz = 0;
+  EXPECT_THAT(FormatHostInfo(f), HasSubstr("vCPU TSC (KVM_GET_TSC_KHZ)     not reported"));
+}
+
 TEST(FormatHostInfoTest, PvmHostRefusesPassthroughWithTheReason) {
   EXPECT_THAT(FormatHostInfo(PvmFacts()),
               HasSubstr("passthrough                    unavailable: host CPU is AuthenticAMD; kvm.enable_pmu=N"));
