@@ -2498,6 +2498,16 @@ void TcgCpu::RequestStop() {
   if (exit_at_block_start_.load(std::memory_order_relaxed)) uc_emu_stop(uc_);
 }
 
+void TcgCpu::LimitRun(std::chrono::nanoseconds from_now) {
+  const uint64_t at = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                (std::chrono::steady_clock::now() + from_now).time_since_epoch())
+                                                .count());
+  std::lock_guard<std::mutex> lock(watch_mu_);
+  if (t_running != this || watch_deadline_ == 0 || at >= watch_deadline_) return;
+  watch_deadline_ = at;
+  watch_cv_.notify_all();
+}
+
 void TcgCpu::FlushCode() {
   CodeWorkTimer timer;
   // Not tb_flush: Unicorn 2.0.1 then zeroes its whole 1-GiB code buffer

@@ -227,6 +227,10 @@ class TcgCpu {
   absl::StatusOr<TcgStop> Run(uint64_t timeout_us = 0);
   // Ends Run() at the next translation-block boundary.
   void RequestStop();
+  // From inside a run with a time limit: ends it no later than `from_now`
+  // after this call (a guest timer armed during the run expires before the
+  // limit it started with).  Nothing outside a run or in one without limit.
+  void LimitRun(std::chrono::nanoseconds from_now);
 
   // Events, delivered through the guest's IDT at the next instruction
   // boundary where the architecture allows them (QEMU's checks: RFLAGS.IF

@@ -27,6 +27,7 @@ class FakeDevices : public TcgDevices {
       ended = true;
       cpu->RequestStop();
     }
+    if (port == 0x70 && cpu != nullptr) cpu->LimitRun(std::chrono::nanoseconds(value));  // a timer armed: ends the run
     if (port == 0x80 && cpu != nullptr) {  // raises the interrupt whose vector is the value
       irqs.push_back(static_cast<uint8_t>(value));
       cpu->InterruptPending();
@@ -115,6 +116,7 @@ class TcgCpuTest : public CompleterTest {
   }
   void NonCanonicalBranches(bool block_hook);
   void CutRuns(bool block_hook);
+  void LimitedRun(bool block_hook);
   // Runs from `st` to the next stop; fails the test on an engine error.
   CpuState RunFrom(const CpuState& st, TcgStop::Kind expect = TcgStop::kHalted) {
     VBTS_EXPECT_OK(cpu_->SetState(st));
@@ -1756,6 +1758,37 @@ void TcgCpuTest::CutRuns(bool block_hook) {
   // Cut through QEMU's exit request at a block start (no block hook), or by
   // the block hook (...WithTheBlockHook).
   EXPECT_EQ(cpu_->stats().runs_without_block_hook, block_hook ? 0u : static_cast<uint64_t>(runs) + 1);
+}
+
+// A timer the guest arms during a run ends the run at its expiry, not at the
+// limit the run began with (Machine::TimerMoved): Linux re-arms its tick from
+// the tick's interrupt handler, and its timer interrupts came up to a run's
+// 50-ms slice late, 15 ticks in a 360-ms loop at 250 Hz instead of 90.
+//   out 0x70, eax (eax = 0: LimitRun(0 ns)); then count in RCX forever:
+//   xor eax, eax; out 0x70, eax; l: inc rcx; jmp l
+// Run with a 10-s limit: it must end by its (new) time limit long before,
+// with RCX far below the ~10^9 iterations/s the loop runs at (bound: 10^8,
+// 0.1-0.5 s of this loop on the hosts seen).  Without the block hook, and
+// with it (...WithTheBlockHook).
+void TcgCpuTest::LimitedRun(bool block_hook) {
+  Code(kCodeRip, {0x31, 0xc0, 0xe7, 0x70, 0x48, 0xff, 0xc1, 0xeb, 0xfb});
+  CpuState st = Lm64(0);
+  st.gpr[kRcx] = 0;
+  VBTS_ASSERT_OK(cpu_->SetState(st));
+  absl::StatusOr<TcgStop> stop = cpu_->Run(10'000'000);
+  VBTS_ASSERT_OK(stop.status());
+  EXPECT_EQ(stop->kind, TcgStop::kTimeout);
+  const CpuState end = cpu_->GetState();
+  EXPECT_LT(end.gpr[kRcx], 100'000'000u);
+  EXPECT_TRUE(end.rip == kCodeRip + 4 || end.rip == kCodeRip + 7) << std::hex << end.rip;  // in the loop
+  EXPECT_EQ(cpu_->stats().runs_without_block_hook, block_hook ? 0u : 1u);
+}
+
+TEST_F(TcgCpuTest, ATimerArmedDuringARunEndsItAtTheTimersExpiry) { LimitedRun(/*block_hook=*/false); }
+
+TEST_F(TcgCpuTest, ATimerArmedDuringARunEndsItAtTheTimersExpiryWithTheBlockHook) {
+  Recreate(std::chrono::milliseconds(0), true, size_t{1} << 20, /*drop_block_hook=*/false);
+  LimitedRun(/*block_hook=*/true);
 }
 
 TEST_F(TcgCpuTest, RunsCutByTheirTimeLimitResumeExactlyWithTheBlockHook) {

@@ -299,11 +299,7 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
     device_ports_.push_back(std::make_unique<BytePorts>(
         base, [this](uint16_t port) { return pit_->Read(port, in_tcg_ ? GuestNs() : NowNs()); },
         [this](uint16_t port, uint8_t value) { pit_->Write(port, value, in_tcg_ ? GuestNs() : NowNs()); },
-        [this] {
-          // On instruction time the run loop turns channel 0's next edge
-          // into an instruction count: end the run so that it does.
-          if (in_tcg_ && clock_->source() == vcpu::GuestClock::Source::kInstructions) tcg_->RequestStop();
-        }));
+        [this] { TimerMoved(); }));
     VBTS_RETURN_IF_ERROR(pio_.Register(base, size, device_ports_.back().get(), "8254 PIT"));
   }
   fw_cfg_ = std::make_unique<FwCfg>(ram_->size(), /*cpus=*/1);
@@ -895,8 +891,9 @@ std::optional<RunResult> Machine::RunTcgLoop(uint64_t deadline, bool until_untra
     const uint64_t guest_now = GuestNs();
     AdvanceTimers(guest_now);
     NotifyInterrupts();
-    // Within the run the timer changes only by a write to the LAPIC page,
-    // which ends the run, or by an expiry, which the deadline stops at.
+    // Within the run the timers change only by a guest write, which ends the
+    // run on instruction time and shortens it to the new expiry on host time
+    // (TimerMoved), or by an expiry, which the deadline stops at.
     timer_deadline_ticks_ = TimerDeadlineTicks();
     // Unobserved under the lingering hook, the run ends at that deadline too.
     std::optional<uint64_t> lingering_stop;
@@ -1358,10 +1355,25 @@ absl::Status Machine::TimeAndIrqchipsToKvm() {
 
 void Machine::AfterLapicWrite(bool timer_moved) {
   NotifyInterrupts();
-  // On instruction time the run loop turns the timer's next expiry into an
-  // instruction count (TimerDeadlineTicks): after a write that can move it,
-  // end the run so that it does.
-  if (timer_moved && clock_->source() == vcpu::GuestClock::Source::kInstructions) tcg_->RequestStop();
+  if (timer_moved) TimerMoved();
+}
+
+void Machine::TimerMoved() {
+  if (!in_tcg_) return;
+  // On instruction time the run loop turns the timers' next expiry into an
+  // instruction count (TimerDeadlineTicks): end the run so that it does.
+  if (clock_->source() == vcpu::GuestClock::Source::kInstructions) {
+    tcg_->RequestStop();
+    return;
+  }
+  // On host time the run's limit came from the expiry known when it began:
+  // an earlier one armed since (Linux re-arms its tick from the tick's own
+  // interrupt handler, where nothing was armed when the run began) ends the
+  // run at that expiry, not up to a slice (50 ms) later.
+  if (std::optional<uint64_t> t = NextTimerNs()) {
+    const uint64_t now = GuestNs();
+    tcg_->LimitRun(std::chrono::nanoseconds(std::max<uint64_t>(*t - std::min(*t, now), 1000)));
+  }
 }
 
 void Machine::ArmTscDeadline(uint64_t tsc) {

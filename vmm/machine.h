@@ -203,6 +203,10 @@ class Machine : private vcpu::TcgDevices, private PciPlatform {
   std::optional<uint64_t> NextTimerNs() const;
   // Both timers up to `guest_ns` (the PIT's edges pulse ISA line 0).
   void AdvanceTimers(uint64_t guest_ns);
+  // The guest moved a timer's next expiry (LAPIC timer, TSC deadline, PIT):
+  // the current TCG run ends at it (RequestStop on instruction time,
+  // TcgCpu::LimitRun on host time).
+  void TimerMoved();
   // What moves with the vCPU besides its registers, LAPIC and debug
   // registers: the TSC, and the I/O APIC, 8259 and 8254 state, from KVM's
   // vCPU and in-kernel irqchip into the TCG engine's models and back.

@@ -31,7 +31,7 @@ initramfs (the build found no perf) the test is skipped (77) with a line
 saying how to get it.
 With --perf-test the initramfs is linux-perf-test.cpio and init runs
 perf-test.sh: the hardware-facing cases of Debian's own `perf test` suite, one
-PASS line each (PERF_TEST_CHECKS) and "SUMMARY: 16 passed, 0 failed".
+PASS line each (PERF_TEST_CHECKS) and "SUMMARY: 17 passed, 0 failed".
 With --perf-shell the initramfs is linux-perf-shell.cpio (perf, bash, gcc and
 perf's own tests/shell) and init runs perf-shell.sh: Debian perf's shell
 tests, each with the status it has on a real CPU with this kernel, one PASS
@@ -75,7 +75,7 @@ PERF_TEST_CHECKS = ("Read samples using the mmap interface", "User space counter
                     "PERF_RECORD_* events & perf_sample fields", "Breakpoint overflow signal handler",
                     "Breakpoint overflow sampling", "Breakpoint accounting", "Read Only Watchpoint",
                     "Write Only Watchpoint", "Read / Write Watchpoint", "Modify Watchpoint", "TSC support",
-                    "Perf time to TSC", "x86 bp modify", "Sigtrap")
+                    "Perf time to TSC", "x86 bp modify", "Sigtrap", "Software clock events period values")
 
 
 PERF_SHELL_CHECKS = ("test_brstack.sh", "record.sh", "record.sh register capture", "stat.sh", "stat+shadow_stat.sh",
