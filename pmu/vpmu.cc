@@ -1238,7 +1238,7 @@ bool VirtualPmu::MayStartCounting(uint32_t msr, uint64_t value) const {
 }
 
 bool VirtualPmu::DisablesAll(uint32_t msr, uint64_t value) const {
-  return msr == kMsrGlobalCtrl && s_->pmu.perfmon_version >= 2 && !s_->nb_on() && value == 0;
+  return msr == kMsrGlobalCtrl && s_->pmu.perfmon_version >= 2 && value == 0;  // (NetBurst: version 0)
 }
 
 bool VirtualPmu::WantsDataAccesses() const {

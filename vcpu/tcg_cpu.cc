@@ -66,6 +66,19 @@ void* (*g_lookup_tb_ptr)(void*) = nullptr;
 // Whether QEMU's TranslationBlock has pc and size where uabi::kTbPc and
 // uabi::kTbSize say: 0 not seen yet, 1 checked on a translation, -1 not.
 std::atomic<int> g_tb_layout{0};
+// CLOCK_MONOTONIC through steady_clock, in ns: the watcher's deadlines.
+uint64_t SteadyNowNs() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+// Whether a hook handle shows the layout unicorn_abi.h pins: a catch-all
+// hook of `type` to `callback` with `user` (checked when vbts adds one whose
+// to_delete flag it will use).
+bool CatchAllHookAsPinned(size_t handle, int type, void* callback, const void* user) {
+  const auto* hook = reinterpret_cast<const uabi::HookPrefix*>(handle);
+  return hook->type == type && !hook->to_delete && hook->begin == 1 && hook->end == 0 && hook->callback == callback &&
+         hook->user_data == user;
+}
 // Every flush of QEMU's TLB (by any TcgCpu) counts here.
 std::atomic<uint64_t> g_paging_generation{0};
 // Host nanoseconds spent translating guest code (translator_loop) and
@@ -1868,9 +1881,7 @@ absl::Status TcgCpu::Init() {
     block_hook_ = h;
     // Runs leave it out through its to_delete flag (SyncBlockHook): only where
     // the handle shows the layout unicorn_abi.h pins.
-    const auto* hook = reinterpret_cast<const uabi::HookPrefix*>(h);
-    if (e == UC_ERR_OK && (hook->type != UC_HOOK_BLOCK || hook->to_delete || hook->begin != 1 || hook->end != 0 ||
-                           hook->callback != reinterpret_cast<void*>(&TcgCallbacks::Block) || hook->user_data != this))
+    if (e == UC_ERR_OK && !CatchAllHookAsPinned(h, UC_HOOK_BLOCK, reinterpret_cast<void*>(&TcgCallbacks::Block), this))
       config_.drop_block_hook = false;
   }
   if (e == UC_ERR_OK)
@@ -2499,9 +2510,7 @@ void TcgCpu::RequestStop() {
 }
 
 void TcgCpu::LimitRun(std::chrono::nanoseconds from_now) {
-  const uint64_t at = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                                (std::chrono::steady_clock::now() + from_now).time_since_epoch())
-                                                .count());
+  const uint64_t at = SteadyNowNs() + static_cast<uint64_t>(from_now.count());
   std::lock_guard<std::mutex> lock(watch_mu_);
   if (t_running != this || watch_deadline_ == 0 || at >= watch_deadline_) return;
   watch_deadline_ = at;
@@ -3009,9 +3018,7 @@ bool TcgCpu::SyncCodeHook() {
       // One hook a block hides this hook from the translator through its
       // to_delete flag: only where the handle shows the layout
       // unicorn_abi.h pins (a catch-all code hook to vbts's callback).
-      const auto* hook = reinterpret_cast<const uabi::HookPrefix*>(h);
-      if (hook->type != UC_HOOK_CODE || hook->to_delete || hook->begin != 1 || hook->end != 0 ||
-          hook->callback != reinterpret_cast<void*>(&TcgCallbacks::Code) || hook->user_data != this)
+      if (!CatchAllHookAsPinned(h, UC_HOOK_CODE, reinterpret_cast<void*>(&TcgCallbacks::Code), this))
         config_.hook_per_block = false;
       stats_.code_hook_adds++;
     }
@@ -3053,10 +3060,7 @@ void TcgCpu::Watch() {
       // 2.0.1 does without QEMU's barrier between the two.  So it is made
       // again every kRestopNs until the run, under this lock, says it ended.
       uc_emu_stop(uc_);
-      watch_deadline_ = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                                  std::chrono::steady_clock::now().time_since_epoch())
-                                                  .count()) +
-                        kRestopNs;
+      watch_deadline_ = SteadyNowNs() + kRestopNs;
       continue;
     }
     watch_deadline_ = 0;
@@ -3107,10 +3111,7 @@ absl::StatusOr<TcgStop> TcgCpu::Run(uint64_t timeout_us) {
   if (exit_at_block_start) stats_.runs_without_block_hook++;
   if (timeout_us != 0) {
     std::lock_guard<std::mutex> lock(watch_mu_);
-    watch_deadline_ = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                                std::chrono::steady_clock::now().time_since_epoch())
-                                                .count()) +
-                      timeout_us * 1000;
+    watch_deadline_ = SteadyNowNs() + timeout_us * 1000;
     watch_cv_.notify_all();
   }
   ReclaimCode();

@@ -906,9 +906,8 @@ std::optional<RunResult> Machine::RunTcgLoop(uint64_t deadline, bool until_untra
     uint64_t until = now + slice;
     // On host time the timer's deadline ends the run; on instruction time
     // the instruction hook stops at it (TimerDeadlineTicks).
-    if (std::optional<uint64_t> t = NextTimerNs();
-        t && clock_->source() == vcpu::GuestClock::Source::kHost)
-      until = std::min(until, now + std::max<uint64_t>(*t - std::min(*t, guest_now), 1000));
+    if (std::optional<uint64_t> t = NsToNextTimer(guest_now); t && clock_->source() == vcpu::GuestClock::Source::kHost)
+      until = std::min(until, now + *t);
     if (deadline) until = std::min(until, std::max(deadline, now) + 1000);
     // A debugger's step runs without a time limit (TcgCpu::SetDebugStep).
     const uint64_t limit_us = debugger_ && debugger_->stepping() ? 0 : (until - now + 999) / 1000;
@@ -1370,10 +1369,13 @@ void Machine::TimerMoved() {
   // an earlier one armed since (Linux re-arms its tick from the tick's own
   // interrupt handler, where nothing was armed when the run began) ends the
   // run at that expiry, not up to a slice (50 ms) later.
-  if (std::optional<uint64_t> t = NextTimerNs()) {
-    const uint64_t now = GuestNs();
-    tcg_->LimitRun(std::chrono::nanoseconds(std::max<uint64_t>(*t - std::min(*t, now), 1000)));
-  }
+  if (std::optional<uint64_t> t = NsToNextTimer(GuestNs())) tcg_->LimitRun(std::chrono::nanoseconds(*t));
+}
+
+std::optional<uint64_t> Machine::NsToNextTimer(uint64_t guest_now) const {
+  const std::optional<uint64_t> t = NextTimerNs();
+  if (!t) return std::nullopt;
+  return std::max<uint64_t>(*t - std::min(*t, guest_now), 1000);
 }
 
 void Machine::ArmTscDeadline(uint64_t tsc) {

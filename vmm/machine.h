@@ -201,6 +201,8 @@ class Machine : private vcpu::TcgDevices, private PciPlatform {
   std::optional<uint64_t> TimerDeadlineTicks() const;
   // The next LAPIC timer expiry or PIT channel-0 edge, in guest ns.
   std::optional<uint64_t> NextTimerNs() const;
+  // Guest ns from `guest_now` to NextTimerNs(), at least 1 us (a run's limit).
+  std::optional<uint64_t> NsToNextTimer(uint64_t guest_now) const;
   // Both timers up to `guest_ns` (the PIT's edges pulse ISA line 0).
   void AdvanceTimers(uint64_t guest_ns);
   // The guest moved a timer's next expiry (LAPIC timer, TSC deadline, PIT):
