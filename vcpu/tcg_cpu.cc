@@ -411,8 +411,13 @@ struct TcgCallbacks {
   // watchpoints and its precise self-modifying-code path do), where the
   // access is reported and the next instruction starts a block. So no code
   // hook is needed between hits (docs/tcg-engine.md, "Watched accesses").
-  static void RunAloneUnlessSeen(TcgCpu* self) {
-    if (self->delivering_ >= 0 || self->data_access_hook_) return;
+  //
+  // While the data-access hook is set (LLC events), the accesses the
+  // instruction made before, which the hook has counted, are not reported
+  // again in its run alone; `due`: one of them made a PMI due, and the run
+  // ends after the instruction.
+  static void RunAloneUnlessSeen(TcgCpu* self, bool due = false) {
+    if (self->delivering_ >= 0) return;
     uabi::EnvPrefix* env = self->env_;
     if (self->CodeHookActive() && !(env->hflags & uabi::kHfHookless)) return;
     if (self->blocks_in_run_ == self->alone_block_ && self->current_block_.start == self->alone_at_) return;
@@ -421,10 +426,25 @@ struct TcgCallbacks {
       self->stats_.access_stops_at_block_end++;
       return;
     }
-    self->alone_at_ = env->segs[uabi::kCs].base + env->eip;
+    const uint64_t at = env->segs[uabi::kCs].base + env->eip;
+    uint64_t reported = 0;
+    if (self->data_access_hook_) {
+      const std::optional<uint64_t> n = self->ReportedByInstruction(at);
+      if (!n) {  // (EIP is the instruction's now, as after SettleForDevice)
+        self->stats_.access_stops_at_block_end++;
+        return;
+      }
+      reported = *n;
+    }
+    self->alone_at_ = at;
     self->alone_block_ = self->blocks_in_run_ + 1;
+    self->alone_skip_ = reported;
+    self->alone_skip_armed_ = reported > 0;
+    self->alone_skip_block_ = ~0ull;
+    self->alone_due_ = due;
     At<uint32_t>(self->cpu_, uabi::kCpuCflagsNextTb) = 1;
     self->stats_.access_reruns++;
+    if (due) self->stats_.due_reruns++;
     cpu_loop_exit_noexc_x86_64(self->cpu_);  // (vbts's: TcgCallbacks::Restarted settles the block)
   }
   // A debugger's watched range was accessed: the run ends after this
@@ -474,8 +494,23 @@ struct TcgCallbacks {
       pa = t->gpa.value;
     }
     if (pa >= self->config_.ram_bytes) return;  // MMIO, nothing: not cached
-    self->data_access_hook_(pa, static_cast<uint32_t>(size), static_cast<uint8_t>(env->hflags & uabi::kHfCplMask),
-                            type == UC_MEM_WRITE);
+    if (self->alone_skip_ > 0 && self->blocks_in_run_ == self->alone_skip_block_) {
+      // The instruction run again alone reported this access before it
+      // was abandoned (RunAloneUnlessSeen).
+      self->stats_.accesses_not_reported_again++;
+      if (--self->alone_skip_ == 0 && self->alone_due_) self->RequestStop();
+      return;
+    }
+    self->reported_[self->reported_n_++ & (TcgCpu::kReportedRing - 1)] = {
+        t_access_ra != 0 ? t_access_ra : t_helper_ra, self->blocks_in_run_};
+    if (self->data_access_hook_(pa, static_cast<uint32_t>(size),
+                                static_cast<uint8_t>(env->hflags & uabi::kHfCplMask), type == UC_MEM_WRITE)) {
+      // Due at the boundary after this instruction: inside a block run
+      // with one hook it runs again alone; otherwise the next reported
+      // boundary (the code hook's, or this alone block's end) ends the run.
+      RunAloneUnlessSeen(self, /*due=*/true);
+      self->RequestStop();
+    }
   }
   // The guest's instruction breakpoint (a code hook bounded to its address,
   // SyncGuestExecHooks): a #DB fault before the instruction, unless the
@@ -675,6 +710,19 @@ struct TcgCallbacks {
     self->block_start_ = true;
     self->current_block_ = {address, size};
     self->blocks_in_run_++;
+    if (self->alone_skip_armed_) {
+      // The first block after RunAloneUnlessSeen left one for the data-access
+      // hook: the instruction alone, unless the run left QEMU's loop in
+      // between and something else runs first (then its accesses are
+      // reported again, a race with an asynchronous stop: counted).
+      self->alone_skip_armed_ = false;
+      if (address == self->alone_at_) {
+        self->alone_skip_block_ = self->blocks_in_run_;
+      } else {
+        self->alone_skip_ = 0;
+        self->stats_.alone_skips_dropped++;
+      }
+    }
     if (!self->kick_.load(std::memory_order_relaxed) && !self->time_up_.load(std::memory_order_relaxed)) return;
     // With a debugger's checks on, the code hook of this same boundary ends
     // the run after TcgCpu::DebugCheck, which must see every boundary (a
@@ -733,7 +781,7 @@ struct TcgCallbacks {
       env->hflags2 |= uabi::kHf2Nmi;
       self->stats_.nmis++;
       self->AnnounceEvent(std::nullopt);
-      do_interrupt_x86_hardirq_x86_64(env, 2, 1);
+      DeliverHardware(self, 2);
       return true;
     }
     if (pending == static_cast<int>(uabi::kInterruptHard)) {
@@ -743,10 +791,21 @@ struct TcgCallbacks {
       if (!vector) return false;
       self->stats_.interrupts++;
       self->AnnounceEvent(std::nullopt);
-      do_interrupt_x86_hardirq_x86_64(env, *vector, 1);
+      DeliverHardware(self, *vector);
       return true;
     }
     return false;
+  }
+  // An NMI or external interrupt through the IDT. Its table reads and frame
+  // are the delivery's, not an instruction's (delivering_): the data-access
+  // hook and the guest's data breakpoints see none of them, as for
+  // exceptions (Intr), and as the KVM engine's tracer, which lists each
+  // instruction's own operands. A fault on the way comes back through Intr.
+  static void DeliverHardware(TcgCpu* self, int vector) {
+    self->delivering_ = vector;
+    self->delivering_soft_ = false;
+    do_interrupt_x86_hardirq_x86_64(self->env_, vector, 1);
+    self->delivering_ = -1;
   }
   // A guest store into a page with translations is about to land
   // (tb_invalidate_phys_page_fast): the engine on this thread is told.
@@ -2717,12 +2776,35 @@ constexpr uint64_t kHooklessMinRoom = 4096;
 constexpr size_t kHooklessHits = 4096;  // a power of two
 }  // namespace
 
+std::optional<uint64_t> TcgCpu::ReportedByInstruction(uint64_t linear) {
+  // QEMU places a helper's return address at its instruction as it does for
+  // a fault there (cpu_restore_state: EIP, and CC_OP where it is static),
+  // so each look is undone after.
+  const uint64_t eip = env_->eip;
+  const uint32_t cc_op = env_->cc_op;
+  uint64_t n = 0;
+  bool placed = true;
+  for (uint64_t k = reported_n_; k > 0 && n < kReportedRing; k--) {
+    const ReportedAccess& r = reported_[(k - 1) & (kReportedRing - 1)];
+    if (r.block != blocks_in_run_) break;  // (a block runs its instructions once each, in order)
+    if (r.ra == 0 || !cpu_restore_state_x86_64(cpu_, r.ra, /*will_exit=*/false)) {
+      placed = false;
+      break;
+    }
+    if (env_->segs[uabi::kCs].base + env_->eip != linear) break;
+    n++;
+  }
+  env_->eip = eip;
+  env_->cc_op = cc_op;
+  if (!placed || n == kReportedRing) return std::nullopt;
+  return n;
+}
+
 bool TcgCpu::HooklessAllowed() const {
-  // Not with the data-access hook: an access that makes a PMI due ends the
-  // run at the next instruction (SetDataAccessHook), which needs its hook.
-  // (The guest's data breakpoints do not need it: RunAloneUnlessSeen.)
+  // The data-access hook's and the watched accesses that need the boundary
+  // after their instruction run it again alone (RunAloneUnlessSeen).
   return config_.hook_per_block && insn_hook_ && code_hook_ != 0 && skipping_ && !exec_bp_mask_ && !debug_code_ &&
-         debug_bps_.empty() && guest_exec_hooks_.empty() && !AccessHooksStop() && !deliver_now_ && !stop_requested_ &&
+         debug_bps_.empty() && guest_exec_hooks_.empty() && !deliver_now_ && !stop_requested_ &&
          skipped_ + kHooklessMinRoom <= skip_limit_;
 }
 
@@ -2770,8 +2852,7 @@ void TcgCpu::HooklessStart(uint64_t address, uintptr_t ra) {
   const HooklessHit* hit = HooklessLookup(ra);
   // A block without a record (made with the hook before every instruction
   // and chained to from one of this kind), or one the mode cannot follow.
-  if (hit == nullptr || hit->first != address || !block_start_ || !insn_hook_ || exec_bp_mask_ || DebugChecked() ||
-      AccessHooksStop()) {
+  if (hit == nullptr || hit->first != address || !block_start_ || !insn_hook_ || exec_bp_mask_ || DebugChecked()) {
     hookless_not_at_ = address;  // not straight back into the mode here
     LeaveHookless(address, /*handled=*/false);
   }
@@ -2784,7 +2865,7 @@ void TcgCpu::HooklessStart(uint64_t address, uintptr_t ra) {
   stats_.hookless_blocks++;
   if (n == 1) return;
   if (!(env_->hflags & uabi::kHfHookless) || !skipping_ || deliver_now_ || stop_requested_ ||
-      skipped_ + (n - 1) > skip_limit_ || exec_bp_mask_ || DebugChecked() || AccessHooksStop())
+      skipped_ + (n - 1) > skip_limit_ || exec_bp_mask_ || DebugChecked())
     LeaveHookless(address, /*handled=*/true);  // the rest, one hook an instruction
   open_ = hit->tb;
   open_idx_ = 0;
@@ -3097,6 +3178,7 @@ absl::StatusOr<TcgStop> TcgCpu::Run(uint64_t timeout_us) {
   debug_first_ = true;
   debug_progress_ = false;
   blocks_in_run_ = 0;
+  reported_n_ = 0;  // (block numbers start again)
   debug_resume_ = env_->segs[uabi::kCs].base + env_->eip;
   TcgCpu* outer = t_running;
   t_running = this;

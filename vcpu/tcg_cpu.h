@@ -120,6 +120,12 @@ struct TcgStats {
   // instruction QEMU could not find, which stop at the block's end
   // (TcgCallbacks::RunAloneUnlessSeen).
   uint64_t access_reruns = 0, access_stops_at_block_end = 0;
+  // Of those reruns, the ones for an access the data-access hook said made
+  // something due (a PMI of the LLC events), and the accesses their
+  // instructions had reported before, not reported again.
+  // An asynchronous stop between the two (the instruction's accesses are
+  // then reported again) counts in alone_skips_dropped.
+  uint64_t due_reruns = 0, accesses_not_reported_again = 0, alone_skips_dropped = 0;
   // Instructions translated as UD2 for vbts to perform (SMSW r32 outside
   // 64-bit mode, LGDT/LIDT in 64-bit mode), and those performed.
   uint64_t substituted = 0, performed = 0;
@@ -374,7 +380,12 @@ class TcgCpu {
   // event delivery), with its guest-physical address,
   // size and the CPL, while set (the virtual PMU's LLC events).  Every
   // memory access then leaves QEMU's fast path.  Set between runs only.
-  using DataAccessHook = std::function<void(uint64_t pa, uint32_t size, uint8_t cpl, bool write)>;
+  // It returns true when the access made something due at the boundary
+  // after its instruction (a PMI): the run ends there, and an instruction
+  // in a block run with one hook is run again alone for it, its accesses
+  // already reported not reported again (docs/tcg-engine.md, "Watched
+  // accesses").
+  using DataAccessHook = std::function<bool(uint64_t pa, uint32_t size, uint8_t cpl, bool write)>;
   void SetDataAccessHook(DataAccessHook hook);
   bool has_data_access_hook() const { return static_cast<bool>(data_access_hook_); }
 
@@ -725,15 +736,32 @@ class TcgCpu {
   GuestBreakpoints GuestDebugRegs() const;  // DR0-DR3 and DR7 as the guest set them
   bool GuestWatchesStale() const { return guest_data_hit_hook_ && GuestWatchRegs() != guest_watch_regs_; }
   void SyncGuestWatches();
-  // The data-access hook may ask for the boundary after its instruction:
-  // every instruction then keeps its hook. (The guest's data breakpoints and
-  // a debugger's watchpoints need not: their hit runs its instruction again
-  // alone, TcgCallbacks::RunAloneUnlessSeen.)
-  bool AccessHooksStop() const { return static_cast<bool>(data_access_hook_); }
   // The instruction RunAloneUnlessSeen left the block at, and the number
   // of the block (blocks_in_run_) that runs it alone.
   uint64_t alone_at_ = ~0ull;
   uint64_t alone_block_ = ~0ull;
+  // The data-access hook's reports in the current block (their helpers'
+  // return addresses, a ring), from which RunAloneUnlessSeen finds how many
+  // the abandoned instruction made; its run alone does not report those
+  // again (alone_skip_, counted down in the block numbered
+  // alone_skip_block_, which the next block start after the rerun's request
+  // sets if it starts at alone_at_), and asks for the stop at the last of
+  // them if one of them made something due (alone_due_).
+  static constexpr size_t kReportedRing = 256;  // a power of two
+  struct ReportedAccess {
+    uintptr_t ra = 0;
+    uint64_t block = ~0ull;
+  };
+  std::array<ReportedAccess, kReportedRing> reported_{};
+  uint64_t reported_n_ = 0;
+  uint64_t alone_skip_ = 0;
+  uint64_t alone_skip_block_ = ~0ull;
+  bool alone_skip_armed_ = false;
+  bool alone_due_ = false;
+  // Of the accesses reported in this block, how many the instruction at
+  // `linear` made: those at the ring's end whose return addresses QEMU
+  // places at it (nullopt: some cannot be placed, or the ring is all its).
+  std::optional<uint64_t> ReportedByInstruction(uint64_t linear);
   // QEMU's TCGContext, which tcg_tb_alloc (interposed) gives at the first
   // translation; nullptr before (ReclaimCode).
   void* tcg_ctx_ = nullptr;

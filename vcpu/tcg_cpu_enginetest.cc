@@ -791,6 +791,7 @@ TEST_F(TcgCpuTest, AnUnusedDataAccessHookLingersUncalled) {
     EXPECT_EQ(size, 4u);
     EXPECT_EQ(pa, write ? 0x5004u : 0x5000u);
     (write ? stores : loads)++;
+    return false;
   };
   cpu_->SetDataAccessHook(count);
   RunFrom(Pm32(0));
@@ -2127,6 +2128,109 @@ TEST_F(TcgSkipTest, DebugWatchpointUnderOneHookABlockStopsWhereTheHookSawTheBoun
   EXPECT_EQ(reports.back(), kCodeRip + 14);
   EXPECT_EQ(cpu_->stats().access_reruns, 1u);
   EXPECT_GT(cpu_->stats().hookless_blocks, 0u);
+}
+
+
+// mov ecx, 40 / L: mov eax, [0x800] / add [0x804], eax / inc ebx / dec ecx /
+// jnz L / hlt: three data accesses an iteration (the MOV's load, the ADD's
+// load and store), the ADD in the middle of the loop's block.
+const std::vector<uint8_t> kThreeAccessesALoop = {0xb9, 0x28, 0x00, 0x00, 0x00, 0xa1, 0x00, 0x08, 0x00, 0x00, 0x01,
+                                                   0x05, 0x04, 0x08, 0x00, 0x00, 0x43, 0x49, 0x75, 0xf1, 0xf4};
+constexpr uint64_t kAddAt = kCodeRip + 10, kIncAt = kCodeRip + 16;
+
+// The data-access hook says something is due (as the tracer does for an LLC
+// counter's PMI, and from then on until the boundary) at access number `due`
+// of the run, counting from 1; blocks run with one hook. Returns the stop.
+struct DueRun {
+  CpuState st;
+  std::vector<uint64_t> reports;  // the instruction hook's boundaries
+  uint64_t executed = 0;          // instructions that ran before the stop (reported or skipped)
+  uint64_t loads800 = 0, loads804 = 0, stores804 = 0;
+};
+
+class TcgDueAccessTest : public TcgSkipTest {
+ protected:
+  DueRun RunDueAt(uint64_t due) {
+    Code(kCodeRip, kThreeAccessesALoop);
+    DueRun r;
+    uint64_t accesses = 0;
+    cpu_->SetDataAccessHook([&](uint64_t pa, uint32_t size, uint8_t, bool write) {
+      EXPECT_EQ(size, 4u);
+      if (write) {
+        EXPECT_EQ(pa, 0x804u);
+        r.stores804++;
+      } else {
+        (pa == 0x800 ? r.loads800 : r.loads804)++;
+      }
+      return ++accesses >= due;
+    });
+    cpu_->SetInstructionHook([&](uint64_t la) {
+      r.reports.push_back(la);
+      r.executed += Take().count;
+      cpu_->SkipSequential(UINT64_MAX, /*across=*/true, /*ends=*/false);
+    });
+    r.st = RunFrom(Pm32(0), TcgStop::kRequested);
+    // Each reported instruction ran, but one reported where the run stopped
+    // (a run that stops at a block start reports it when resumed).
+    r.executed += Take().count + r.reports.size();
+    if (!r.reports.empty() && r.reports.back() == r.st.pc_linear()) r.executed--;
+    return r;
+  }
+};
+
+TEST_F(TcgDueAccessTest, DueAtAnInstructionsFirstAccessStopsAfterItReportingEachAccessOnce) {
+  // Access 92 is the ADD's load in iteration 31 (3 x 30 + 2): the ADD is
+  // left there and runs again alone without reporting that load again; its
+  // store is reported once; the run stops before the INC after it. 1 MOV
+  // ECX + 30 iterations of 5 + MOV and ADD: 153 instructions ran.
+  const DueRun r = RunDueAt(92);
+  EXPECT_EQ(r.st.rip, kIncAt);
+  EXPECT_EQ(r.st.gpr[kRbx], 30u);
+  EXPECT_EQ(r.st.gpr[kRcx], 10u);
+  EXPECT_EQ(r.loads800, 31u);
+  EXPECT_EQ(r.loads804, 31u);
+  EXPECT_EQ(r.stores804, 31u);
+  EXPECT_EQ(r.executed, 153u);
+  EXPECT_EQ(cpu_->stats().due_reruns, 1u);
+  EXPECT_EQ(cpu_->stats().accesses_not_reported_again, 1u);
+  EXPECT_EQ(cpu_->stats().alone_skips_dropped, 0u);
+  EXPECT_GT(cpu_->stats().hookless_blocks, 0u);
+}
+
+TEST_F(TcgDueAccessTest, DueAtAnInstructionsLastAccessStopsAfterItReportingEachAccessOnce) {
+  // Access 93 is the ADD's store: its load and store are not reported again.
+  const DueRun r = RunDueAt(93);
+  EXPECT_EQ(r.st.rip, kIncAt);
+  EXPECT_EQ(r.st.gpr[kRbx], 30u);
+  EXPECT_EQ(r.loads800 + r.loads804 + r.stores804, 93u);
+  EXPECT_EQ(r.stores804, 31u);
+  EXPECT_EQ(r.executed, 153u);
+  EXPECT_EQ(cpu_->stats().due_reruns, 1u);
+  EXPECT_EQ(cpu_->stats().accesses_not_reported_again, 2u);
+}
+
+TEST_F(TcgDueAccessTest, DueAtABlocksFirstInstructionStopsAfterIt) {
+  // Access 91 is the MOV's load, the first instruction of iteration 31's
+  // block: the MOV runs again alone, the stop is before the ADD.
+  const DueRun r = RunDueAt(91);
+  EXPECT_EQ(r.st.rip, kAddAt);
+  EXPECT_EQ(r.st.gpr[kRbx], 30u);
+  EXPECT_EQ(r.loads800, 31u);
+  EXPECT_EQ(r.loads804 + r.stores804, 60u);
+  EXPECT_EQ(r.executed, 152u);
+}
+
+TEST_F(TcgDueAccessTest, WithTheHookBeforeEveryInstructionNothingRunsAgain) {
+  // Skipping nothing (no one hook a block): the code hook at the ADD's
+  // successor ends the run; the same stop, each access once, no rerun.
+  Code(kCodeRip, kThreeAccessesALoop);
+  uint64_t accesses = 0;
+  cpu_->SetDataAccessHook([&](uint64_t, uint32_t, uint8_t, bool) { return ++accesses >= 92; });
+  cpu_->SetInstructionHook([](uint64_t) {});
+  CpuState st = RunFrom(Pm32(0), TcgStop::kRequested);
+  EXPECT_EQ(st.rip, kIncAt);
+  EXPECT_EQ(accesses, 93u);
+  EXPECT_EQ(cpu_->stats().access_reruns, 0u);
 }
 
 }  // namespace

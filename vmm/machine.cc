@@ -592,9 +592,11 @@ RunResult Machine::Finish(RunEnd end, int status, std::string message) {
                             t.breakpoints, t.guest_exec_hook_syncs);
     if (t.access_reruns || t.access_stops_at_block_end)
       absl::StrAppendFormat(&r.details,
-                            "tcg: watched accesses (data breakpoints, watchpoints): %u instructions run again alone, "
-                            "%u stops at a block's end\n",
-                            t.access_reruns, t.access_stops_at_block_end);
+                            "tcg: watched accesses (data breakpoints, watchpoints, LLC-event PMIs): %u instructions "
+                            "run again alone (%u for a PMI, %u accesses not reported again, %u races lost), %u stops "
+                            "at a block's end\n",
+                            t.access_reruns, t.due_reruns, t.accesses_not_reported_again, t.alone_skips_dropped,
+                            t.access_stops_at_block_end);
   }
   if (tracer_) {
     const vcpu::TracerStats& t = tracer_->stats();
@@ -953,8 +955,8 @@ void Machine::UpdateTcgObservation() {
       tcg_->SetDataAccessHook(nullptr);
     } else {
       tcg_->SetDataAccessHook([this](uint64_t pa, uint32_t size, uint8_t cpl, bool write) {
-        // A PMI is due: the next instruction boundary is reported.
-        if (tracer_->ObserveDataAccess(pa, size, cpl, write)) tcg_->RequestStop();
+        // A PMI is due: the engine reports the boundary after the instruction.
+        return tracer_->ObserveDataAccess(pa, size, cpl, write);
       });
     }
   }
