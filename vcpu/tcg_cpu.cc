@@ -486,13 +486,9 @@ struct TcgCallbacks {
     // tracer, which lists each instruction's own operands, does not see them.
     if (!self->data_access_hook_ || size <= 0 || self->delivering_ >= 0) return;
     const uabi::EnvPrefix* env = self->env_;
+    const bool write = type == UC_MEM_WRITE;
     uint64_t pa = address;
-    if (env->cr[0] & kCr0Pg) {
-      WalkView bus(self->config_.ram, self->config_.ram_bytes, self->config_.devices);  // as QEMU walked
-      auto t = pmu::Translate(self->WalkRegs(), bus, Gva{address}, pmu::Access{}, /*set_accessed_dirty=*/false);
-      if (!t.ok() || !t->fault.ok()) return;  // the access faults: the instruction does not retire
-      pa = t->gpa.value;
-    }
+    if ((env->cr[0] & kCr0Pg) && !self->CachedTranslation(address, write, pa)) return;
     if (pa >= self->config_.ram_bytes) return;  // MMIO, nothing: not cached
     if (self->alone_skip_ > 0 && self->blocks_in_run_ == self->alone_skip_block_) {
       // The instruction run again alone reported this access before it
@@ -504,7 +500,7 @@ struct TcgCallbacks {
     self->reported_[self->reported_n_++ & (TcgCpu::kReportedRing - 1)] = {
         t_access_ra != 0 ? t_access_ra : t_helper_ra, self->blocks_in_run_};
     if (self->data_access_hook_(pa, static_cast<uint32_t>(size),
-                                static_cast<uint8_t>(env->hflags & uabi::kHfCplMask), type == UC_MEM_WRITE)) {
+                                static_cast<uint8_t>(env->hflags & uabi::kHfCplMask), write)) {
       // Due at the boundary after this instruction: inside a block run
       // with one hook it runs again alone; otherwise the next reported
       // boundary (the code hook's, or this alone block's end) ends the run.
@@ -2775,6 +2771,27 @@ namespace {
 constexpr uint64_t kHooklessMinRoom = 4096;
 constexpr size_t kHooklessHits = 4096;  // a power of two
 }  // namespace
+
+bool TcgCpu::CachedTranslation(uint64_t linear, bool write, uint64_t& pa) {
+  const bool user = (env_->hflags & uabi::kHfCplMask) == 3;
+  const uint64_t generation = g_paging_generation.load(std::memory_order_relaxed);
+  const uint64_t tag = (linear >> 12) << 2 | (write ? 1 : 0) | (user ? 2 : 0);
+  PaCacheEntry& e = pa_cache_[tag & (kPaCache - 1)];  // (128 consecutive pages, each kind of access)
+  if (e.tag == tag && e.generation == generation) {
+    pa = e.pa_page | (linear & 0xFFF);
+    return true;
+  }
+  stats_.data_walks++;
+  WalkView bus(config_.ram, config_.ram_bytes, config_.devices);  // as QEMU walks
+  pmu::Access access;
+  access.write = write;
+  access.user = user;
+  auto t = pmu::Translate(WalkRegs(), bus, Gva{linear}, access, /*set_accessed_dirty=*/false);
+  if (!t.ok() || !t->fault.ok()) return false;  // the access faults: the instruction does not retire
+  pa = t->gpa.value;
+  e = {tag, generation, pa & ~0xFFFull};
+  return true;
+}
 
 std::optional<uint64_t> TcgCpu::ReportedByInstruction(uint64_t linear) {
   // QEMU places a helper's return address at its instruction as it does for

@@ -126,6 +126,8 @@ struct TcgStats {
   // An asynchronous stop between the two (the instruction's accesses are
   // then reported again) counts in alone_skips_dropped.
   uint64_t due_reruns = 0, accesses_not_reported_again = 0, alone_skips_dropped = 0;
+  // Page walks the data-access hook made (CachedTranslation's misses).
+  uint64_t data_walks = 0;
   // Instructions translated as UD2 for vbts to perform (SMSW r32 outside
   // 64-bit mode, LGDT/LIDT in 64-bit mode), and those performed.
   uint64_t substituted = 0, performed = 0;
@@ -758,6 +760,20 @@ class TcgCpu {
   uint64_t alone_skip_block_ = ~0ull;
   bool alone_skip_armed_ = false;
   bool alone_due_ = false;
+  // The data-access hook's guest-physical addresses: a direct-mapped cache
+  // of the walks (linear page, write, user) that did not fault, valid until
+  // QEMU's next TLB flush (g_paging_generation), as QEMU's own TLB entries
+  // are: an access reports the page QEMU performs it on, also where the
+  // guest changed a page-table entry without INVLPG. A walk that faults is
+  // not kept (the access faults: nothing is reported).
+  struct PaCacheEntry {
+    uint64_t tag = ~0ull;  // linear page << 2 | user << 1 | write
+    uint64_t generation = ~0ull;
+    uint64_t pa_page = 0;
+  };
+  static constexpr size_t kPaCache = 512;  // a power of two
+  std::array<PaCacheEntry, kPaCache> pa_cache_{};
+  bool CachedTranslation(uint64_t linear, bool write, uint64_t& pa);
   // Of the accesses reported in this block, how many the instruction at
   // `linear` made: those at the ring's end whose return addresses QEMU
   // places at it (nullopt: some cannot be placed, or the ring is all its).

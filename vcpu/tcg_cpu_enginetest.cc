@@ -356,6 +356,40 @@ TEST_F(TcgCpuTest, PageFaultUnder32BitPagingHasCr2AndErrorCode) {
   EXPECT_EQ(Read32(0x301000) & 0x20, 0x20u);          // the PTE's accessed bit (fetch)
 }
 
+TEST_F(TcgCpuTest, TheDataAccessHookSeesThePagesQemusTlbMapsUntilTheFlush) {
+  // 32-bit paging as Paged32AtHighPage; PTE 1 maps linear 0x40001000 to
+  // physical 0x200000. The code loads from there, points PTE 1 at 0x210000
+  // with no INVLPG, loads again (QEMU's TLB, like a CPU's, still maps the old
+  // page: EBX = the old page's word), then INVLPGs and loads a third time
+  // (ECX = the new page's word). The hook reports the physical page each load
+  // read: 0x200000, 0x200000, 0x210000 (a fresh walk at the second load
+  // would have named 0x210000, which QEMU did not read).
+  //   mov eax, [0x40001000]; mov dword [0x301004], 0x00210003;
+  //   mov ebx, [0x40001000]; invlpg [0x40001000]; mov ecx, [0x40001000]; hlt
+  Code(0x100000, {0xa1, 0x00, 0x10, 0x00, 0x40, 0xc7, 0x05, 0x04, 0x10, 0x30, 0x00, 0x03, 0x00, 0x21, 0x00,
+                  0x8b, 0x1d, 0x00, 0x10, 0x00, 0x40, 0x0f, 0x01, 0x3d, 0x00, 0x10, 0x00, 0x40,
+                  0x8b, 0x0d, 0x00, 0x10, 0x00, 0x40, 0xf4});
+  CpuState st = Paged32AtHighPage();
+  Write32(kPt + 4, 0x00200003);
+  Write32(0x200000, 0x11111111);
+  Write32(0x210000, 0x22222222);
+  std::vector<std::pair<uint64_t, bool>> seen;
+  cpu_->SetDataAccessHook([&](uint64_t pa, uint32_t, uint8_t, bool write) {
+    seen.emplace_back(pa, write);
+    return false;
+  });
+  st = RunFrom(st);
+  EXPECT_EQ(st.gpr[kRax], 0x11111111u);
+  EXPECT_EQ(st.gpr[kRbx], 0x11111111u);
+  EXPECT_EQ(st.gpr[kRcx], 0x22222222u);
+  const std::vector<std::pair<uint64_t, bool>> want = {
+      {0x200000, false}, {kPt + 4, true}, {0x200000, false}, {0x210000, false}};
+  EXPECT_EQ(seen, want);
+  // Walks: the first load, the store, and the load after the INVLPG; the
+  // second load's came from the cache.
+  EXPECT_EQ(cpu_->stats().data_walks, 3u);
+}
+
 TEST_F(TcgCpuTest, LongModeInt3PushesA64BitFrameOnTheIstStack) {
   // SDM vol. 3A 6.14.2/6.14.5: a 64-bit gate with IST=1 loads RSP from IST1,
   // aligns it to 16 and pushes SS, RSP, RFLAGS, CS, RIP (8 bytes each).

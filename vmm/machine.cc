@@ -590,6 +590,9 @@ RunResult Machine::Finish(RunEnd end, int status, std::string message) {
       absl::StrAppendFormat(&r.details,
                             "tcg: the guest's instruction breakpoints: %u raised, their code hooks remade %u times\n",
                             t.breakpoints, t.guest_exec_hook_syncs);
+    if (t.data_walks)
+      absl::StrAppendFormat(&r.details, "tcg: the data-access hook walked the page tables %u times (other accesses "
+                            "found their page in its cache)\n", t.data_walks);
     if (t.access_reruns || t.access_stops_at_block_end)
       absl::StrAppendFormat(&r.details,
                             "tcg: watched accesses (data breakpoints, watchpoints, LLC-event PMIs): %u instructions "
