@@ -437,10 +437,10 @@ struct TcgCallbacks {
       reported = *n;
     }
     self->alone_at_ = at;
-    self->alone_block_ = self->blocks_in_run_ + 1;
+    self->alone_block_ = ~0ull;  // the next block to start (Block), in this run or the next (Run)
+    self->alone_pending_ = true;
     self->alone_skip_ = reported;
-    self->alone_skip_armed_ = reported > 0;
-    self->alone_skip_block_ = ~0ull;
+    self->alone_skip_started_ = false;
     self->alone_due_ = due;
     At<uint32_t>(self->cpu_, uabi::kCpuCflagsNextTb) = 1;
     self->stats_.access_reruns++;
@@ -490,10 +490,11 @@ struct TcgCallbacks {
     uint64_t pa = address;
     if ((env->cr[0] & kCr0Pg) && !self->CachedTranslation(address, write, pa)) return;
     if (pa >= self->config_.ram_bytes) return;  // MMIO, nothing: not cached
-    if (self->alone_skip_ > 0 && self->blocks_in_run_ == self->alone_skip_block_) {
+    if (self->alone_skip_ > 0 && self->blocks_in_run_ == self->alone_block_) {
       // The instruction run again alone reported this access before it
       // was abandoned (RunAloneUnlessSeen).
       self->stats_.accesses_not_reported_again++;
+      self->alone_skip_started_ = true;
       if (--self->alone_skip_ == 0 && self->alone_due_) self->RequestStop();
       return;
     }
@@ -706,20 +707,32 @@ struct TcgCallbacks {
     self->block_start_ = true;
     self->current_block_ = {address, size};
     self->blocks_in_run_++;
-    if (self->alone_skip_armed_) {
-      // The first block after RunAloneUnlessSeen left one for the data-access
-      // hook: the instruction alone, unless the run left QEMU's loop in
-      // between and something else runs first (then its accesses are
-      // reported again, a race with an asynchronous stop: counted).
-      self->alone_skip_armed_ = false;
+    if (self->alone_pending_) {
+      // The first block after RunAloneUnlessSeen left one: the instruction
+      // alone, unless something else runs first (an interrupt taken where a
+      // run ended in between: then the accesses it reported before are
+      // reported again, counted as a race lost).
+      self->alone_pending_ = false;
       if (address == self->alone_at_) {
-        self->alone_skip_block_ = self->blocks_in_run_;
-      } else {
+        self->alone_block_ = self->blocks_in_run_;
+      } else if (self->alone_skip_ > 0) {
         self->alone_skip_ = 0;
         self->stats_.alone_skips_dropped++;
       }
+    } else if (self->alone_skip_ > 0 && self->blocks_in_run_ != self->alone_block_) {
+      if (address == self->alone_at_ && !self->alone_skip_started_) {
+        self->alone_block_ = self->blocks_in_run_;  // left before it ran (LeaveHookless): it starts here again
+      } else {
+        self->alone_skip_ = 0;  // its block was left before those accesses (a fault)
+      }
     }
     if (!self->kick_.load(std::memory_order_relaxed) && !self->time_up_.load(std::memory_order_relaxed)) return;
+    if (self->alone_block_ == self->blocks_in_run_) {
+      // The run ends before the instruction runs alone: the next block to
+      // start, in this run or the next (Run), is to be it again.
+      self->alone_block_ = ~0ull;
+      self->alone_pending_ = true;
+    }
     // With a debugger's checks on, the code hook of this same boundary ends
     // the run after TcgCpu::DebugCheck, which must see every boundary (a
     // step ended here would otherwise run one more instruction when resumed);
@@ -3196,6 +3209,15 @@ absl::StatusOr<TcgStop> TcgCpu::Run(uint64_t timeout_us) {
   debug_progress_ = false;
   blocks_in_run_ = 0;
   reported_n_ = 0;  // (block numbers start again)
+  alone_block_ = ~0ull;
+  if (alone_pending_) {
+    // The last run ended between RunAloneUnlessSeen and the instruction's
+    // run alone: this one starts with it, alone (unless an interrupt comes
+    // first: then Block drops the rerun).
+    At<uint32_t>(cpu_, uabi::kCpuCflagsNextTb) = 1;
+  } else {
+    alone_skip_ = 0;
+  }
   debug_resume_ = env_->segs[uabi::kCs].base + env_->eip;
   TcgCpu* outer = t_running;
   t_running = this;

@@ -739,16 +739,18 @@ class TcgCpu {
   bool GuestWatchesStale() const { return guest_data_hit_hook_ && GuestWatchRegs() != guest_watch_regs_; }
   void SyncGuestWatches();
   // The instruction RunAloneUnlessSeen left the block at, and the number
-  // of the block (blocks_in_run_) that runs it alone.
+  // of the block (blocks_in_run_) that runs it alone, which the next block
+  // start sets while pending (TcgCallbacks::Block; a run that ends before
+  // it keeps it pending for the next, Run).
   uint64_t alone_at_ = ~0ull;
   uint64_t alone_block_ = ~0ull;
+  bool alone_pending_ = false;
   // The data-access hook's reports in the current block (their helpers'
   // return addresses, a ring), from which RunAloneUnlessSeen finds how many
-  // the abandoned instruction made; its run alone does not report those
-  // again (alone_skip_, counted down in the block numbered
-  // alone_skip_block_, which the next block start after the rerun's request
-  // sets if it starts at alone_at_), and asks for the stop at the last of
-  // them if one of them made something due (alone_due_).
+  // the abandoned instruction made; its run alone (the block alone_block_)
+  // does not report those again (alone_skip_, counted down), and asks for
+  // the stop at the last of them if one of them made something due
+  // (alone_due_).
   static constexpr size_t kReportedRing = 256;  // a power of two
   struct ReportedAccess {
     uintptr_t ra = 0;
@@ -757,8 +759,7 @@ class TcgCpu {
   std::array<ReportedAccess, kReportedRing> reported_{};
   uint64_t reported_n_ = 0;
   uint64_t alone_skip_ = 0;
-  uint64_t alone_skip_block_ = ~0ull;
-  bool alone_skip_armed_ = false;
+  bool alone_skip_started_ = false;
   bool alone_due_ = false;
   // The data-access hook's guest-physical addresses: a direct-mapped cache
   // of the walks (linear page, write, user) that did not fault, valid until

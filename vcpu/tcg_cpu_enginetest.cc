@@ -2254,6 +2254,31 @@ TEST_F(TcgDueAccessTest, DueAtABlocksFirstInstructionStopsAfterIt) {
   EXPECT_EQ(r.executed, 152u);
 }
 
+TEST_F(TcgDueAccessTest, AStopBeforeTheRunAloneKeepsTheSkipForTheNextRun) {
+  // A stop asked for as the ADD's load (access 92) makes something due (as
+  // a host-time limit could): the run ends before the ADD runs alone, at
+  // the ADD. The next run starts with it alone and still does not report
+  // that load again; it stops before the INC.
+  Code(kCodeRip, kThreeAccessesALoop);
+  uint64_t accesses = 0, loads804 = 0;
+  cpu_->SetDataAccessHook([&](uint64_t pa, uint32_t, uint8_t, bool write) {
+    if (pa == 0x804 && !write) loads804++;
+    if (++accesses == 92) cpu_->RequestStop();
+    return accesses >= 92;
+  });
+  cpu_->SetInstructionHook([&](uint64_t) { cpu_->SkipSequential(UINT64_MAX, /*across=*/true, /*ends=*/false); });
+  CpuState st = RunFrom(Pm32(0), TcgStop::kRequested);
+  EXPECT_EQ(st.rip, kAddAt);
+  EXPECT_EQ(st.gpr[kRbx], 30u);
+  st = RunFrom(st, TcgStop::kRequested);
+  EXPECT_EQ(st.rip, kIncAt);
+  EXPECT_EQ(st.gpr[kRbx], 30u);
+  EXPECT_EQ(accesses, 93u);
+  EXPECT_EQ(loads804, 31u);
+  EXPECT_EQ(cpu_->stats().accesses_not_reported_again, 1u);
+  EXPECT_EQ(cpu_->stats().alone_skips_dropped, 0u);
+}
+
 TEST_F(TcgDueAccessTest, WithTheHookBeforeEveryInstructionNothingRunsAgain) {
   // Skipping nothing (no one hook a block): the code hook at the ADD's
   // successor ends the run; the same stop, each access once, no rerun.
