@@ -38,14 +38,7 @@
 %endmacro
 
 main:
-        PERFMON_REQUIRE 2, 2, .skip
-        test ebx, (1 << 3) | (1 << 4)   ; LLC reference / miss events not available
-        jnz .skip
-        jmp .go
-.skip:
-        SKIP "arch perfmon v2 with 2 GP counters and the LLC events needed"
-        ret
-.go:
+        LLC_REQUIRE
         SET_HANDLER PMI_VEC, pmi_handler
         APIC_ENABLE
         mov dword [LVT_PERFMON], PMI_VEC

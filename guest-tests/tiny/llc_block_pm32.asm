@@ -30,14 +30,7 @@
 %define PMI_AT          700
 
 main:
-        PERFMON_REQUIRE 2, 2, .skip
-        test ebx, (1 << 3) | (1 << 4)   ; LLC reference / miss events not available
-        jnz .skip
-        jmp .go
-.skip:
-        SKIP "arch perfmon v2 with 2 GP counters and the LLC events needed"
-        ret
-.go:
+        LLC_REQUIRE
         RAW_GATE32 PMI_VEC, pmi_raw
         APIC_ENABLE
         mov dword [LVT_PERFMON], PMI_VEC
