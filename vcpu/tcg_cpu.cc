@@ -1008,6 +1008,26 @@ struct TcgCallbacks {
   // QEMU's interrupt shadow, for CheckInstructionBreakpoints.
   static void SsLoaded(TcgCpu* self, bool loaded) { self->ss_shadow_ = loaded; }
   static bool Owns(TcgCpu* self, void* cpu) { return self->cpu_ == cpu; }
+  // While SyncDebugBreakpoints changes QEMU's breakpoints, the code buffer
+  // flush each asks for is noted (tb_flush).
+  static inline thread_local bool* t_flush_noted = nullptr;
+  static bool NoteFlush() {
+    if (t_flush_noted == nullptr) return false;
+    *t_flush_noted = true;
+    return true;
+  }
+  // QEMU's debug exit at one of the debugger's breakpoints inserted as
+  // QEMU's (EIP is the instruction's: the exit synced it): the run ends
+  // there, before the instruction, as DebugBoundary ends it.
+  static bool QemuBreakpoint(TcgCpu* self) {
+    const uint64_t linear = self->env_->segs[uabi::kCs].base + self->env_->eip;
+    if (!std::binary_search(self->qemu_bps_.begin(), self->qemu_bps_.end(), linear)) return false;
+    self->stats_.qemu_breakpoint_stops++;
+    self->debug_stop_ = TcgCpu::DebugStop{TcgCpu::DebugStop::kBreakpoint, linear, false};
+    self->stop_requested_ = true;
+    uc_emu_stop(self->uc_);  // (Unicorn's loop ends the run at EXCP_DEBUG only when asked to stop)
+    return true;
+  }
   static bool StopRequested(TcgCpu* self) { return self->stop_requested_; }
   // An interrupt the guest can take now (IF=1) is pending at a device: a
   // WRMSR that raised it (a TSC deadline already passed, an x2APIC self-IPI)
@@ -1703,6 +1723,29 @@ void tb_invalidate_phys_page_range_x86_64(void* uc, uint64_t start, uint64_t end
   original(uc, start, end);
 }
 
+// QEMU empties its whole code buffer when a breakpoint is inserted or
+// removed (breakpoint_invalidate); Unicorn 2.0.1's flush also zeroes the
+// buffer (0.2 s, 2 s the first time). While vbts changes its breakpoints
+// (TcgCpu::SyncDebugBreakpoints) the flush is noted instead, and vbts
+// invalidates guest RAM's translations itself (FlushCode).
+void tb_flush_x86_64(void* cpu) {
+  using Fn = void (*)(void*);
+  static const auto original = vbts::vcpu::Original<Fn>("tb_flush_x86_64");
+  if (vbts::vcpu::TcgCallbacks::NoteFlush()) return;
+  original(cpu);
+}
+
+// QEMU's handler of a debug exit (EXCP_DEBUG): one of vbts's debugger
+// breakpoints (TcgCpu::SyncDebugBreakpoints) ends the run there.
+void breakpoint_handler_x86_64(void* cs) {
+  using Fn = void (*)(void*);
+  static const auto original = vbts::vcpu::Original<Fn>("breakpoint_handler_x86_64");
+  vbts::vcpu::TcgCpu* self = vbts::vcpu::t_running;
+  if (self != nullptr && vbts::vcpu::TcgCallbacks::Owns(self, cs) && vbts::vcpu::TcgCallbacks::QemuBreakpoint(self))
+    return;
+  original(cs);
+}
+
 void tb_invalidate_phys_range_x86_64(void* uc, uint64_t start, uint64_t end) {
   using Fn = void (*)(void*, uint64_t, uint64_t);
   static const auto original = vbts::vcpu::Original<Fn>("tb_invalidate_phys_range_x86_64");
@@ -1882,7 +1925,14 @@ TcgCpu::~TcgCpu() {
     std::lock_guard<std::mutex> lock(g_engines_mu);
     std::erase(Engines(), this);
   }
-  if (uc_ != nullptr) uc_close(uc_);
+  if (uc_ != nullptr) {
+    // QEMU's breakpoints are its allocations, which uc_close leaves.
+    bool flush = false;
+    TcgCallbacks::t_flush_noted = &flush;
+    for (uint64_t a : qemu_bps_) cpu_breakpoint_remove_x86_64(cpu_, a, uabi::kBpGdb);
+    TcgCallbacks::t_flush_noted = nullptr;
+    uc_close(uc_);
+  }
 }
 
 absl::StatusOr<std::unique_ptr<TcgCpu>> TcgCpu::Create(const Config& config) {
@@ -3190,6 +3240,7 @@ absl::StatusOr<TcgStop> TcgCpu::Run(uint64_t timeout_us) {
   SyncDataHook();
   SyncGuestWatches();
   SyncGuestExecHooks();
+  SyncDebugBreakpoints();  // after the code hook: whether it checks them
   SyncBlockHook();  // after the other hooks: whether any needs it
   allow_delivery_ = false;
   stop_requested_ = halted_ = triple_fault_ = false;
@@ -3271,18 +3322,45 @@ void TcgCpu::SetDebugBreakpoints(std::vector<uint64_t> linear) {
   std::sort(linear.begin(), linear.end());
   linear.erase(std::unique(linear.begin(), linear.end()), linear.end());
   if (linear == debug_bps_) return;  // GDB removes and re-inserts them at every stop
-  for (size_t h : debug_bp_hooks_) DeleteCodeHook(h);
-  debug_bp_hooks_.clear();
   debug_bps_ = std::move(linear);
-  for (uint64_t a : debug_bps_) {
-    uc_hook h = 0;
-    if (uc_hook_add(uc_, &h, UC_HOOK_CODE, reinterpret_cast<void*>(&TcgCallbacks::DebugBreakpoint), this, a, a) ==
-        UC_ERR_OK)
-      debug_bp_hooks_.push_back(h);
+  UpdateDebugCode();  // (SyncDebugBreakpoints puts them in at the next run's start)
+}
+
+void TcgCpu::SyncDebugBreakpoints() {
+  // While the catch-all code hook runs, it checks every breakpoint
+  // (DebugCheck, after the tracer's events at the same boundary). Otherwise
+  // each is QEMU's own (BP_GDB): its translation ends with a debug exit
+  // before the instruction (QemuBreakpoint), with no Unicorn code hook, so
+  // a run with breakpoints alone needs no block hook either (NeedsBlockHook).
+  // The one where the run resumes is a code hook bounded to its address
+  // instead, which lets the run's first block run it (DebugBreakpoint).
+  std::vector<uint64_t> qemu, hooked;
+  if (!CodeHookActive()) {
+    const uint64_t resume = env_->segs[uabi::kCs].base + env_->eip;
+    for (uint64_t a : debug_bps_) (a == resume ? hooked : qemu).push_back(a);
   }
-  // Code hooks are compiled into the translations (once, if the catch-all
-  // hook changed too).
-  if (!UpdateDebugCode()) FlushCode();
+  if (qemu != qemu_bps_) {
+    bool flush = false;
+    TcgCallbacks::t_flush_noted = &flush;
+    for (uint64_t a : qemu_bps_) cpu_breakpoint_remove_x86_64(cpu_, a, uabi::kBpGdb);
+    for (uint64_t a : qemu) cpu_breakpoint_insert_x86_64(cpu_, a, uabi::kBpGdb, nullptr);
+    TcgCallbacks::t_flush_noted = nullptr;
+    qemu_bps_ = std::move(qemu);
+    stats_.qemu_breakpoint_syncs++;
+    if (flush) FlushCode();  // QEMU's translator looks for them as it translates
+  }
+  if (hooked != debug_bp_hook_addrs_) {
+    for (size_t h : debug_bp_hooks_) DeleteCodeHook(h);
+    debug_bp_hooks_.clear();
+    debug_bp_hook_addrs_ = std::move(hooked);
+    for (uint64_t a : debug_bp_hook_addrs_) {
+      uc_hook h = 0;
+      if (uc_hook_add(uc_, &h, UC_HOOK_CODE, reinterpret_cast<void*>(&TcgCallbacks::DebugBreakpoint), this, a, a) ==
+          UC_ERR_OK)
+        debug_bp_hooks_.push_back(h);
+    }
+    FlushCode();  // code hooks are compiled into the translations
+  }
 }
 
 void TcgCpu::SetDebugStep(bool step) {

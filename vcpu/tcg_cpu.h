@@ -128,6 +128,9 @@ struct TcgStats {
   uint64_t due_reruns = 0, accesses_not_reported_again = 0, alone_skips_dropped = 0;
   // Page walks the data-access hook made (CachedTranslation's misses).
   uint64_t data_walks = 0;
+  // The debugger's breakpoints as QEMU's own: the times the set inserted
+  // changed, and the stops at them (TcgCpu::SyncDebugBreakpoints).
+  uint64_t qemu_breakpoint_syncs = 0, qemu_breakpoint_stops = 0;
   // Instructions translated as UD2 for vbts to perform (SMSW r32 outside
   // 64-bit mode, LGDT/LIDT in 64-bit mode), and those performed.
   uint64_t substituted = 0, performed = 0;
@@ -715,6 +718,12 @@ class TcgCpu {
   // One Unicorn code hook per breakpoint, bounded to its address: without
   // the catch-all code hook, only those instructions call into vbts.
   std::vector<size_t> debug_bp_hooks_;
+  std::vector<uint64_t> debug_bp_hook_addrs_;  // sorted, as debug_bp_hooks_
+  // The debugger's breakpoints inserted as QEMU's own (BP_GDB), sorted:
+  // while no catch-all code hook checks them, all but the one where the run
+  // resumes (SyncDebugBreakpoints, TcgCallbacks::QemuBreakpoint).
+  std::vector<uint64_t> qemu_bps_;
+  void SyncDebugBreakpoints();
   uint64_t blocks_in_run_ = 0;  // translated blocks started in this run
   bool debug_step_ = false;
   std::vector<DebugWatch> debug_watches_;

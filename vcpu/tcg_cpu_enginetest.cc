@@ -2056,6 +2056,36 @@ TEST_F(TcgCpuTest, DebugBreakpointStopsBeforeTheInstructionEveryTime) {
   EXPECT_EQ(cpu_->debug_stop().kind, TcgCpu::DebugStop::kNone);
 }
 
+TEST_F(TcgCpuTest, DebugBreakpointsAreQemusOwnAndNeedNoHook) {
+  // Breakpoints at the DEC and at the MOV after the loop: the first run
+  // stops before the DEC (ECX = 3) at QEMU's debug exit; with the DEC's
+  // breakpoint removed the loop runs out and stops before the MOV (ECX = 0).
+  // Neither run has a Unicorn code hook or the block hook.
+  Code(kCodeRip, kDebugLoop);
+  cpu_->SetDebugBreakpoints({kCodeRip + 5, kCodeRip + 8});
+  CpuState st = RunFrom(Pm32(0), TcgStop::kRequested);
+  EXPECT_EQ(cpu_->debug_stop().kind, TcgCpu::DebugStop::kBreakpoint);
+  EXPECT_EQ(cpu_->debug_stop().address, kCodeRip + 5);
+  EXPECT_EQ(st.rip, kCodeRip + 5);
+  EXPECT_EQ(st.gpr[kRcx], 3u);
+  cpu_->SetDebugBreakpoints({kCodeRip + 8});
+  Write32(0x800, 0x1234);
+  st = RunFrom(st, TcgStop::kRequested);
+  EXPECT_EQ(cpu_->debug_stop().kind, TcgCpu::DebugStop::kBreakpoint);
+  EXPECT_EQ(cpu_->debug_stop().address, kCodeRip + 8);
+  EXPECT_EQ(st.rip, kCodeRip + 8);
+  EXPECT_EQ(st.gpr[kRcx], 0u);
+  EXPECT_EQ(Read32(0x800), 0x1234u);  // the MOV has not run
+  EXPECT_EQ(cpu_->stats().qemu_breakpoint_stops, 2u);
+  EXPECT_EQ(cpu_->stats().runs_without_block_hook, 2u);
+  EXPECT_EQ(cpu_->stats().code_hook_adds, 0u);
+  // None left: the MOV (ECX = 0) and the HLT run.
+  cpu_->SetDebugBreakpoints({});
+  st = RunFrom(st);
+  EXPECT_EQ(st.rip, kCodeRip + 15);
+  EXPECT_EQ(Read32(0x800), 0u);
+}
+
 TEST_F(TcgCpuTest, DebugStepRunsOneInstruction) {
   Code(kCodeRip, kDebugLoop);
   cpu_->SetDebugStep(true);

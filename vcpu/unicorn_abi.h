@@ -192,6 +192,17 @@ bool cpu_restore_state_x86_64(void* cpu, uintptr_t host_pc, bool will_exit);
 // QEMU's instruction fetch for the translator (vbts interposes it).
 uint32_t cpu_ldub_code_x86_64(void* env, uint64_t addr);
 [[noreturn]] void raise_exception_err_ra_x86_64(void* env, int exception_index, int error_code, uintptr_t retaddr);
+// QEMU's own breakpoints (cpu->breakpoints): the translator ends a block
+// before an instruction at `pc` with a debug exit (EXCP_DEBUG), which
+// reaches the CPU class's debug_excp_handler (breakpoint_handler, which vbts
+// defines around libunicorn's). Each insert or remove empties the whole code
+// buffer (tb_flush, which vbts also defines).
+int cpu_breakpoint_insert_x86_64(void* cpu, uint64_t pc, int flags, void** breakpoint);
+int cpu_breakpoint_remove_x86_64(void* cpu, uint64_t pc, int flags);
+}
+
+namespace vbts::vcpu::uabi {
+inline constexpr int kBpGdb = 0x10;  // QEMU's BP_GDB (include/hw/core/cpu.h)
 }
 
 #endif  // VBTS_VCPU_UNICORN_ABI_H_
