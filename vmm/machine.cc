@@ -590,6 +590,10 @@ RunResult Machine::Finish(RunEnd end, int status, std::string message) {
       absl::StrAppendFormat(&r.details,
                             "tcg: the guest's instruction breakpoints: %u raised, their code hooks remade %u times\n",
                             t.breakpoints, t.guest_exec_hook_syncs);
+    if (t.qemu_breakpoint_syncs)
+      absl::StrAppendFormat(&r.details,
+                            "tcg: the debugger's breakpoints as QEMU's own: the set changed %u times, %u stops\n",
+                            t.qemu_breakpoint_syncs, t.qemu_breakpoint_stops);
     if (t.data_walks)
       absl::StrAppendFormat(&r.details, "tcg: the data-access hook walked the page tables %u times (other accesses "
                             "found their page in its cache)\n", t.data_walks);
