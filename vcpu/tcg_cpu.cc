@@ -57,6 +57,11 @@ thread_local uintptr_t t_access_ra = 0;
 // makes itself (FXSAVE's stores, a far CALL's pushes: cpu_*_mmuidx_ra), for
 // TcgCallbacks::RunAloneUnlessSeen only.
 thread_local uintptr_t t_helper_ra = 0;
+// The access the running load or store helper makes, as the instruction (or
+// QEMU's helper) asked for it: QEMU splits an unaligned one into aligned
+// parts before its watchpoint check (cpu_check_watchpoint).
+thread_local uint64_t t_access_addr = 0;
+thread_local uint32_t t_access_size = 0;
 // The return address of the last call of QEMU's helper_lookup_tb_ptr (the
 // search for a branch's target block) on this thread: inside the translated
 // block the branch ends (TcgCpu::LastLookupBlock).
@@ -447,16 +452,39 @@ struct TcgCallbacks {
     if (due) self->stats_.due_reruns++;
     cpu_loop_exit_noexc_x86_64(self->cpu_);  // (vbts's: TcgCallbacks::Restarted settles the block)
   }
-  // A debugger's watched range was accessed: the run ends after this
-  // instruction (TcgCpu::DebugCheck or the block start after it).
-  static void DebugAccess(uc_engine*, uc_mem_type type, uint64_t address, int size, int64_t, void* user) {
-    auto* self = static_cast<TcgCpu*>(user);
-    const bool write = type == UC_MEM_WRITE;
+  // QEMU's watch flags for the TLB entries of the page at `addr`
+  // (cpu_watchpoint_address_matches, at each TLB fill): BP_MEM_READ (1) and
+  // BP_MEM_WRITE (2) where a debugger's watched range overlaps it. Only
+  // accesses to such a page leave QEMU's fast path, and QEMU checks each of
+  // them (cpu_check_watchpoint: DebugWatchCheck).
+  static int WatchedPage(const TcgCpu* self, uint64_t addr, uint64_t len) {
+    int flags = 0;
+    for (const TcgCpu::DebugWatch& w : self->debug_watches_) {
+      const uint64_t wlen = w.len ? w.len : 1;
+      if (addr + len <= w.addr || addr >= w.addr + wlen) continue;
+      flags |= (w.read ? 1 : 0) | (w.write ? 2 : 0);
+    }
+    return flags;
+  }
+  // An access to a page with a debugger's watched range (QEMU's
+  // cpu_check_watchpoint), as the instruction or QEMU's helper made it
+  // (t_access_addr/size: QEMU checks an unaligned one as its aligned
+  // parts, which may reach bytes it does not touch). A watched range hit
+  // ends the run after this instruction (TcgCpu::DebugCheck or the block
+  // start after it).
+  static void DebugWatchCheck(TcgCpu* self, uint64_t addr, uint64_t len, bool write, uintptr_t ra) {
+    const uint64_t address = t_access_size != 0 ? t_access_addr : addr;
+    const uint64_t size = t_access_size != 0 ? t_access_size : len;
     for (const TcgCpu::DebugWatch& w : self->debug_watches_) {
       if (!(write ? w.write : w.read)) continue;
-      const uint64_t len = w.len ? w.len : 1;
-      if (address + static_cast<uint64_t>(size) <= w.addr || address >= w.addr + len) continue;
+      const uint64_t wlen = w.len ? w.len : 1;
+      if (address + size <= w.addr || address >= w.addr + wlen) continue;
+      // (An access no helper of vbts's saw, QEMU's probe of a range a helper
+      // is about to write: the return address QEMU passes.)
+      const bool own_ra = t_access_ra == 0 && t_helper_ra == 0;
+      if (own_ra) t_access_ra = ra;
       RunAloneUnlessSeen(self);
+      if (own_ra) t_access_ra = 0;
       if (self->debug_stop_.kind != TcgCpu::DebugStop::kWatch)
         self->debug_stop_ = TcgCpu::DebugStop{TcgCpu::DebugStop::kWatch, std::max(address, w.addr), write};
       self->RequestStop();
@@ -843,6 +871,7 @@ struct TcgCallbacks {
   static void ForgetAccess() {
     t_access_ra = 0;
     t_helper_ra = 0;
+    t_access_size = 0;
   }
   static void RestoreHiddenHook() {
     if (t_hidden_hook != nullptr) t_hidden_hook->to_delete = false;
@@ -1525,72 +1554,84 @@ void helper_rechecking_single_step_x86_64(void* env) {
 
 // Stores that miss QEMU's TLB fast path, MMIO among them: QEMU's helper, then
 // TcgCallbacks::AfterStore with the return address QEMU passes.
-#define VBTS_STORE_HELPER(name, type)                                                                       \
+#define VBTS_STORE_HELPER(name, type, size)                                                                 \
   void name##_x86_64(void* env, uint64_t addr, type val, uint32_t oi, uintptr_t retaddr) {                  \
     using Fn = void (*)(void*, uint64_t, type, uint32_t, uintptr_t);                                        \
     static const auto original = vbts::vcpu::Original<Fn>(#name "_x86_64");                                \
     vbts::vcpu::t_access_ra = retaddr;                                                                      \
+    vbts::vcpu::t_access_addr = addr;                                                                       \
+    vbts::vcpu::t_access_size = size;                                                                       \
     original(env, addr, val, oi, retaddr);                                                                  \
     vbts::vcpu::t_access_ra = 0;                                                                            \
+    vbts::vcpu::t_access_size = 0;                                                                          \
     if (vbts::vcpu::TcgCpu* self = TcgCallbacks::Running(env)) TcgCallbacks::AfterStore(self, retaddr);    \
   }
-VBTS_STORE_HELPER(helper_ret_stb_mmu, uint32_t)
-VBTS_STORE_HELPER(helper_le_stw_mmu, uint32_t)
-VBTS_STORE_HELPER(helper_le_stl_mmu, uint32_t)
-VBTS_STORE_HELPER(helper_le_stq_mmu, uint64_t)
+VBTS_STORE_HELPER(helper_ret_stb_mmu, uint32_t, 1)
+VBTS_STORE_HELPER(helper_le_stw_mmu, uint32_t, 2)
+VBTS_STORE_HELPER(helper_le_stl_mmu, uint32_t, 4)
+VBTS_STORE_HELPER(helper_le_stq_mmu, uint64_t, 8)
 #undef VBTS_STORE_HELPER
 
 // Loads through QEMU's slow path (MMIO among them): the return address for
 // TcgCallbacks::SettleForDevice.
-#define VBTS_LOAD_HELPER(name)                                                        \
+#define VBTS_LOAD_HELPER(name, size)                                                  \
   uint64_t name##_x86_64(void* env, uint64_t addr, uint32_t oi, uintptr_t retaddr) { \
     using Fn = uint64_t (*)(void*, uint64_t, uint32_t, uintptr_t);                    \
     static const auto original = vbts::vcpu::Original<Fn>(#name "_x86_64");          \
     vbts::vcpu::t_access_ra = retaddr;                                                \
+    vbts::vcpu::t_access_addr = addr;                                                 \
+    vbts::vcpu::t_access_size = size;                                                 \
     const uint64_t v = original(env, addr, oi, retaddr);                              \
     vbts::vcpu::t_access_ra = 0;                                                      \
+    vbts::vcpu::t_access_size = 0;                                                    \
     return v;                                                                         \
   }
-VBTS_LOAD_HELPER(helper_ret_ldub_mmu)
-VBTS_LOAD_HELPER(helper_le_lduw_mmu)
-VBTS_LOAD_HELPER(helper_le_ldul_mmu)
-VBTS_LOAD_HELPER(helper_le_ldq_mmu)
-VBTS_LOAD_HELPER(helper_ret_ldsb_mmu)
-VBTS_LOAD_HELPER(helper_le_ldsw_mmu)
-VBTS_LOAD_HELPER(helper_le_ldsl_mmu)
+VBTS_LOAD_HELPER(helper_ret_ldub_mmu, 1)
+VBTS_LOAD_HELPER(helper_le_lduw_mmu, 2)
+VBTS_LOAD_HELPER(helper_le_ldul_mmu, 4)
+VBTS_LOAD_HELPER(helper_le_ldq_mmu, 8)
+VBTS_LOAD_HELPER(helper_ret_ldsb_mmu, 1)
+VBTS_LOAD_HELPER(helper_le_ldsw_mmu, 2)
+VBTS_LOAD_HELPER(helper_le_ldsl_mmu, 4)
 #undef VBTS_LOAD_HELPER
 
 // The guest accesses QEMU's helpers make themselves (FXSAVE, a far CALL's
 // pushes, IRET's pops...): the return address the helper passes, for
 // TcgCallbacks::RunAloneUnlessSeen.
-#define VBTS_HELPER_LOAD(name, type)                                                     \
+#define VBTS_HELPER_LOAD(name, type, size)                                               \
   type name##_x86_64(void* env, uint64_t addr, int mmu_idx, uintptr_t ra) {              \
     using Fn = type (*)(void*, uint64_t, int, uintptr_t);                                \
     static const auto original = vbts::vcpu::Original<Fn>(#name "_x86_64");             \
     const uintptr_t outer = std::exchange(vbts::vcpu::t_helper_ra, ra);                 \
+    vbts::vcpu::t_access_addr = addr;                                                    \
+    vbts::vcpu::t_access_size = size;                                                    \
     const type v = original(env, addr, mmu_idx, ra);                                     \
     vbts::vcpu::t_helper_ra = outer;                                                     \
+    vbts::vcpu::t_access_size = 0;                                                       \
     return v;                                                                            \
   }
-VBTS_HELPER_LOAD(cpu_ldub_mmuidx_ra, uint32_t)
-VBTS_HELPER_LOAD(cpu_ldsb_mmuidx_ra, int)
-VBTS_HELPER_LOAD(cpu_lduw_mmuidx_ra, uint32_t)
-VBTS_HELPER_LOAD(cpu_ldsw_mmuidx_ra, int)
-VBTS_HELPER_LOAD(cpu_ldl_mmuidx_ra, uint32_t)
-VBTS_HELPER_LOAD(cpu_ldq_mmuidx_ra, uint64_t)
+VBTS_HELPER_LOAD(cpu_ldub_mmuidx_ra, uint32_t, 1)
+VBTS_HELPER_LOAD(cpu_ldsb_mmuidx_ra, int, 1)
+VBTS_HELPER_LOAD(cpu_lduw_mmuidx_ra, uint32_t, 2)
+VBTS_HELPER_LOAD(cpu_ldsw_mmuidx_ra, int, 2)
+VBTS_HELPER_LOAD(cpu_ldl_mmuidx_ra, uint32_t, 4)
+VBTS_HELPER_LOAD(cpu_ldq_mmuidx_ra, uint64_t, 8)
 #undef VBTS_HELPER_LOAD
-#define VBTS_HELPER_STORE(name, type)                                                    \
+#define VBTS_HELPER_STORE(name, type, size)                                              \
   void name##_x86_64(void* env, uint64_t addr, type val, int mmu_idx, uintptr_t ra) {    \
     using Fn = void (*)(void*, uint64_t, type, int, uintptr_t);                          \
     static const auto original = vbts::vcpu::Original<Fn>(#name "_x86_64");             \
     const uintptr_t outer = std::exchange(vbts::vcpu::t_helper_ra, ra);                 \
+    vbts::vcpu::t_access_addr = addr;                                                    \
+    vbts::vcpu::t_access_size = size;                                                    \
     original(env, addr, val, mmu_idx, ra);                                               \
     vbts::vcpu::t_helper_ra = outer;                                                     \
+    vbts::vcpu::t_access_size = 0;                                                       \
   }
-VBTS_HELPER_STORE(cpu_stb_mmuidx_ra, uint32_t)
-VBTS_HELPER_STORE(cpu_stw_mmuidx_ra, uint32_t)
-VBTS_HELPER_STORE(cpu_stl_mmuidx_ra, uint32_t)
-VBTS_HELPER_STORE(cpu_stq_mmuidx_ra, uint64_t)
+VBTS_HELPER_STORE(cpu_stb_mmuidx_ra, uint32_t, 1)
+VBTS_HELPER_STORE(cpu_stw_mmuidx_ra, uint32_t, 2)
+VBTS_HELPER_STORE(cpu_stl_mmuidx_ra, uint32_t, 4)
+VBTS_HELPER_STORE(cpu_stq_mmuidx_ra, uint64_t, 8)
 #undef VBTS_HELPER_STORE
 
 // IN: likewise.
@@ -1733,6 +1774,21 @@ void tb_flush_x86_64(void* cpu) {
   static const auto original = vbts::vcpu::Original<Fn>("tb_flush_x86_64");
   if (vbts::vcpu::TcgCallbacks::NoteFlush()) return;
   original(cpu);
+}
+
+// QEMU's watchpoints, which Unicorn 2.0.1 leaves empty: vbts's debugger
+// watchpoints (TcgCallbacks::WatchedPage, DebugWatchCheck).
+int cpu_watchpoint_address_matches_x86_64(void* cpu, uint64_t addr, uint64_t len) {
+  vbts::vcpu::TcgCpu* self = vbts::vcpu::t_running;
+  if (self == nullptr || !vbts::vcpu::TcgCallbacks::Owns(self, cpu)) self = vbts::vcpu::TcgCallbacks::Owner(cpu);
+  return self != nullptr ? vbts::vcpu::TcgCallbacks::WatchedPage(self, addr, len) : 0;
+}
+
+void cpu_check_watchpoint_x86_64(void* cpu, uint64_t addr, uint64_t len, MemTxAttrs /*attrs*/, int flags,
+                                 uintptr_t ra) {
+  vbts::vcpu::TcgCpu* self = vbts::vcpu::t_running;
+  if (self == nullptr || !vbts::vcpu::TcgCallbacks::Owns(self, cpu)) return;
+  vbts::vcpu::TcgCallbacks::DebugWatchCheck(self, addr, len, (flags & 2) != 0, ra);
 }
 
 // QEMU's handler of a debug exit (EXCP_DEBUG): one of vbts's debugger
@@ -2126,6 +2182,10 @@ absl::Status TcgCpu::SelfCheck() {
                                    {"helper_inw_x86_64", reinterpret_cast<void*>(&helper_inw_x86_64)},
                                    {"helper_inl_x86_64", reinterpret_cast<void*>(&helper_inl_x86_64)},
                                    {"tlb_set_page_with_attrs_x86_64", reinterpret_cast<void*>(&tlb_set_page_with_attrs_x86_64)},
+                                   {"tb_flush_x86_64", reinterpret_cast<void*>(&tb_flush_x86_64)},
+                                   {"breakpoint_handler_x86_64", reinterpret_cast<void*>(&breakpoint_handler_x86_64)},
+                                   {"cpu_watchpoint_address_matches_x86_64", reinterpret_cast<void*>(&cpu_watchpoint_address_matches_x86_64)},
+                                   {"cpu_check_watchpoint_x86_64", reinterpret_cast<void*>(&cpu_check_watchpoint_x86_64)},
                                    {"tlb_flush_by_mmuidx_x86_64", reinterpret_cast<void*>(&tlb_flush_by_mmuidx_x86_64)},
                                    {"helper_iret_protected_x86_64", reinterpret_cast<void*>(&helper_iret_protected_x86_64)},
                                    {"helper_lret_protected_x86_64", reinterpret_cast<void*>(&helper_lret_protected_x86_64)},
@@ -2567,7 +2627,7 @@ bool TcgCpu::NeedsBlockHook() const {
   // next run ends, and QEMU's exit at a block start leaves EIP stale while
   // one is listed.
   return !config_.drop_block_hook || code_hook_ != 0 || code_hook_deleted_ || !guest_exec_hooks_.empty() ||
-         !debug_bp_hooks_.empty() || !debug_mem_hooks_.empty() || !guest_watch_hooks_.empty() || data_mem_hook_ != 0;
+         !debug_bp_hooks_.empty() || !debug_watches_.empty() || !guest_watch_hooks_.empty() || data_mem_hook_ != 0;
 }
 
 void TcgCpu::SyncBlockHook() {
@@ -3374,25 +3434,15 @@ void TcgCpu::SetDebugWatchpoints(std::vector<DebugWatch> watches) {
         return a.addr == b.addr && a.len == b.len && a.read == b.read && a.write == b.write;
       }))
     return;
-  for (size_t h : debug_mem_hooks_) DeleteHook(h);
-  debug_mem_hooks_.clear();
   debug_watches_ = std::move(watches);
-  for (const DebugWatch& w : debug_watches_) {
-    // Unicorn calls a hook for an access whose start address is in the
-    // hook's range: start early enough for the widest access (a 64-byte
-    // XSAVE area line) that overlaps the watched bytes; the callback checks
-    // the overlap exactly.
-    const uint64_t begin = w.addr >= 64 ? w.addr - 63 : 0;
-    const uint64_t end = w.addr + (w.len ? w.len - 1 : 0);
-    int type = 0;
-    if (w.read) type |= UC_HOOK_MEM_READ;
-    if (w.write) type |= UC_HOOK_MEM_WRITE;
-    uc_hook h = 0;
-    if (type && uc_hook_add(uc_, &h, type, reinterpret_cast<void*>(&TcgCallbacks::DebugAccess), this, begin, end) ==
-                    UC_ERR_OK)
-      debug_mem_hooks_.push_back(h);
-  }
-  if (!UpdateDebugCode()) FlushCode();  // memory hooks are compiled into the translations too
+  // QEMU's own watchpoint path (TcgCallbacks::WatchedPage, DebugWatchCheck):
+  // the pages with a watched range take QEMU's slow path from their next TLB
+  // fill, every other access stays on the fast path. No Unicorn memory hook
+  // (which would send every access of the guest down the slow path) and no
+  // retranslation.
+  tlb_flush_x86_64(cpu_);
+  stats_.debug_watch_syncs++;
+  UpdateDebugCode();
 }
 
 void TcgCpu::SetDataAccessHook(DataAccessHook hook) {

@@ -131,6 +131,9 @@ struct TcgStats {
   // The debugger's breakpoints as QEMU's own: the times the set inserted
   // changed, and the stops at them (TcgCpu::SyncDebugBreakpoints).
   uint64_t qemu_breakpoint_syncs = 0, qemu_breakpoint_stops = 0;
+  // The debugger's watchpoints changed (QEMU's TLB emptied for its watch
+  // flags: TcgCpu::SetDebugWatchpoints).
+  uint64_t debug_watch_syncs = 0;
   // Instructions translated as UD2 for vbts to perform (SMSW r32 outside
   // 64-bit mode, LGDT/LIDT in 64-bit mode), and those performed.
   uint64_t substituted = 0, performed = 0;
@@ -727,7 +730,6 @@ class TcgCpu {
   uint64_t blocks_in_run_ = 0;  // translated blocks started in this run
   bool debug_step_ = false;
   std::vector<DebugWatch> debug_watches_;
-  std::vector<size_t> debug_mem_hooks_;
   DataAccessHook data_access_hook_;
   GuestDataHitHook guest_data_hit_hook_;
   // The memory hooks over the guest's enabled data breakpoints, and what

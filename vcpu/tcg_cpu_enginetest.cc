@@ -2086,6 +2086,23 @@ TEST_F(TcgCpuTest, DebugBreakpointsAreQemusOwnAndNeedNoHook) {
   EXPECT_EQ(Read32(0x800), 0u);
 }
 
+TEST_F(TcgCpuTest, DebugWatchpointSeesAnUnalignedLoadAsTheInstructionMadeIt) {
+  // A read watch on byte 0x805. mov eax, [0x801] reads 0x801-0x804: QEMU
+  // checks it as its aligned parts 0x800-0x803 and 0x804-0x807, the second
+  // of which reaches the watched byte, but the load does not: no stop.
+  // mov ecx, [0x802] reads 0x802-0x805: the stop after it, before the
+  // second INC (EBX = 1).
+  //   mov eax, [0x801]; inc ebx; mov ecx, [0x802]; inc ebx; hlt
+  Code(kCodeRip, {0xa1, 0x01, 0x08, 0x00, 0x00, 0x43, 0x8b, 0x0d, 0x02, 0x08, 0x00, 0x00, 0x43, 0xf4});
+  cpu_->SetDebugWatchpoints({{0x805, 1, /*read=*/true, /*write=*/false}});
+  CpuState st = RunFrom(Pm32(0), TcgStop::kRequested);
+  EXPECT_EQ(cpu_->debug_stop().kind, TcgCpu::DebugStop::kWatch);
+  EXPECT_EQ(cpu_->debug_stop().address, 0x805u);
+  EXPECT_EQ(st.rip, kCodeRip + 12);
+  EXPECT_EQ(st.gpr[kRbx], 1u);
+  EXPECT_EQ(cpu_->stats().debug_watch_syncs, 1u);
+}
+
 TEST_F(TcgCpuTest, DebugStepRunsOneInstruction) {
   Code(kCodeRip, kDebugLoop);
   cpu_->SetDebugStep(true);
