@@ -464,6 +464,20 @@ struct TcgCallbacks {
       if (addr + len <= w.addr || addr >= w.addr + wlen) continue;
       flags |= (w.read ? 1 : 0) | (w.write ? 2 : 0);
     }
+    // The guest's data breakpoints as last synced (SyncGuestWatches): R/W
+    // 01 breaks on writes, 11 on reads and writes (SDM vol. 3B 17.2.5).
+    const std::array<uint64_t, 5>& r = self->guest_watch_regs_;
+    if (r[4] != 0) {
+      GuestBreakpoints bp;
+      for (int i = 0; i < 4; i++) bp.dr[i] = r[i];
+      bp.dr7 = r[4];
+      for (int i = 0; i < 4; i++) {
+        if (!bp.IsData(i)) continue;
+        const uint64_t lo = bp.Start(i);
+        if (addr + len <= lo || addr >= lo + bp.Length(i)) continue;
+        flags |= ((bp.dr7 >> (16 + 4 * i)) & 3) == 3 ? 3 : 2;
+      }
+    }
     return flags;
   }
   // An access to a page with a debugger's watched range (QEMU's
@@ -491,21 +505,28 @@ struct TcgCallbacks {
       return;
     }
   }
-  // An access that starts near the guest's enabled data breakpoint i
-  // (SetGuestDataHitHook; one hook each): DR6.Bi if it matches exactly.
-  static void GuestWatchAccess(uc_engine*, uc_mem_type type, uint64_t address, int size, int64_t, void* user) {
-    const auto* watch = static_cast<const TcgCpu::GuestWatch*>(user);
-    TcgCpu* self = watch->cpu;
+  // An access to a page one of the guest's enabled data breakpoints
+  // overlaps (QEMU's cpu_check_watchpoint: WatchedPage), as DebugWatchCheck
+  // takes it: DR6.Bi for each breakpoint it matches exactly.
+  static void GuestWatchCheck(TcgCpu* self, uint64_t addr, uint64_t len, bool write, uintptr_t ra) {
     // Not the frames and table reads of an event delivery, as the KVM
     // engine's tracer, which lists each instruction's own operands, sees it.
-    if (!self->guest_data_hit_hook_ || size <= 0 || self->delivering_ >= 0) return;
-    const int i = watch->index;
+    if (!self->guest_data_hit_hook_ || self->delivering_ >= 0) return;
+    const uint64_t address = t_access_size != 0 ? t_access_addr : addr;
+    const uint64_t size = t_access_size != 0 ? t_access_size : len;
     const GuestBreakpoints bp = self->GuestDebugRegs();
-    const bool write = type == UC_MEM_WRITE;
-    if (!bp.IsData(i) || !bp.Matches(i, {address, static_cast<uint32_t>(size), /*read=*/!write, write})) return;
+    uint32_t hits = 0;
+    for (int i = 0; i < 4; i++) {
+      if (bp.IsData(i) && bp.Matches(i, {address, static_cast<uint32_t>(size), /*read=*/!write, write}))
+        hits |= 1u << i;
+    }
+    if (!hits) return;
+    const bool own_ra = t_access_ra == 0 && t_helper_ra == 0;
+    if (own_ra) t_access_ra = ra;
     RunAloneUnlessSeen(self);
-    self->stats_.guest_data_hits++;
-    self->guest_data_hit_hook_(1u << i);
+    if (own_ra) t_access_ra = 0;
+    self->stats_.guest_data_hits += static_cast<uint64_t>(std::popcount(hits));
+    self->guest_data_hit_hook_(hits);
   }
   // Any data access while a data-access hook is set (SetDataAccessHook).
   static void DataAccess(uc_engine*, uc_mem_type type, uint64_t address, int size, int64_t, void* user) {
@@ -1210,8 +1231,9 @@ struct TcgCallbacks {
         raise_exception_err_ra_x86_64(env, 6, 0, ra);
     }
     self->UpdateBreakpoints();
-    // New data-breakpoint ranges: the memory hooks follow between runs.
-    if (self->GuestWatchesStale()) self->RequestStop();
+    // New data-breakpoint ranges: QEMU's TLB is emptied, its entries come
+    // back with the new watch flags (as QEMU's own DR7 path does).
+    if (self->GuestWatchesStale()) self->SyncGuestWatches();
     self->config_.devices->DebugRegistersWritten();
   }
   // Runs QEMU's IRET or far RET (`ret`), then gives FS and GS back the bases
@@ -1789,6 +1811,7 @@ void cpu_check_watchpoint_x86_64(void* cpu, uint64_t addr, uint64_t len, MemTxAt
   vbts::vcpu::TcgCpu* self = vbts::vcpu::t_running;
   if (self == nullptr || !vbts::vcpu::TcgCallbacks::Owns(self, cpu)) return;
   vbts::vcpu::TcgCallbacks::DebugWatchCheck(self, addr, len, (flags & 2) != 0, ra);
+  vbts::vcpu::TcgCallbacks::GuestWatchCheck(self, addr, len, (flags & 2) != 0, ra);
 }
 
 // QEMU's handler of a debug exit (EXCP_DEBUG): one of vbts's debugger
@@ -2627,7 +2650,7 @@ bool TcgCpu::NeedsBlockHook() const {
   // next run ends, and QEMU's exit at a block start leaves EIP stale while
   // one is listed.
   return !config_.drop_block_hook || code_hook_ != 0 || code_hook_deleted_ || !guest_exec_hooks_.empty() ||
-         !debug_bp_hooks_.empty() || !debug_watches_.empty() || !guest_watch_hooks_.empty() || data_mem_hook_ != 0;
+         !debug_bp_hooks_.empty() || !debug_watches_.empty() || guest_watch_regs_[4] != 0 || data_mem_hook_ != 0;
 }
 
 void TcgCpu::SyncBlockHook() {
@@ -3504,67 +3527,17 @@ std::array<uint64_t, 5> TcgCpu::GuestWatchRegs() const {
 }
 
 void TcgCpu::SyncGuestWatches() {
+  // The ranges are QEMU's watch flags in its TLB entries (WatchedPage): a
+  // change empties the TLB, and the pages the new ranges overlap leave QEMU's
+  // fast path as their entries come back; no hook, no retranslation (Linux
+  // sets and clears a task's watchpoints at every switch to and from it).
   const std::array<uint64_t, 5> want = GuestWatchRegs();
-  const bool any = want[4] != 0;
-  if (any) guest_watch_idle_since_.reset();
-  if (want == guest_watch_regs_ && (any || guest_watch_hooks_.empty())) return;
+  if (want == guest_watch_regs_) return;
   guest_watch_regs_ = want;
-  if (!any) {
-    // None enabled: the hooks watch nothing and linger before they go (as
-    // the code hook does): adding or removing a memory hook retranslates all
-    // code, and Linux sets and clears a task's watchpoint at every switch.
-    if (guest_watch_hooks_.empty()) return;
-    for (size_t h : guest_watch_hooks_) SetHookRange(h, ~0ull, ~0ull);
-    stats_.guest_watch_syncs++;
-    if (Lingers(guest_watch_idle_since_)) return;
-    for (size_t h : guest_watch_hooks_) DeleteHook(h);
-    guest_watch_hooks_.clear();
-    guest_watch_idle_since_.reset();
-    stats_.guest_watch_removals++;
-    FlushCode();  // back to QEMU's fast path for every access
-    return;
-  }
-  if (guest_watch_hooks_.empty()) {
-    // One hook per debug register, reads and writes (the callback tells
-    // them apart), made once: Unicorn decides at translation only whether
-    // any memory hook exists (every access then takes QEMU's slow path) and
-    // compares the ranges at each access, so later changes are made in
-    // place, with no retranslation (TcgSkipTest.AGuestDataBreakpoint...).
-    for (int i = 0; i < 4; i++) {
-      guest_watches_[i] = GuestWatch{this, i};
-      uc_hook h = 0;
-      if (uc_hook_add(uc_, &h, UC_HOOK_MEM_READ | UC_HOOK_MEM_WRITE,
-                      reinterpret_cast<void*>(&TcgCallbacks::GuestWatchAccess), &guest_watches_[i], ~0ull,
-                      ~0ull) == UC_ERR_OK)
-        guest_watch_hooks_.push_back(h);
-    }
-    stats_.guest_watch_adds++;
-    FlushCode();  // memory hooks are compiled into the translations
-  }
-  GuestBreakpoints bp;
-  for (int i = 0; i < 4; i++) bp.dr[i] = want[i];
-  bp.dr7 = want[4];
-  for (size_t k = 0; k < guest_watch_hooks_.size(); k++) {
-    const int i = guest_watches_[k].index;
-    if (!bp.IsData(i)) {
-      SetHookRange(guest_watch_hooks_[k], ~0ull, ~0ull);
-      continue;
-    }
-    // Unicorn calls a hook for an access whose start is in its range: start
-    // early enough for the widest access that overlaps (as
-    // SetDebugWatchpoints); the callback checks exactly (Matches).
-    const uint64_t lo = bp.Start(i);
-    SetHookRange(guest_watch_hooks_[k], lo >= 64 ? lo - 63 : 0, lo + bp.Length(i) - 1);
-  }
+  tlb_flush_x86_64(cpu_);
   stats_.guest_watch_syncs++;
 }
 
-void TcgCpu::SetHookRange(size_t hook, uint64_t begin, uint64_t end) {
-  // (The handle is Unicorn's hook, whose layout unicorn_abi.h pins.)
-  auto* h = reinterpret_cast<uabi::HookPrefix*>(hook);
-  h->begin = begin;
-  h->end = end;
-}
 
 bool TcgCpu::UpdateDebugCode() {
   // Breakpoints alone need no catch-all hook (DebugBreakpoint), nor do

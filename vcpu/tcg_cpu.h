@@ -151,11 +151,8 @@ struct TcgStats {
   uint64_t data_hook_adds = 0, data_hook_removals = 0;
   // The guest's data breakpoints (SetGuestDataHitHook): hits (an access
   // that touches two breakpoints counts twice), and the times their ranges
-  // changed with DR0-DR7.
+  // changed with DR0-DR7 (each empties QEMU's TLB).
   uint64_t guest_data_hits = 0, guest_watch_syncs = 0;
-  // ... their memory hooks added (each retranslates all code) and removed
-  // after lingering unused.
-  uint64_t guest_watch_adds = 0, guest_watch_removals = 0;
   // The guest's instruction breakpoints: the times their bounded code hooks
   // were remade (each retranslates all code).
   uint64_t guest_exec_hook_syncs = 0;
@@ -732,19 +729,11 @@ class TcgCpu {
   std::vector<DebugWatch> debug_watches_;
   DataAccessHook data_access_hook_;
   GuestDataHitHook guest_data_hit_hook_;
-  // The memory hooks over the guest's enabled data breakpoints, and what
-  // they were made from (DR0-DR3 and DR7's enables, R/W and LEN fields).
-  std::vector<size_t> guest_watch_hooks_;
-  std::optional<std::chrono::steady_clock::time_point> guest_watch_idle_since_;
-  void SetHookRange(size_t hook, uint64_t begin, uint64_t end);
-  struct GuestWatch {  // a hook's user data: whose breakpoint it watches
-    TcgCpu* cpu = nullptr;
-    int index = 0;
-  };
-  std::array<GuestWatch, 4> guest_watches_{};
+  // What QEMU's watch flags were last made from (SyncGuestWatches): DR0-DR3
+  // and DR7's enables, R/W and LEN fields of the data breakpoints.
   std::array<uint64_t, 5> guest_watch_regs_{};
   // The guest's data-breakpoint ranges as DR0-DR7 set them now, and whether
-  // the installed hooks still match.
+  // the watch flags still match.
   std::array<uint64_t, 5> GuestWatchRegs() const;
   GuestBreakpoints GuestDebugRegs() const;  // DR0-DR3 and DR7 as the guest set them
   bool GuestWatchesStale() const { return guest_data_hit_hook_ && GuestWatchRegs() != guest_watch_regs_; }

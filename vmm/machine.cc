@@ -581,11 +581,11 @@ RunResult Machine::Finish(RunEnd end, int status, std::string message) {
                           "tcg: %u runs without the block hook; block hook put into the translations %u times, "
                           "taken out %u times\n",
                           t.runs_without_block_hook, t.block_hook_adds, t.block_hook_removals);
-    if (t.guest_watch_adds)
+    if (t.guest_watch_syncs)
       absl::StrAppendFormat(&r.details,
                             "tcg: the guest's data breakpoints: %u hits reported by the engine, their ranges changed "
-                            "%u times, memory hooks added %u times, removed %u times\n",
-                            t.guest_data_hits, t.guest_watch_syncs, t.guest_watch_adds, t.guest_watch_removals);
+                            "%u times\n",
+                            t.guest_data_hits, t.guest_watch_syncs);
     if (t.guest_exec_hook_syncs)
       absl::StrAppendFormat(&r.details,
                             "tcg: the guest's instruction breakpoints: %u raised, their code hooks remade %u times\n",
