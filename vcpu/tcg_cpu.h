@@ -378,7 +378,8 @@ class TcgCpu {
   // delivered instead: at the handler's first instruction).  A step's run
   // must have no time limit: a run cut short would step again when resumed.
   void SetDebugStep(bool step);
-  // Run() ends after an instruction that read or wrote [addr, addr+len).
+  // Run() ends after an instruction that read or wrote [addr, addr+len)
+  // (QEMU's watch flags on the pages they overlap: TcgCallbacks::WatchedPage).
   void SetDebugWatchpoints(std::vector<DebugWatch> watches);
 
   // Called for every data access to guest RAM by instructions (not those of
@@ -399,10 +400,11 @@ class TcgCpu {
   // (not those of an event delivery) that touches an enabled one calls
   // `hook` with the DR6 bits B0-B3 it matched (DataBreakpointHits) during
   // the instruction, and the boundary after it is reported to the
-  // instruction hook (the run leaves one hook a block while any is
-  // enabled).  The engine installs Unicorn memory hooks over the enabled
-  // ranges only; they follow DR0-DR7 between runs (a MOV to DRn that
-  // changes them ends the run).  Set between runs only.
+  // instruction hook (blocks keep one hook while any is enabled: the hit's
+  // instruction runs again alone).  The enabled ranges are QEMU's watch
+  // flags in the TLB entries of their pages (only those accesses leave the
+  // fast path); they follow DR0-DR7 at once (SyncGuestWatches).  Set between
+  // runs only.
   using GuestDataHitHook = std::function<void(uint32_t dr6_hits)>;
   void SetGuestDataHitHook(GuestDataHitHook hook);
   bool has_guest_data_hit_hook() const { return static_cast<bool>(guest_data_hit_hook_); }
@@ -715,8 +717,8 @@ class TcgCpu {
   void DropHooklessRecords();  // the code buffer was emptied
   // The debugger's stops (SetDebug*).
   std::vector<uint64_t> debug_bps_;  // sorted
-  // One Unicorn code hook per breakpoint, bounded to its address: without
-  // the catch-all code hook, only those instructions call into vbts.
+  // A Unicorn code hook bounded to the breakpoint where a run resumes (the
+  // run's first block runs that instruction: TcgCallbacks::DebugBreakpoint).
   std::vector<size_t> debug_bp_hooks_;
   std::vector<uint64_t> debug_bp_hook_addrs_;  // sorted, as debug_bp_hooks_
   // The debugger's breakpoints inserted as QEMU's own (BP_GDB), sorted:
