@@ -558,15 +558,24 @@ struct TcgCallbacks {
       self->RequestStop();
     }
   }
-  // The guest's instruction breakpoint (a code hook bounded to its address,
-  // SyncGuestExecHooks): a #DB fault before the instruction, unless the
-  // catch-all code hook runs, which checks every boundary (AtBoundary).
-  // Unicorn synced EIP and EFLAGS before calling it, as before the catch-all.
-  static void GuestExecBreakpoint(uc_engine*, uint64_t address, uint32_t, void* user) {
-    auto* self = static_cast<TcgCpu*>(user);
-    if (self->CodeHookActive() || !self->exec_bp_mask_) return;
-    self->env_->eip = address - self->env_->segs[uabi::kCs].base;
-    self->CheckInstructionBreakpoints(address);
+  // QEMU's debug exit at an address of the guest's instruction breakpoints
+  // (BP_CPU, SyncGuestExecHooks): a #DB fault before the instruction
+  // (CheckInstructionBreakpoints raises it), or, where none is due (RF and
+  // the MOV SS shadow suppress it, or the address's breakpoint is off), the
+  // instruction runs: with RF set, its block is made without the breakpoint
+  // and ends after it, where QEMU clears RF. Either way QEMU's loop goes on
+  // from here (a longjmp, as QEMU's own breakpoint handler raises #DB).
+  static bool GuestExecExit(TcgCpu* self, uint64_t linear) {
+    if (!std::binary_search(self->guest_exec_addrs_.begin(), self->guest_exec_addrs_.end(), linear)) return false;
+    self->CheckInstructionBreakpoints(linear);
+    self->stats_.guest_exec_passes++;
+    self->env_->eflags |= kRflagsRf;
+    // QEMU's own cpu_loop_exit_noexc (not vbts's, which settles a block run
+    // with one hook: none has started here): no exception, back to the loop.
+    using Fn = void (*)(void*);
+    static const auto noexc = Original<Fn>("cpu_loop_exit_noexc_x86_64");
+    noexc(self->cpu_);
+    __builtin_unreachable();
   }
   // A debugger's breakpoint (a code hook bounded to its address): before
   // the instruction, unless the catch-all code hook checks it (DebugCheck)
@@ -1011,6 +1020,13 @@ struct TcgCallbacks {
       }
     }
     t_translate_insn(db, cpu);
+    // A block made with RF set suppresses the guest's instruction
+    // breakpoints (QEMU's BP_CPU) in it, and QEMU clears RF only at its end:
+    // it ends after its first instruction, as RF lasts one instruction (SDM
+    // vol. 3B 17.3.1.1).
+    auto* base = static_cast<uabi::DisasContextBasePrefix*>(db);
+    if (base->is_jmp == uabi::kDisasNext && (At<uint32_t>(base->tb, uabi::kTbFlags) & uabi::kTbFlagRf))
+      base->is_jmp = uabi::kDisasTooMany;
     RestoreHiddenHook();
     t_substitute_at = kNoSubstitute;
     t_align16 = false;
@@ -1071,7 +1087,7 @@ struct TcgCallbacks {
   // there, before the instruction, as DebugBoundary ends it.
   static bool QemuBreakpoint(TcgCpu* self) {
     const uint64_t linear = self->env_->segs[uabi::kCs].base + self->env_->eip;
-    if (!std::binary_search(self->qemu_bps_.begin(), self->qemu_bps_.end(), linear)) return false;
+    if (!std::binary_search(self->qemu_bps_.begin(), self->qemu_bps_.end(), linear)) return GuestExecExit(self, linear);
     self->stats_.qemu_breakpoint_stops++;
     self->debug_stop_ = TcgCpu::DebugStop{TcgCpu::DebugStop::kBreakpoint, linear, false};
     self->stop_requested_ = true;
@@ -2009,6 +2025,7 @@ TcgCpu::~TcgCpu() {
     bool flush = false;
     TcgCallbacks::t_flush_noted = &flush;
     for (uint64_t a : qemu_bps_) cpu_breakpoint_remove_x86_64(cpu_, a, uabi::kBpGdb);
+    for (uint64_t a : guest_exec_addrs_) cpu_breakpoint_remove_x86_64(cpu_, a, uabi::kBpCpu);
     TcgCallbacks::t_flush_noted = nullptr;
     uc_close(uc_);
   }
@@ -2649,7 +2666,7 @@ bool TcgCpu::NeedsBlockHook() const {
   // code hook deleted since the last run stays listed in Unicorn until the
   // next run ends, and QEMU's exit at a block start leaves EIP stale while
   // one is listed.
-  return !config_.drop_block_hook || code_hook_ != 0 || code_hook_deleted_ || !guest_exec_hooks_.empty() ||
+  return !config_.drop_block_hook || code_hook_ != 0 || code_hook_deleted_ ||
          !debug_bp_hooks_.empty() || !debug_watches_.empty() || guest_watch_regs_[4] != 0 || data_mem_hook_ != 0;
 }
 
@@ -2836,12 +2853,6 @@ bool TcgCpu::GuestExecHooked(const std::vector<uint64_t>& want) const {
   return std::includes(guest_exec_addrs_.begin(), guest_exec_addrs_.end(), want.begin(), want.end());
 }
 
-void TcgCpu::DropGuestExecHooks() {
-  for (size_t h : guest_exec_hooks_) DeleteCodeHook(h);
-  guest_exec_hooks_.clear();
-  guest_exec_addrs_.clear();
-}
-
 std::vector<uint64_t> TcgCpu::GuestExecAddrs() const {
   std::vector<uint64_t> a;
   for (int i = 0; i < 4; i++) {
@@ -2853,41 +2864,34 @@ std::vector<uint64_t> TcgCpu::GuestExecAddrs() const {
 }
 
 void TcgCpu::SyncGuestExecHooks() {
-  // Hooks stay on addresses no longer enabled (their callback checks DR7):
-  // a guest that turns the same breakpoints off and on (Linux at each switch
-  // to and from a task that has them) then retranslates nothing. Only a new
-  // address adds a hook, which is compiled into the translations of every
-  // address space's code at that linear address: all code is retranslated.
-  // While the catch-all code hook runs (the tracer's instruction hook, a
-  // debugger's step) it checks the breakpoints, and other code hooks would
-  // keep blocks from running with one hook: then there are none.
-  if (insn_hook_ || debug_code_) {
-    if (guest_exec_hooks_.empty()) return;
-    DropGuestExecHooks();
-    stats_.guest_exec_hook_syncs++;
-    FlushCode();
-    return;
+  // QEMU's own breakpoints (BP_CPU: the translator ends a block before the
+  // instruction with a debug exit, TcgCallbacks::GuestExecExit), with no
+  // Unicorn hook. They stay on addresses no longer enabled (the exit checks
+  // DR7): a guest that turns the same breakpoints off and on (Linux at each
+  // switch to and from a task that has them) then retranslates nothing.
+  // Only a new address retranslates: QEMU's insert empties its code buffer
+  // (tb_flush: vbts invalidates guest RAM's translations instead). While the
+  // catch-all code hook runs (the tracer's instruction hook, a debugger's
+  // step) it checks the breakpoints: then there are none.
+  std::vector<uint64_t> want;
+  if (!insn_hook_ && !debug_code_) {
+    want = GuestExecAddrs();
+    if (GuestExecHooked(want)) return;
+    std::vector<uint64_t> keep = guest_exec_addrs_;
+    if (keep.size() + want.size() > kMaxGuestExecHooks) keep.clear();  // past the bound, the old ones go
+    std::vector<uint64_t> merged;
+    std::set_union(keep.begin(), keep.end(), want.begin(), want.end(), std::back_inserter(merged));
+    want = std::move(merged);
   }
-  const std::vector<uint64_t> want = GuestExecAddrs();
-  if (GuestExecHooked(want)) return;
-  std::vector<uint64_t> add;
-  std::set_difference(want.begin(), want.end(), guest_exec_addrs_.begin(), guest_exec_addrs_.end(),
-                      std::back_inserter(add));
-  if (guest_exec_addrs_.size() + add.size() > kMaxGuestExecHooks) {
-    DropGuestExecHooks();  // past the bound, the old ones go (each hooked instruction calls vbts)
-    add = want;
-  }
-  for (uint64_t a : add) {
-    uc_hook h = 0;
-    if (uc_hook_add(uc_, &h, UC_HOOK_CODE, reinterpret_cast<void*>(&TcgCallbacks::GuestExecBreakpoint), this, a, a) ==
-        UC_ERR_OK) {
-      guest_exec_hooks_.push_back(h);
-      guest_exec_addrs_.push_back(a);
-    }
-  }
-  std::sort(guest_exec_addrs_.begin(), guest_exec_addrs_.end());
+  if (want == guest_exec_addrs_) return;
+  bool flush = false;
+  TcgCallbacks::t_flush_noted = &flush;
+  for (uint64_t a : guest_exec_addrs_) cpu_breakpoint_remove_x86_64(cpu_, a, uabi::kBpCpu);
+  for (uint64_t a : want) cpu_breakpoint_insert_x86_64(cpu_, a, uabi::kBpCpu, nullptr);
+  TcgCallbacks::t_flush_noted = nullptr;
+  guest_exec_addrs_ = std::move(want);
   stats_.guest_exec_hook_syncs++;
-  FlushCode();  // code hooks are compiled into the translations of their addresses
+  if (flush) FlushCode();  // QEMU's translator looks for them as it translates
 }
 
 void TcgCpu::CheckInstructionBreakpoints(uint64_t linear) {
@@ -2967,7 +2971,7 @@ bool TcgCpu::HooklessAllowed() const {
   // The data-access hook's and the watched accesses that need the boundary
   // after their instruction run it again alone (RunAloneUnlessSeen).
   return config_.hook_per_block && insn_hook_ && code_hook_ != 0 && skipping_ && !exec_bp_mask_ && !debug_code_ &&
-         debug_bps_.empty() && guest_exec_hooks_.empty() && !deliver_now_ && !stop_requested_ &&
+         debug_bps_.empty() && guest_exec_addrs_.empty() && !deliver_now_ && !stop_requested_ &&
          skipped_ + kHooklessMinRoom <= skip_limit_;
 }
 

@@ -153,9 +153,10 @@ struct TcgStats {
   // that touches two breakpoints counts twice), and the times their ranges
   // changed with DR0-DR7 (each empties QEMU's TLB).
   uint64_t guest_data_hits = 0, guest_watch_syncs = 0;
-  // The guest's instruction breakpoints: the times their bounded code hooks
-  // were remade (each retranslates all code).
-  uint64_t guest_exec_hook_syncs = 0;
+  // The guest's instruction breakpoints: the times QEMU's set of them was
+  // remade (each retranslates all code), and their debug exits where no #DB
+  // was due (the instruction then runs with RF set).
+  uint64_t guest_exec_hook_syncs = 0, guest_exec_passes = 0;
   // #DB traps after a REP string instruction's last iteration delivered with
   // the next instruction's EIP (QEMU stops at it once more, count 0).
   uint64_t finished_rep_traps = 0;
@@ -605,15 +606,13 @@ class TcgCpu {
   uint64_t last_observed_ = 0;  // the last address the instruction hook reported
   bool own_single_step_ = false;
   uint8_t exec_bp_mask_ = 0;  // DR0-DR3 enabled as instruction breakpoints
-  // The guest's instruction breakpoints as Unicorn code hooks bounded to their
-  // linear addresses (sorted, unique; those of breakpoints enabled before stay,
-  // up to kMaxGuestExecHooks), so that only those instructions call vbts while
-  // no catch-all code hook runs (TcgCallbacks::GuestExecBreakpoint).
+  // The guest's instruction breakpoints as QEMU's own (BP_CPU) at their
+  // linear addresses (sorted, unique; those of breakpoints enabled before
+  // stay, up to kMaxGuestExecHooks), so that only those instructions leave
+  // QEMU's code while no catch-all code hook runs (TcgCallbacks::GuestExecExit).
   std::vector<uint64_t> guest_exec_addrs_;
-  std::vector<size_t> guest_exec_hooks_;
   std::vector<uint64_t> GuestExecAddrs() const;  // what DR0-DR3 and exec_bp_mask_ ask for
-  bool GuestExecHooked(const std::vector<uint64_t>& want) const;  // ... all have hooks
-  void DropGuestExecHooks();
+  bool GuestExecHooked(const std::vector<uint64_t>& want) const;  // ... all are inserted
   void SyncGuestExecHooks();  // between runs
   static constexpr size_t kMaxGuestExecHooks = 64;
   // The watcher thread and the current run's time limit (steady clock ns, 0: none).

@@ -523,12 +523,13 @@ TEST_F(TcgCpuTest, CodeBreakpointRightAfterMovSsIsSuppressedButNotAfterSti) {
   EXPECT_EQ(dr6 & 0xF, 1u);           // B0
 }
 
-TEST_F(TcgCpuTest, GuestInstructionBreakpointsUseBoundedHooksNotTheCatchAllOne) {
+TEST_F(TcgCpuTest, GuestInstructionBreakpointsAreQemusOwnNotHooks) {
   // DR0 on the NOP in the middle of a loop's block (mov ecx, 3 / L: inc ebx /
   // nop / dec ecx / jnz L / hlt): three #DB faults before it (SDM vol. 3B
   // 17.3.1.1), each handler returning with RF set in the frame so that the
   // NOP then runs once (inc edx / or dword [esp+8], 10000H / iretd). Only the
-  // NOP calls vbts: a code hook bounded to DR0's address, no catch-all hook.
+  // NOP leaves QEMU's code: QEMU's own breakpoint at DR0's address (BP_CPU),
+  // no code hook, so the runs need no block hook either.
   Gate32(1, MakeGate(kIntGate32, kCode32K, 0x600, 0));
   Code(0x600, {0x42,                                            // inc edx
                0x81, 0x4c, 0x24, 0x08, 0x00, 0x00, 0x01, 0x00,  // or dword [esp+8], 0x10000
@@ -548,21 +549,26 @@ TEST_F(TcgCpuTest, GuestInstructionBreakpointsUseBoundedHooksNotTheCatchAllOne) 
   EXPECT_EQ(cpu_->stats().breakpoints, 3u);
   EXPECT_EQ(cpu_->stats().code_hook_adds, 0u);
   EXPECT_EQ(cpu_->stats().guest_exec_hook_syncs, 1u);
+  EXPECT_EQ(cpu_->stats().runs_without_block_hook, 1u);
+  EXPECT_EQ(cpu_->stats().guest_exec_passes, 0u);  // RF from the frame: no exit at the NOP
   uint64_t dr[4], dr6 = 0, dr7 = 0;
   cpu_->GetDebugRegs(dr, dr6, dr7);
   EXPECT_EQ(dr6 & 0xF, 1u);  // B0
-  // DR7 off: the loop runs without #DB; the hook stays (its callback reads
-  // DR7), so that turning the same breakpoint on again retranslates nothing.
+  // DR7 off: the loop runs without #DB; the breakpoint stays in QEMU (its
+  // exit reads DR7 and lets the NOP run, with RF), so that turning the same
+  // breakpoint on again retranslates nothing.
   cpu_->SetDebugRegs(db, 0, 0x400);
   st = RunFrom(Pm32(0));
   EXPECT_EQ(st.gpr[kRdx], 0u);
+  EXPECT_EQ(st.rflags & 0x10000, 0u);  // RF cleared after each NOP
   EXPECT_EQ(cpu_->stats().breakpoints, 3u);
+  EXPECT_EQ(cpu_->stats().guest_exec_passes, 3u);
   cpu_->SetDebugRegs(db, 0, 0x401);
   st = RunFrom(Pm32(0));
   EXPECT_EQ(st.gpr[kRdx], 3u);
   EXPECT_EQ(cpu_->stats().breakpoints, 6u);
   EXPECT_EQ(cpu_->stats().guest_exec_hook_syncs, 1u);
-  // A new address (the dec) adds its hook: retranslated once more.
+  // A new address (the dec) adds its breakpoint: retranslated once more.
   const uint64_t db_dec[4] = {kCodeRip + 7, 0, 0, 0};
   cpu_->SetDebugRegs(db_dec, 0, 0x401);
   st = RunFrom(Pm32(0));
@@ -572,11 +578,13 @@ TEST_F(TcgCpuTest, GuestInstructionBreakpointsUseBoundedHooksNotTheCatchAllOne) 
   EXPECT_EQ(cpu_->stats().code_hook_adds, 0u);
 }
 
-TEST_F(TcgCpuTest, GuestInstructionBreakpointHooksPastTheirBoundStartOver) {
+TEST_F(TcgCpuTest, GuestInstructionBreakpointsPastTheirBoundStartOver) {
   // 70 NOPs and a HLT; DR0 on NOP i in run i (i = 0..69): each run takes one
   // #DB (the handler counts in EDX and sets RF). Each new address adds a
-  // hook; the 65th finds 64 (kMaxGuestExecHooks) and starts over with its
-  // own, so that runs 65..69 add to that: the breakpoint fires every time.
+  // breakpoint in QEMU; the 65th finds 64 (kMaxGuestExecHooks) and starts
+  // over with its own, so that runs 65..69 add to that: the breakpoint fires
+  // every time, and the ones kept from earlier runs (off in DR7) let their
+  // NOPs run.
   Gate32(1, MakeGate(kIntGate32, kCode32K, 0x600, 0));
   Code(0x600, {0x42, 0x81, 0x4c, 0x24, 0x08, 0x00, 0x00, 0x01, 0x00, 0xcf});  // inc edx; or [esp+8], RF; iretd
   std::vector<uint8_t> nops(70, 0x90);

@@ -157,7 +157,13 @@ struct DisasContextBasePrefix {
   void* tb;
   uint64_t pc_first;
   uint64_t pc_next;
+  int32_t is_jmp;  // DisasJumpType: DISAS_NEXT 0, DISAS_TOO_MANY 1
 };
+inline constexpr int32_t kDisasNext = 0, kDisasTooMany = 1;
+// TranslationBlock.flags (after pc and cs_base; kTbSize follows it): the
+// CPU state the block was made for, with EFLAGS.RF at bit 16 (HF_RF_MASK).
+inline constexpr size_t kTbFlags = 16;
+inline constexpr uint32_t kTbFlagRf = 1u << 16;
 
 }  // namespace vbts::vcpu::uabi
 
@@ -203,6 +209,7 @@ int cpu_breakpoint_remove_x86_64(void* cpu, uint64_t pc, int flags);
 
 namespace vbts::vcpu::uabi {
 inline constexpr int kBpGdb = 0x10;  // QEMU's BP_GDB (include/hw/core/cpu.h)
+inline constexpr int kBpCpu = 0x20;  // QEMU's BP_CPU: left out of blocks made with RF set
 }
 
 #endif  // VBTS_VCPU_UNICORN_ABI_H_
