@@ -2022,11 +2022,8 @@ TcgCpu::~TcgCpu() {
   }
   if (uc_ != nullptr) {
     // QEMU's breakpoints are its allocations, which uc_close leaves.
-    bool flush = false;
-    TcgCallbacks::t_flush_noted = &flush;
-    for (uint64_t a : qemu_bps_) cpu_breakpoint_remove_x86_64(cpu_, a, uabi::kBpGdb);
-    for (uint64_t a : guest_exec_addrs_) cpu_breakpoint_remove_x86_64(cpu_, a, uabi::kBpCpu);
-    TcgCallbacks::t_flush_noted = nullptr;
+    SetQemuBreakpoints(qemu_bps_, {}, uabi::kBpGdb, /*invalidate=*/false);
+    SetQemuBreakpoints(guest_exec_addrs_, {}, uabi::kBpCpu, /*invalidate=*/false);
     uc_close(uc_);
   }
 }
@@ -2884,14 +2881,21 @@ void TcgCpu::SyncGuestExecHooks() {
     want = std::move(merged);
   }
   if (want == guest_exec_addrs_) return;
+  SetQemuBreakpoints(guest_exec_addrs_, std::move(want), uabi::kBpCpu);
+  stats_.guest_exec_hook_syncs++;
+}
+
+void TcgCpu::SetQemuBreakpoints(std::vector<uint64_t>& have, std::vector<uint64_t> want, int flags,
+                                bool invalidate) {
+  // QEMU's insert and remove each empty its whole code buffer (tb_flush):
+  // noted instead, and guest RAM's translations are invalidated once.
   bool flush = false;
   TcgCallbacks::t_flush_noted = &flush;
-  for (uint64_t a : guest_exec_addrs_) cpu_breakpoint_remove_x86_64(cpu_, a, uabi::kBpCpu);
-  for (uint64_t a : want) cpu_breakpoint_insert_x86_64(cpu_, a, uabi::kBpCpu, nullptr);
+  for (uint64_t a : have) cpu_breakpoint_remove_x86_64(cpu_, a, flags);
+  for (uint64_t a : want) cpu_breakpoint_insert_x86_64(cpu_, a, flags, nullptr);
   TcgCallbacks::t_flush_noted = nullptr;
-  guest_exec_addrs_ = std::move(want);
-  stats_.guest_exec_hook_syncs++;
-  if (flush) FlushCode();  // QEMU's translator looks for them as it translates
+  have = std::move(want);
+  if (flush && invalidate) FlushCode();  // QEMU's translator looks for them as it translates
 }
 
 void TcgCpu::CheckInstructionBreakpoints(uint64_t linear) {
@@ -3427,14 +3431,8 @@ void TcgCpu::SyncDebugBreakpoints() {
     for (uint64_t a : debug_bps_) (a == resume ? hooked : qemu).push_back(a);
   }
   if (qemu != qemu_bps_) {
-    bool flush = false;
-    TcgCallbacks::t_flush_noted = &flush;
-    for (uint64_t a : qemu_bps_) cpu_breakpoint_remove_x86_64(cpu_, a, uabi::kBpGdb);
-    for (uint64_t a : qemu) cpu_breakpoint_insert_x86_64(cpu_, a, uabi::kBpGdb, nullptr);
-    TcgCallbacks::t_flush_noted = nullptr;
-    qemu_bps_ = std::move(qemu);
+    SetQemuBreakpoints(qemu_bps_, std::move(qemu), uabi::kBpGdb);
     stats_.qemu_breakpoint_syncs++;
-    if (flush) FlushCode();  // QEMU's translator looks for them as it translates
   }
   if (hooked != debug_bp_hook_addrs_) {
     for (size_t h : debug_bp_hooks_) DeleteCodeHook(h);

@@ -725,6 +725,9 @@ class TcgCpu {
   // resumes (SyncDebugBreakpoints, TcgCallbacks::QemuBreakpoint).
   std::vector<uint64_t> qemu_bps_;
   void SyncDebugBreakpoints();
+  // QEMU's own breakpoints of kind `flags` (BP_GDB, BP_CPU) at `want`
+  // instead of `have`, which becomes `want`.
+  void SetQemuBreakpoints(std::vector<uint64_t>& have, std::vector<uint64_t> want, int flags, bool invalidate = true);
   uint64_t blocks_in_run_ = 0;  // translated blocks started in this run
   bool debug_step_ = false;
   std::vector<DebugWatch> debug_watches_;
