@@ -273,6 +273,14 @@ struct VirtualPmu::State {
     if (plain_valid_) return;
     Branch plain, branch;
     branch.branch_insn = true;
+    llc_gp_ = l1d_gp_ = offcore_gp_ = 0;
+    for (int i = 0; i < pmu.gp_counters; i++) {
+      if (!CounterEnabled(i, false)) continue;
+      const uint64_t sel = gp[i].evtsel;
+      if (IsLlcReference(sel) || IsLlcMiss(sel)) llc_gp_ |= 1u << i;
+      if (IsL1dReplacement(sel)) l1d_gp_ |= 1u << i;
+      if (OffcoreMsrOf(sel) >= 0) offcore_gp_ |= 1u << i;
+    }
     for (int level = 0; level < 2; level++) {
       plain_gp_[level] = plain_fixed_[level] = branch_gp_[level] = load_gp_[level] = store_gp_[level] = 0;
       ldlat_gp_[level] = branch_sel_gp_[level] = 0;
@@ -301,6 +309,9 @@ struct VirtualPmu::State {
   mutable uint32_t load_gp_[2] = {0, 0}, store_gp_[2] = {0, 0};
   // ... and those that count loads above the latency threshold.
   mutable uint32_t ldlat_gp_[2] = {0, 0};
+  // The enabled counters of the events the data accesses drive, at any CPL
+  // (CountsLlc, CountsL1d, CountsOffcore: asked at every access).
+  mutable uint32_t llc_gp_ = 0, l1d_gp_ = 0, offcore_gp_ = 0;
   // An event select of the model's retired-load or -store event (`event`:
   // event | umask << 8, 0 for none), without CMASK (vbts's cycle is one
   // instruction: a CMASK of 1 would count the same, and INV with it the
@@ -462,9 +473,8 @@ struct VirtualPmu::State {
   static bool IsLlcReference(uint64_t evtsel) { return (evtsel & 0xFFFF) == 0x4F2E && !((evtsel >> 24) & 0xFF); }
   static bool IsLlcMiss(uint64_t evtsel) { return (evtsel & 0xFFFF) == 0x412E && !((evtsel >> 24) & 0xFF); }
   bool CountsLlc() const {
-    for (int i = 0; i < pmu.gp_counters; i++)
-      if (CounterEnabled(i, false) && (IsLlcReference(gp[i].evtsel) || IsLlcMiss(gp[i].evtsel))) return true;
-    return false;
+    PlainMasks();
+    return llc_gp_ != 0;
   }
   // L1D.REPLACEMENT (51H/01H) on the models with an L1D geometry, without
   // CMASK: counted per line an access brings into the L1D.
@@ -472,9 +482,8 @@ struct VirtualPmu::State {
     return pmu.l1d.sets != 0 && (evtsel & 0xFFFF) == 0x0151 && !((evtsel >> 24) & 0xFF);
   }
   bool CountsL1d() const {
-    for (int i = 0; i < pmu.gp_counters; i++)
-      if (CounterEnabled(i, false) && IsL1dReplacement(gp[i].evtsel)) return true;
-    return false;
+    PlainMasks();
+    return l1d_gp_ != 0;
   }
   // OFFCORE_RESPONSE_0 (B7H/01H) and _1 (BBH/01H), without CMASK: which of
   // MSR_OFFCORE_RSP_0/1 the select uses, or -1.
@@ -485,9 +494,8 @@ struct VirtualPmu::State {
     return -1;
   }
   bool CountsOffcore() const {
-    for (int i = 0; i < pmu.gp_counters; i++)
-      if (CounterEnabled(i, false) && OffcoreMsrOf(gp[i].evtsel) >= 0) return true;
-    return false;
+    PlainMasks();
+    return offcore_gp_ != 0;
   }
   // Whether a demand request that left the core (an access that missed the
   // model's L2) matches an MSR_OFFCORE_RSP value (docs/pmu-model.md,
