@@ -40,7 +40,7 @@ std::vector<DataAccess> DataAccessesOf(const DecodedInsn& insn, const CpuState& 
 }
 
 
-uint32_t DataBreakpointHits(const GuestBreakpoints& bp, const std::vector<DataAccess>& accesses) {
+uint32_t DataBreakpointHits(const GuestBreakpoints& bp, absl::Span<const DataAccess> accesses) {
   uint32_t hits = 0;
   for (int i = 0; i < 4; i++) {
     if (!bp.IsData(i)) continue;

@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/types/span.h"
+
 #include "vcpu/cpu_state.h"
 #include "vcpu/decoder.h"
 
@@ -63,7 +65,7 @@ struct GuestBreakpoints {
 
 // DR6 B0-B3 bits of the enabled data breakpoints `accesses` touch
 // (GuestBreakpoints::IsData, Matches).
-uint32_t DataBreakpointHits(const GuestBreakpoints& bp, const std::vector<DataAccess>& accesses);
+uint32_t DataBreakpointHits(const GuestBreakpoints& bp, absl::Span<const DataAccess> accesses);
 
 }  // namespace vbts::vcpu
 

@@ -283,6 +283,14 @@ Fn Original(const char* name) {
   return reinterpret_cast<Fn>(dlsym(RTLD_NEXT, name));
 }
 
+// libunicorn's own cpu_loop_exit_noexc (vbts defines the symbol around it:
+// cpu_loop_exit_noexc_x86_64 below): no exception, back to QEMU's loop.
+[[noreturn]] void QemuLoopExitNoexc(void* cpu) {
+  static const auto original = Original<void (*)(void*)>("cpu_loop_exit_noexc_x86_64");
+  original(cpu);
+  __builtin_unreachable();
+}
+
 }  // namespace
 
 // Unicorn's callbacks, with access to the engine's insides.
@@ -464,67 +472,64 @@ struct TcgCallbacks {
       if (addr + len <= w.addr || addr >= w.addr + wlen) continue;
       flags |= (w.read ? 1 : 0) | (w.write ? 2 : 0);
     }
-    // The guest's data breakpoints as last synced (SyncGuestWatches): R/W
-    // 01 breaks on writes, 11 on reads and writes (SDM vol. 3B 17.2.5).
+    // The guest's data breakpoints as last synced (SyncGuestWatches): the
+    // kinds of access of the page any of them would match (Matches: R/W 01
+    // writes, 11 reads and writes, SDM vol. 3B 17.2.5).
     const std::array<uint64_t, 5>& r = self->guest_watch_regs_;
     if (r[4] != 0) {
       GuestBreakpoints bp;
       for (int i = 0; i < 4; i++) bp.dr[i] = r[i];
       bp.dr7 = r[4];
-      for (int i = 0; i < 4; i++) {
-        if (!bp.IsData(i)) continue;
-        const uint64_t lo = bp.Start(i);
-        if (addr + len <= lo || addr >= lo + bp.Length(i)) continue;
-        flags |= ((bp.dr7 >> (16 + 4 * i)) & 3) == 3 ? 3 : 2;
-      }
+      const auto size = static_cast<uint32_t>(len);
+      if (DataBreakpointHits(bp, {{addr, size, /*read=*/true, /*write=*/false}})) flags |= 1;
+      if (DataBreakpointHits(bp, {{addr, size, /*read=*/false, /*write=*/true}})) flags |= 2;
     }
     return flags;
   }
-  // An access to a page with a debugger's watched range (QEMU's
-  // cpu_check_watchpoint), as the instruction or QEMU's helper made it
-  // (t_access_addr/size: QEMU checks an unaligned one as its aligned
-  // parts, which may reach bytes it does not touch). A watched range hit
-  // ends the run after this instruction (TcgCpu::DebugCheck or the block
-  // start after it).
-  static void DebugWatchCheck(TcgCpu* self, uint64_t addr, uint64_t len, bool write, uintptr_t ra) {
+  // QEMU's check of an access to a watched page (cpu_check_watchpoint), of
+  // [addr, addr + len): the access as the instruction or QEMU's helper made
+  // it (t_access_addr/size), because QEMU checks an unaligned load as its
+  // aligned parts, which may reach bytes it does not touch.
+  static void WatchCheck(TcgCpu* self, uint64_t addr, uint64_t len, bool write, uintptr_t ra) {
     const uint64_t address = t_access_size != 0 ? t_access_addr : addr;
     const uint64_t size = t_access_size != 0 ? t_access_size : len;
+    DebugWatchCheck(self, address, size, write, ra);
+    GuestWatchCheck(self, address, size, write, ra);
+  }
+  // RunAloneUnlessSeen for a watched access. (An access no helper of
+  // vbts's saw, such as QEMU's probe of a range a helper is about to write,
+  // is placed by the return address QEMU passes.)
+  static void RunWatchedAloneUnlessSeen(TcgCpu* self, uintptr_t ra) {
+    const bool own_ra = t_access_ra == 0 && t_helper_ra == 0;
+    if (own_ra) t_access_ra = ra;
+    RunAloneUnlessSeen(self);
+    if (own_ra) t_access_ra = 0;
+  }
+  // An access (WatchCheck) that hits a debugger's watched range ends the
+  // run after its instruction (TcgCpu::DebugCheck or the block start after
+  // it).
+  static void DebugWatchCheck(TcgCpu* self, uint64_t address, uint64_t size, bool write, uintptr_t ra) {
     for (const TcgCpu::DebugWatch& w : self->debug_watches_) {
       if (!(write ? w.write : w.read)) continue;
       const uint64_t wlen = w.len ? w.len : 1;
       if (address + size <= w.addr || address >= w.addr + wlen) continue;
-      // (An access no helper of vbts's saw, QEMU's probe of a range a helper
-      // is about to write: the return address QEMU passes.)
-      const bool own_ra = t_access_ra == 0 && t_helper_ra == 0;
-      if (own_ra) t_access_ra = ra;
-      RunAloneUnlessSeen(self);
-      if (own_ra) t_access_ra = 0;
+      RunWatchedAloneUnlessSeen(self, ra);
       if (self->debug_stop_.kind != TcgCpu::DebugStop::kWatch)
         self->debug_stop_ = TcgCpu::DebugStop{TcgCpu::DebugStop::kWatch, std::max(address, w.addr), write};
       self->RequestStop();
       return;
     }
   }
-  // An access to a page one of the guest's enabled data breakpoints
-  // overlaps (QEMU's cpu_check_watchpoint: WatchedPage), as DebugWatchCheck
-  // takes it: DR6.Bi for each breakpoint it matches exactly.
-  static void GuestWatchCheck(TcgCpu* self, uint64_t addr, uint64_t len, bool write, uintptr_t ra) {
+  // An access (WatchCheck) to a page one of the guest's enabled data
+  // breakpoints overlaps: DR6.Bi for each breakpoint it matches exactly.
+  static void GuestWatchCheck(TcgCpu* self, uint64_t address, uint64_t size, bool write, uintptr_t ra) {
     // Not the frames and table reads of an event delivery, as the KVM
     // engine's tracer, which lists each instruction's own operands, sees it.
     if (!self->guest_data_hit_hook_ || self->delivering_ >= 0) return;
-    const uint64_t address = t_access_size != 0 ? t_access_addr : addr;
-    const uint64_t size = t_access_size != 0 ? t_access_size : len;
-    const GuestBreakpoints bp = self->GuestDebugRegs();
-    uint32_t hits = 0;
-    for (int i = 0; i < 4; i++) {
-      if (bp.IsData(i) && bp.Matches(i, {address, static_cast<uint32_t>(size), /*read=*/!write, write}))
-        hits |= 1u << i;
-    }
+    const uint32_t hits = DataBreakpointHits(
+        self->GuestDebugRegs(), {{address, static_cast<uint32_t>(size), /*read=*/!write, write}});
     if (!hits) return;
-    const bool own_ra = t_access_ra == 0 && t_helper_ra == 0;
-    if (own_ra) t_access_ra = ra;
-    RunAloneUnlessSeen(self);
-    if (own_ra) t_access_ra = 0;
+    RunWatchedAloneUnlessSeen(self, ra);
     self->stats_.guest_data_hits += static_cast<uint64_t>(std::popcount(hits));
     self->guest_data_hit_hook_(hits);
   }
@@ -570,12 +575,9 @@ struct TcgCallbacks {
     self->CheckInstructionBreakpoints(linear);
     self->stats_.guest_exec_passes++;
     self->env_->eflags |= kRflagsRf;
-    // QEMU's own cpu_loop_exit_noexc (not vbts's, which settles a block run
-    // with one hook: none has started here): no exception, back to the loop.
-    using Fn = void (*)(void*);
-    static const auto noexc = Original<Fn>("cpu_loop_exit_noexc_x86_64");
-    noexc(self->cpu_);
-    __builtin_unreachable();
+    // (QEMU's own exit, not vbts's, which settles a block run with one hook:
+    // none has started here.)
+    QemuLoopExitNoexc(self->cpu_);
   }
   // A debugger's breakpoint (a code hook bounded to its address): before
   // the instruction, unless the catch-all code hook checks it (DebugCheck)
@@ -1826,8 +1828,7 @@ void cpu_check_watchpoint_x86_64(void* cpu, uint64_t addr, uint64_t len, MemTxAt
                                  uintptr_t ra) {
   vbts::vcpu::TcgCpu* self = vbts::vcpu::t_running;
   if (self == nullptr || !vbts::vcpu::TcgCallbacks::Owns(self, cpu)) return;
-  vbts::vcpu::TcgCallbacks::DebugWatchCheck(self, addr, len, (flags & 2) != 0, ra);
-  vbts::vcpu::TcgCallbacks::GuestWatchCheck(self, addr, len, (flags & 2) != 0, ra);
+  vbts::vcpu::TcgCallbacks::WatchCheck(self, addr, len, (flags & 2) != 0, ra);
 }
 
 // QEMU's handler of a debug exit (EXCP_DEBUG): one of vbts's debugger
@@ -1946,11 +1947,8 @@ void check_exit_request_x86_64(void*) {}
 // self-modifying-code path in tb_invalidate_phys_page_fast, and
 // cpu_io_recompile): EIP is the instruction's (TcgCallbacks::Restarted).
 [[noreturn]] void cpu_loop_exit_noexc_x86_64(void* cpu) {
-  using Fn = void (*)(void*);
-  static const auto original = vbts::vcpu::Original<Fn>("cpu_loop_exit_noexc_x86_64");
   if (vbts::vcpu::TcgCpu* self = vbts::vcpu::t_running) TcgCallbacks::Restarted(self);
-  original(cpu);
-  __builtin_unreachable();
+  vbts::vcpu::QemuLoopExitNoexc(cpu);
 }
 
 void qemu_system_reset_request(void* uc) {
