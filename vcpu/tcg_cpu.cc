@@ -2656,8 +2656,9 @@ TcgCpu::BlockSpan TcgCpu::LastLookupBlock() const {
 
 bool TcgCpu::NeedsBlockHook() const {
   // The block hook reports block starts to what observes instructions (the
-  // code hook, one hook a block, the debugger's and the guest's instruction
-  // breakpoints) and to the reruns of watched accesses (memory hooks).  A
+  // code hook, one hook a block, the code hook of the debugger's breakpoint
+  // where a run resumes) and to the reruns of watched accesses (the
+  // data-access hook, the debugger's and the guest's watched ranges).  A
   // code hook deleted since the last run stays listed in Unicorn until the
   // next run ends, and QEMU's exit at a block start leaves EIP stale while
   // one is listed.

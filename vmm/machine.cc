@@ -588,8 +588,9 @@ RunResult Machine::Finish(RunEnd end, int status, std::string message) {
                             t.guest_data_hits, t.guest_watch_syncs);
     if (t.guest_exec_hook_syncs)
       absl::StrAppendFormat(&r.details,
-                            "tcg: the guest's instruction breakpoints: %u raised, their code hooks remade %u times\n",
-                            t.breakpoints, t.guest_exec_hook_syncs);
+                            "tcg: the guest's instruction breakpoints: %u raised, %u passed without #DB, QEMU's set "
+                            "of them remade %u times\n",
+                            t.breakpoints, t.guest_exec_passes, t.guest_exec_hook_syncs);
     if (t.qemu_breakpoint_syncs)
       absl::StrAppendFormat(&r.details,
                             "tcg: the debugger's breakpoints as QEMU's own: the set changed %u times, %u stops\n",
