@@ -34,6 +34,23 @@ bool CacheModel::Level::Touch(uint64_t line) {
   return false;
 }
 
+bool CacheModel::Level::Holds(uint64_t line) const {
+  if (!ways || g.sets == 0 || g.ways == 0) return false;
+  const Way* set = &ways[(line % g.sets) * g.ways];
+  for (const Way* w = set; w < set + g.ways; w++)
+    if (w->tag == line + 1) return true;
+  return false;
+}
+
+CacheModel::Outcome CacheModel::Probe(uint64_t pa) const {
+  const uint64_t line = pa / kCacheLineBytes;
+  Outcome o;
+  if (inner_.Holds(line)) return o;
+  o.llc_reference = true;
+  o.llc_miss = !llc_.Holds(line);
+  return o;
+}
+
 CacheModel::Outcome CacheModel::Access(uint64_t pa) {
   const uint64_t line = pa / kCacheLineBytes;
   Outcome o;

@@ -58,6 +58,8 @@ class CacheModel {
   };
   // One access to the line that holds physical address `pa`.
   Outcome Access(uint64_t pa);
+  // What Access(pa) would return now, changing nothing (no use, no fill).
+  Outcome Probe(uint64_t pa) const;
 
  private:
   struct Level {
@@ -77,6 +79,7 @@ class CacheModel {
     // invalid one first) takes the line.  False without storage (a failed
     // allocation leaves the level missing every access).
     bool Touch(uint64_t line);
+    bool Holds(uint64_t line) const;
   };
   Level inner_, llc_;
   PairPrefetch pair_ = PairPrefetch::kNone;

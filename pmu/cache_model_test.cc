@@ -50,6 +50,28 @@ TEST(CacheModelTest, InnerEvictionIsAnLlcHit) {
   EXPECT_FALSE(o.llc_miss);
 }
 
+// Probe tells what Access would return and changes nothing: after the same
+// sequence as InnerEvictionIsAnLlcHit, line 0 probes as an LLC hit (inner
+// set 0 holds lines 2 and 4) as many times as asked, and probing line 6
+// (a miss everywhere) neither fills it nor evicts line 2 from inner set 0
+// (which an Access of 6 would, 2 being the LRU way there then).
+TEST(CacheModelTest, ProbeTellsTheOutcomeWithoutChangingTheCaches) {
+  CacheModel c(kTiny);
+  const CacheModel::Outcome cold = c.Probe(0);
+  EXPECT_TRUE(cold.llc_reference);
+  EXPECT_TRUE(cold.llc_miss);  // nothing allocated yet
+  for (uint64_t n : {0, 2, 4}) c.Access(n * kLine);
+  for (int i = 0; i < 3; i++) {
+    const CacheModel::Outcome o = c.Probe(0);
+    EXPECT_TRUE(o.llc_reference);
+    EXPECT_FALSE(o.llc_miss);
+  }
+  EXPECT_TRUE(c.Probe(6 * kLine).llc_miss);
+  EXPECT_TRUE(c.Probe(6 * kLine).llc_miss);
+  EXPECT_FALSE(c.Probe(2 * kLine).llc_reference);
+  EXPECT_FALSE(c.Access(2 * kLine).llc_reference);
+}
+
 TEST(CacheModelTest, LeastRecentlyUsedWayIsReplaced) {
   CacheModel c(kTiny);
   // Inner set 0: lines 0 and 2; touching 0 again makes 2 the LRU way, so

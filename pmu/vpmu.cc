@@ -332,6 +332,12 @@ struct VirtualPmu::State {
     PlainMasks();
     return (ldlat_gp_[0] | ldlat_gp_[1]) != 0;
   }
+  // A load served from `level` is above MSR_PEBS_LD_LAT_THRESHOLD (SDM
+  // 18.3.4.4.2: "loads with latencies greater than this value are eligible
+  // for counting").
+  bool LatencyAbove(uint8_t level) const {
+    return level != kLevelNone && kLoadLatency[level] > (ld_lat_threshold & 0xFFFF);
+  }
   bool WantsDataSource() const {
     return CountsLoadLatency() || (((store_gp_[0] | store_gp_[1]) & pebs_enable) != 0);
   }
@@ -579,9 +585,7 @@ struct VirtualPmu::State {
     // The load-latency event: an instruction whose slowest load took longer
     // than the threshold (SDM 18.3.4.4.2: "loads with latencies greater than
     // this value are eligible for counting").
-    if ((b.mem & 1) && insn_load_level != kLevelNone &&
-        kLoadLatency[insn_load_level] > (ld_lat_threshold & 0xFFFF))
-      counting |= ldlat_gp_[level];
+    if ((b.mem & 1) && LatencyAbove(insn_load_level)) counting |= ldlat_gp_[level];
     for (uint32_t m = counting; m; m &= m - 1) {
       const int i = std::countr_zero(m);
       const uint64_t sel = gp[i].evtsel;
@@ -1253,7 +1257,8 @@ bool VirtualPmu::WantsDataAccesses() const {
   return s_->CountsLlc() || s_->CountsL1d() || s_->WantsDataSource() || s_->CountsOffcore();
 }
 
-PmuEffects VirtualPmu::ObserveDataAccess(uint64_t pa, uint32_t size, uint8_t cpl, DataAccessKind kind) {
+PmuEffects VirtualPmu::ObserveDataAccess(uint64_t pa, uint32_t size, uint8_t cpl, DataAccessKind kind,
+                                         AccessOwner owner) {
   State& s = *s_;
   PmuEffects fx;
   const bool llc = s.CountsLlc(), l1d = s.CountsL1d(), source = s.WantsDataSource(), offcore = s.CountsOffcore();
@@ -1264,6 +1269,29 @@ PmuEffects VirtualPmu::ObserveDataAccess(uint64_t pa, uint32_t size, uint8_t cpl
   // matters, the L2/LLC model while an LLC or offcore event or the data source does;
   // each sees every access then (docs/pmu-model.md).
   const uint64_t first = pa / kCacheLineBytes, last = (pa + size - 1) / kCacheLineBytes;
+  const bool latency_load =
+      kind == DataAccessKind::kLoad && owner != AccessOwner::kObserved && s.ldlat_gp_[cpl == 0 ? 0 : 1] != 0;
+  if (latency_load && owner == AccessOwner::kInBulk) {
+    // The level each line would come from, the caches unchanged: the
+    // access is taken later, alone, if the slowest is above the threshold.
+    // (A line the access's first line fills could be the second line only
+    // in a cache of one or two sets; none is modelled.)
+    uint8_t slowest = kLevelNone;
+    for (uint64_t line = first; line <= last && line >= first; line++) {
+      const uint64_t at = line * kCacheLineBytes;
+      if (!s.l1d.Probe(at).llc_reference) {
+        slowest = std::max<uint8_t>(slowest, kLevelL1);
+        continue;
+      }
+      const CacheModel::Outcome o = s.cache.Probe(at);
+      slowest = std::max<uint8_t>(slowest, !o.llc_reference ? kLevelL2 : !o.llc_miss ? kLevelLlc : kLevelDram);
+    }
+    if (s.LatencyAbove(slowest)) {
+      fx.needs_instruction = true;
+      return fx;
+    }
+  }
+  uint8_t load_level = kLevelNone;  // (kCountNow)
   bool overflow_pmi = false;
   // Adds 1 to every enabled GP counter, counting at `cpl`, whose select
   // `counts` the event.
@@ -1292,14 +1320,25 @@ PmuEffects VirtualPmu::ObserveDataAccess(uint64_t pa, uint32_t size, uint8_t cpl
     if (source) {
       if (kind == DataAccessKind::kLoad) {
         const uint8_t level = l1_hit ? kLevelL1 : !o.llc_reference ? kLevelL2 : !o.llc_miss ? kLevelLlc : kLevelDram;
-        s.insn_load_level = std::max(s.insn_load_level, level);
-      } else {
+        load_level = std::max(load_level, level);
+        if (owner == AccessOwner::kObserved) s.insn_load_level = std::max(s.insn_load_level, level);
+      } else if (owner == AccessOwner::kObserved) {
         s.insn_stored = true;
         if (!l1_hit) s.insn_store_l1_miss = true;
       }
     }
     if (llc && o.llc_reference)
       count([&](uint64_t sel) { return State::IsLlcReference(sel) || (o.llc_miss && State::IsLlcMiss(sel)); });
+  }
+  if (latency_load && owner == AccessOwner::kCountNow && s.LatencyAbove(load_level)) {
+    // As CountInstruction counts the event for a load-latency counter (no
+    // PEBS assist can be armed here: WantsRegs stops bulk counting).
+    for (uint32_t m = s.ldlat_gp_[cpl == 0 ? 0 : 1]; m; m &= m - 1) {
+      const int i = std::countr_zero(m);
+      if (!s.AddToGp(i, 1)) continue;
+      if (s.gp[i].evtsel & kEvtInt) overflow_pmi = true;
+      if (s.pebs() && (s.pebs_enable & (1ull << i)) && i < s.PebsGp()) s.pebs_armed |= 1ull << i;
+    }
   }
   if (overflow_pmi) s.RequestPmi(fx);
   return fx;
@@ -1314,7 +1353,7 @@ bool VirtualPmu::WantsXmm() const {
 
 uint64_t VirtualPmu::SequentialLimit(uint8_t cpl) const {
   const State& s = *s_;
-  if (s.pebs_armed || CountsLoadLatency()) return 0;
+  if (s.pebs_armed) return 0;
   if (s.pmu.perfmon_version >= 4 && (s.global_status & kStatusCtrFrz)) return UINT64_MAX;
   Branch plain;  // a non-branch instruction (GpIncrement's view)
   uint64_t limit = UINT64_MAX;
@@ -1388,8 +1427,7 @@ bool VirtualPmu::State::CountersBranchAgnostic() const {
 void VirtualPmu::CountSequential(uint64_t n, uint8_t cpl, uint64_t loads, uint64_t stores) {
   State& s = *s_;
   s.stats.instructions += n;
-  s.insn_load_level = kLevelNone;  // their accesses belong to no observed instruction
-  s.insn_stored = s.insn_store_l1_miss = false;
+  // (Their accesses gave no data source: AccessOwner::kInBulk.)
   if (n == 0 || (s.pmu.perfmon_version >= 4 && (s.global_status & kStatusCtrFrz))) return;
   Branch plain;
   s.PlainMasks();

@@ -44,6 +44,9 @@ struct PmuEffects {
   // A single-step trap is due (guest EFLAGS.TF set; with DEBUGCTL.BTF only
   // after taken branches, SDM 17.4.3): deliver #DB with DR6.BS.
   bool single_step_trap = false;
+  // ObserveDataAccess with AccessOwner::kInBulk only: the access was not
+  // taken; its instruction must be run alone (a load-latency event).
+  bool needs_instruction = false;
 };
 
 // The guest's general registers after an instruction retired, for PEBS
@@ -145,8 +148,27 @@ class VirtualPmu {
   // load and which store: an instruction's accesses are reported before the
   // instruction's Observe, a read-modify-write one as a load, then a store.
   enum class DataAccessKind : uint8_t { kLoad, kStore };
+  // Whose access it is (docs/tcg-engine.md, "Load latency with one hook a
+  // block"):
+  // - kObserved: an instruction that is observed alone (Observe follows for
+  //   it, and no CountSequential comes between): its loads give its data
+  //   source and latency.
+  // - kInBulk: an instruction the engine may count in bulk, or observe as
+  //   the last of a block without having reported it alone.  A load that
+  //   would count for the load-latency event (its modelled latency above the
+  //   threshold, a load-latency counter counting at `cpl`) changes nothing
+  //   then and returns PmuEffects::needs_instruction: the engine runs the
+  //   instruction alone and reports the access again as kObserved.  Any
+  //   other access counts as it would for kObserved, but gives no data
+  //   source (these instructions are never a PEBS assist's: WantsRegs stops
+  //   bulk counting).
+  // - kCountNow: an instruction counted in bulk that the engine cannot run
+  //   alone: a load above the threshold counts for the load-latency event at
+  //   once, as if its instruction retired now.
+  enum class AccessOwner : uint8_t { kObserved, kInBulk, kCountNow };
   bool WantsDataAccesses() const;
-  PmuEffects ObserveDataAccess(uint64_t pa, uint32_t size, uint8_t cpl, DataAccessKind kind = DataAccessKind::kLoad);
+  PmuEffects ObserveDataAccess(uint64_t pa, uint32_t size, uint8_t cpl, DataAccessKind kind = DataAccessKind::kLoad,
+                               AccessOwner owner = AccessOwner::kObserved);
   // A PEBS-enabled counter has overflowed: the next instruction it counts
   // writes a PEBS record, which needs that instruction's resulting registers.
   bool WantsRegs() const;
@@ -161,7 +183,9 @@ class VirtualPmu {
   // CountSequential may take at once without any counter overflowing (an
   // overflow needs the exact instruction: Observe); UINT64_MAX when nothing
   // counts them; 0 while a PEBS assist is armed (it needs every
-  // instruction's registers).
+  // instruction's registers).  Instructions counted in bulk never count for
+  // the load-latency event (their loads were reported kInBulk: one that
+  // would have made its instruction run alone).
   uint64_t SequentialLimit(uint8_t cpl) const;
   // Counts `n` <= SequentialLimit(cpl) such instructions, as n calls of
   // Observe with kNone non-branch transfers would; `loads` and `stores` of
@@ -193,7 +217,9 @@ class VirtualPmu {
   // loads and stores among the instructions it counts in bulk.
   bool CountsMemoryInstructions() const;
   // True while the load-latency event counts: it needs each load's data
-  // source at its instruction, so every instruction is observed (no bulk).
+  // source at its instruction, so an instruction whose load counts must be
+  // observed alone: instructions are counted in bulk only where the engine
+  // reports each access as it happens, kInBulk (AccessOwner).
   bool CountsLoadLatency() const;
 
   // Diagnostics about bad guest programming (each distinct one once per run),

@@ -923,6 +923,68 @@ TEST_F(PebsTest, LoadLatencyCountsLoadsSlowerThanTheThreshold) {
   EXPECT_EQ(Rd(0xC1), 12u);
 }
 
+TEST_F(PebsTest, ALoadInBulkAboveTheThresholdAsksForItsInstructionAndChangesNothing) {
+  // PMC0 counts the load-latency event at threshold 11 (L2 hits and slower
+  // count, as above), PMC1 LLC references (2EH/4FH), both at CPL 0.
+  using Owner = VirtualPmu::AccessOwner;
+  Wr(0x186, 0x100B | (1u << 17) | (1u << 22));
+  Wr(0x187, 0x4F2E | (1u << 17) | (1u << 22));
+  Wr(0x3F6, 11);
+  Wr(0x38F, 3);
+  // Cold, in bulk: the load would come from DRAM (200 > 11): not taken, no
+  // LLC reference counted, no line filled (asked twice, the same answer).
+  for (int i = 0; i < 2; i++) {
+    const PmuEffects fx = pmu_.ObserveDataAccess(0x100000, 4, 0, Kind::kLoad, Owner::kInBulk);
+    EXPECT_TRUE(fx.needs_instruction);
+    EXPECT_EQ(Rd(0xC2), 0u);
+  }
+  // A store in bulk is taken (the event counts loads only): its line
+  // 0x200000 is filled, one LLC reference.
+  EXPECT_FALSE(pmu_.ObserveDataAccess(0x200000, 4, 0, Kind::kStore, Owner::kInBulk).needs_instruction);
+  EXPECT_EQ(Rd(0xC2), 1u);
+  // At CPL 3 PMC0 does not count (OS only): the load is taken in bulk, an
+  // LLC reference is not counted either (PMC1 is OS only too).
+  EXPECT_FALSE(pmu_.ObserveDataAccess(0x300000, 4, 3, Kind::kLoad, Owner::kInBulk).needs_instruction);
+  EXPECT_EQ(Rd(0xC2), 1u);
+  // Run alone, the load is taken: one more LLC reference, and its
+  // instruction counts for the event.
+  EXPECT_FALSE(pmu_.ObserveDataAccess(0x100000, 4, 0, Kind::kLoad, Owner::kObserved).needs_instruction);
+  Branch b = Jmp(0x100, 0x103, 0, BranchKind::kNone);
+  b.mem = 1;
+  Obs(b);
+  EXPECT_EQ(Rd(0xC1), 1u);
+  EXPECT_EQ(Rd(0xC2), 2u);
+  // Now an L1D hit (4 <= 11): taken in bulk; counted in bulk, nothing for PMC0.
+  EXPECT_FALSE(pmu_.ObserveDataAccess(0x100000, 4, 0, Kind::kLoad, Owner::kInBulk).needs_instruction);
+  pmu_.CountSequential(1, 0, 1, 0);
+  EXPECT_EQ(Rd(0xC1), 1u);
+  // An instruction observed after loads taken in bulk does not inherit
+  // their latency: 0x400000 (DRAM) counted now, kCountNow, adds 1 at once;
+  // the instruction observed next (the block's last, no load of its own
+  // above the threshold) adds nothing.
+  EXPECT_FALSE(pmu_.ObserveDataAccess(0x400000, 4, 0, Kind::kLoad, Owner::kCountNow).needs_instruction);
+  EXPECT_EQ(Rd(0xC1), 2u);
+  Obs(b);
+  EXPECT_EQ(Rd(0xC1), 2u);
+  // kCountNow below the threshold (the L1D hit again) counts nothing.
+  pmu_.ObserveDataAccess(0x400000, 4, 0, Kind::kLoad, Owner::kCountNow);
+  EXPECT_EQ(Rd(0xC1), 2u);
+}
+
+TEST_F(PebsTest, ACountNowLoadThatWrapsTheCounterRequestsThePmi) {
+  // PMC0 with INT, one below its wrap: a load counted at the access (its
+  // instruction not found) overflows it there.
+  using Owner = VirtualPmu::AccessOwner;
+  Wr(0x186, 0x100B | (1u << 16) | (1u << 17) | (1u << 20) | (1u << 22));
+  Wr(0xC1, 0xFFFFFFFF);  // sign-extended: 2^48 - 1
+  Wr(0x3F6, 30);
+  Wr(0x38F, 1);
+  const PmuEffects fx = pmu_.ObserveDataAccess(0x100000, 4, 0, Kind::kLoad, Owner::kCountNow);
+  EXPECT_TRUE(fx.pmi);
+  EXPECT_EQ(Rd(0xC1), 0u);
+  EXPECT_EQ(Rd(0x38E) & 1, 1u);  // IA32_PERF_GLOBAL_STATUS.OVF_PMC0
+}
+
 TEST_F(PebsTest, LoadLatencyRecordHoldsAddressSourceAndLatency) {
   // Format 1 (Westmere) fills 98H, A0H, A8H for load-latency records (SDM 18.8.1.2). PMC0
   // counts the event from 2^48 - 1 at threshold 30 (Linux's `perf mem` default), PEBS on it.
@@ -1267,10 +1329,12 @@ TEST_F(PebsSkylakeTest, RetiredLoadAndStoreEventsCountInstructionsWithThoseAcces
   // A counter 5 from its wrap limits a run to 4 instructions (each may load).
   Wr(0xC2, (1ull << 48) - 5);
   EXPECT_EQ(pmu_.SequentialLimit(0), 4u);
-  // The load-latency event needs every load's data source at its instruction: no bulk.
+  // The load-latency event does not limit a run: no instruction counted in
+  // bulk counts for it (a load that would have made its instruction run
+  // alone: AccessOwner::kInBulk), so PMC1 still allows 4.
   Wr(0x189, 0x01CD | kEn);  // PMC3: MEM_TRANS_RETIRED.LOAD_LATENCY
   EXPECT_TRUE(pmu_.CountsLoadLatency());
-  EXPECT_EQ(pmu_.SequentialLimit(0), 0u);
+  EXPECT_EQ(pmu_.SequentialLimit(0), 4u);
   Wr(0x38F, 0);
   EXPECT_FALSE(pmu_.CountsMemoryInstructions());
 }

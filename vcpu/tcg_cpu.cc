@@ -429,7 +429,9 @@ struct TcgCallbacks {
   // instruction made before, which the hook has counted, are not reported
   // again in its run alone; `due`: one of them made a PMI due, and the run
   // ends after the instruction.
-  static void RunAloneUnlessSeen(TcgCpu* self, bool due = false) {
+  enum class Rerun : uint8_t { kWatched, kDue, kLatency };
+  static void RunAloneUnlessSeen(TcgCpu* self, Rerun why = Rerun::kWatched) {
+    const bool due = why == Rerun::kDue;
     if (self->delivering_ >= 0) return;
     uabi::EnvPrefix* env = self->env_;
     if (self->CodeHookActive() && !(env->hflags & uabi::kHfHookless)) return;
@@ -456,8 +458,12 @@ struct TcgCallbacks {
     self->alone_skip_started_ = false;
     self->alone_due_ = due;
     At<uint32_t>(self->cpu_, uabi::kCpuCflagsNextTb) = 1;
-    self->stats_.access_reruns++;
-    if (due) self->stats_.due_reruns++;
+    if (why == Rerun::kLatency) {
+      self->stats_.latency_reruns++;
+    } else {
+      self->stats_.access_reruns++;
+      if (due) self->stats_.due_reruns++;
+    }
     cpu_loop_exit_noexc_x86_64(self->cpu_);  // (vbts's: TcgCallbacks::Restarted settles the block)
   }
   // QEMU's watch flags for the TLB entries of the page at `addr`
@@ -552,14 +558,37 @@ struct TcgCallbacks {
       if (--self->alone_skip_ == 0 && self->alone_due_) self->RequestStop();
       return;
     }
+    const auto cpl = static_cast<uint8_t>(env->hflags & uabi::kHfCplMask);
+    // Whose access (TcgCpu::AccessOwner): an instruction that may be
+    // counted in bulk, unless it runs alone (RunAloneUnlessSeen's block)
+    // or the code hook reports the next boundary (no skip left).
+    const bool hookless = (env->hflags & uabi::kHfHookless) != 0;
+    const bool in_bulk =
+        self->skipping_ && (hookless ? !(self->blocks_in_run_ == self->alone_block_ &&
+                                         self->current_block_.start == self->alone_at_)
+                                     : self->skipped_ < self->skip_limit_);
+    TcgCpu::AccessOwner owner = in_bulk ? TcgCpu::AccessOwner::kInBulk : TcgCpu::AccessOwner::kObserved;
+    TcgCpu::AccessVerdict v = self->data_access_hook_(pa, static_cast<uint32_t>(size), cpl, write, owner);
+    if (v.needs_instruction) {
+      // Not taken: the load counts for its own instruction (load latency).
+      if (hookless) {
+        RunAloneUnlessSeen(self, Rerun::kLatency);  // (returns only where QEMU cannot place the access)
+        owner = TcgCpu::AccessOwner::kCountNow;
+        self->stats_.latency_counted_at_access++;
+      } else {
+        owner = TcgCpu::AccessOwner::kObserved;
+        self->unskip_next_ = true;
+        self->stats_.latency_unskips++;
+      }
+      v = self->data_access_hook_(pa, static_cast<uint32_t>(size), cpl, write, owner);
+    }
     self->reported_[self->reported_n_++ & (TcgCpu::kReportedRing - 1)] = {
         t_access_ra != 0 ? t_access_ra : t_helper_ra, self->blocks_in_run_};
-    if (self->data_access_hook_(pa, static_cast<uint32_t>(size),
-                                static_cast<uint8_t>(env->hflags & uabi::kHfCplMask), write)) {
+    if (v.due) {
       // Due at the boundary after this instruction: inside a block run
       // with one hook it runs again alone; otherwise the next reported
       // boundary (the code hook's, or this alone block's end) ends the run.
-      RunAloneUnlessSeen(self, /*due=*/true);
+      RunAloneUnlessSeen(self, Rerun::kDue);
       self->RequestStop();
     }
   }
@@ -593,7 +622,7 @@ struct TcgCallbacks {
   // skipped as CodeBoundary would skip it, without its frame.
   static void Code(uc_engine* uc, uint64_t address, uint32_t size, void* user) {
     auto* self = static_cast<TcgCpu*>(user);
-    if (self->skipping_ && !self->block_start_ && self->reenter_at_ != address && self->insn_hook_ &&
+    if (self->skipping_ && !self->block_start_ && !self->unskip_next_ && self->reenter_at_ != address && self->insn_hook_ &&
         self->skipped_ < self->skip_limit_ && !self->deliver_now_ && !self->stop_requested_ &&
         !self->time_up_.load(std::memory_order_relaxed) && !self->exec_bp_mask_ && !self->DebugChecked()) {
       self->env_->eip = address - self->env_->segs[uabi::kCs].base;
@@ -657,8 +686,9 @@ struct TcgCallbacks {
       // the hook last reported runs unreported (the one before it did not
       // transfer control), unless something must happen at this boundary.
       bool skip = self->skipped_ < self->skip_limit_ && !self->deliver_now_ && !self->stop_requested_ &&
-                  !self->time_up_.load(std::memory_order_relaxed) && !self->exec_bp_mask_ &&
+                  !self->time_up_.load(std::memory_order_relaxed) && !self->exec_bp_mask_ && !self->unskip_next_ &&
                   !(self->DebugChecked() && self->DebugStopsAt(address));
+      self->unskip_next_ = false;
       if (skip && self->block_start_) {
         // A REP string instruction's next iteration (a block of its own) is
         // no new instruction and no transfer.  Past other block boundaries

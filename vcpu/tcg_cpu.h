@@ -126,6 +126,11 @@ struct TcgStats {
   // An asynchronous stop between the two (the instruction's accesses are
   // then reported again) counts in alone_skips_dropped.
   uint64_t due_reruns = 0, accesses_not_reported_again = 0, alone_skips_dropped = 0;
+  // Loads the data-access hook said need their own instruction (load
+  // latency, AccessOwner): instructions run again alone for one, the
+  // boundaries after one reported while the code hook skipped, and the
+  // loads whose instruction QEMU could not find (counted at the access).
+  uint64_t latency_reruns = 0, latency_unskips = 0, latency_counted_at_access = 0;
   // Page walks the data-access hook made (CachedTranslation's misses).
   uint64_t data_walks = 0;
   // The debugger's breakpoints as QEMU's own: the times the set inserted
@@ -392,7 +397,24 @@ class TcgCpu {
   // in a block run with one hook is run again alone for it, its accesses
   // already reported not reported again (docs/tcg-engine.md, "Watched
   // accesses").
-  using DataAccessHook = std::function<bool(uint64_t pa, uint32_t size, uint8_t cpl, bool write)>;
+  //
+  // `owner` says whose access it is (pmu::VirtualPmu::AccessOwner): kObserved
+  // while every instruction is reported, and in a block an instruction runs
+  // alone in; kInBulk in a block run with one hook or while instructions go
+  // unreported (block-level observation).  An answer of needs_instruction
+  // (a load-latency event, which must be counted at its own instruction)
+  // means the access was not taken: with one hook a block the instruction
+  // is abandoned and run again alone, where the access comes again as
+  // kObserved; while the code hook skips, the access is taken again as
+  // kObserved and the boundary after its instruction is reported; where the
+  // instruction cannot be found (as in RunAloneUnlessSeen), kCountNow.
+  enum class AccessOwner : uint8_t { kObserved, kInBulk, kCountNow };
+  struct AccessVerdict {
+    bool due = false;
+    bool needs_instruction = false;
+  };
+  using DataAccessHook =
+      std::function<AccessVerdict(uint64_t pa, uint32_t size, uint8_t cpl, bool write, AccessOwner owner)>;
   void SetDataAccessHook(DataAccessHook hook);
   bool has_data_access_hook() const { return static_cast<bool>(data_access_hook_); }
 
@@ -635,6 +657,9 @@ class TcgCpu {
     uint32_t selector = 0, limit = 0, flags = 0;
   } code_state_cs_, code_state_ss_;
   bool skipping_ = false;
+  // A load of the instruction running needs its instruction (AccessOwner):
+  // the next boundary is reported, not skipped.
+  bool unskip_next_ = false;
   bool skip_across_ = false;
   uint32_t skip_hflags_ = 0;  // privilege, mode and TF when skipping began (across blocks)
   uint64_t skip_cs_ = 0;

@@ -6,6 +6,7 @@
 
 #include <unicorn/x86.h>
 
+#include <algorithm>
 #include <chrono>
 #include <deque>
 #include <map>
@@ -374,9 +375,9 @@ TEST_F(TcgCpuTest, TheDataAccessHookSeesThePagesQemusTlbMapsUntilTheFlush) {
   Write32(0x200000, 0x11111111);
   Write32(0x210000, 0x22222222);
   std::vector<std::pair<uint64_t, bool>> seen;
-  cpu_->SetDataAccessHook([&](uint64_t pa, uint32_t, uint8_t, bool write) {
+  cpu_->SetDataAccessHook([&](uint64_t pa, uint32_t, uint8_t, bool write, TcgCpu::AccessOwner) {
     seen.emplace_back(pa, write);
-    return false;
+    return TcgCpu::AccessVerdict{};
   });
   st = RunFrom(st);
   EXPECT_EQ(st.gpr[kRax], 0x11111111u);
@@ -829,11 +830,11 @@ TEST_F(TcgCpuTest, AnUnusedDataAccessHookLingersUncalled) {
   Recreate(std::chrono::milliseconds(200));
   Code(kCodeRip, {0xa1, 0x00, 0x50, 0x00, 0x00, 0xa3, 0x04, 0x50, 0x00, 0x00, 0xf4});
   int loads = 0, stores = 0;
-  auto count = [&](uint64_t pa, uint32_t size, uint8_t, bool write) {
+  auto count = [&](uint64_t pa, uint32_t size, uint8_t, bool write, TcgCpu::AccessOwner) {
     EXPECT_EQ(size, 4u);
     EXPECT_EQ(pa, write ? 0x5004u : 0x5000u);
     (write ? stores : loads)++;
-    return false;
+    return TcgCpu::AccessVerdict{};
   };
   cpu_->SetDataAccessHook(count);
   RunFrom(Pm32(0));
@@ -2241,7 +2242,7 @@ class TcgDueAccessTest : public TcgSkipTest {
     Code(kCodeRip, kThreeAccessesALoop);
     DueRun r;
     uint64_t accesses = 0;
-    cpu_->SetDataAccessHook([&](uint64_t pa, uint32_t size, uint8_t, bool write) {
+    cpu_->SetDataAccessHook([&](uint64_t pa, uint32_t size, uint8_t, bool write, TcgCpu::AccessOwner) {
       EXPECT_EQ(size, 4u);
       if (write) {
         EXPECT_EQ(pa, 0x804u);
@@ -2249,7 +2250,7 @@ class TcgDueAccessTest : public TcgSkipTest {
       } else {
         (pa == 0x800 ? r.loads800 : r.loads804)++;
       }
-      return ++accesses >= due;
+      return TcgCpu::AccessVerdict{.due = ++accesses >= due};
     });
     cpu_->SetInstructionHook([&](uint64_t la) {
       r.reports.push_back(la);
@@ -2314,10 +2315,10 @@ TEST_F(TcgDueAccessTest, AStopBeforeTheRunAloneKeepsTheSkipForTheNextRun) {
   // that load again; it stops before the INC.
   Code(kCodeRip, kThreeAccessesALoop);
   uint64_t accesses = 0, loads804 = 0;
-  cpu_->SetDataAccessHook([&](uint64_t pa, uint32_t, uint8_t, bool write) {
+  cpu_->SetDataAccessHook([&](uint64_t pa, uint32_t, uint8_t, bool write, TcgCpu::AccessOwner) {
     if (pa == 0x804 && !write) loads804++;
     if (++accesses == 92) cpu_->RequestStop();
-    return accesses >= 92;
+    return TcgCpu::AccessVerdict{.due = accesses >= 92};
   });
   cpu_->SetInstructionHook([&](uint64_t) { cpu_->SkipSequential(UINT64_MAX, /*across=*/true, /*ends=*/false); });
   CpuState st = RunFrom(Pm32(0), TcgStop::kRequested);
@@ -2337,12 +2338,115 @@ TEST_F(TcgDueAccessTest, WithTheHookBeforeEveryInstructionNothingRunsAgain) {
   // successor ends the run; the same stop, each access once, no rerun.
   Code(kCodeRip, kThreeAccessesALoop);
   uint64_t accesses = 0;
-  cpu_->SetDataAccessHook([&](uint64_t, uint32_t, uint8_t, bool) { return ++accesses >= 92; });
+  cpu_->SetDataAccessHook([&](uint64_t, uint32_t, uint8_t, bool, TcgCpu::AccessOwner) {
+    return TcgCpu::AccessVerdict{.due = ++accesses >= 92};
+  });
   cpu_->SetInstructionHook([](uint64_t) {});
   CpuState st = RunFrom(Pm32(0), TcgStop::kRequested);
   EXPECT_EQ(st.rip, kIncAt);
   EXPECT_EQ(accesses, 93u);
   EXPECT_EQ(cpu_->stats().access_reruns, 0u);
+}
+
+// A load the data-access hook says needs its own instruction (as the
+// tracer does for a load above the load-latency threshold while
+// instructions are counted in bulk): the ADD's load of iteration 31
+// (kThreeAccessesALoop), offered kInBulk. Each iteration's block is
+// reported at its start (across=false, as while memory events count).
+class TcgLatencyLoadTest : public TcgSkipTest {
+ protected:
+  struct Offer {
+    uint64_t pa;
+    bool write;
+    TcgCpu::AccessOwner owner;
+  };
+  CpuState RunWithLatencyAt(uint64_t limit) {
+    Code(kCodeRip, kThreeAccessesALoop);
+    Write32(0x800, 3);
+    uint64_t adds = 0;
+    cpu_->SetDataAccessHook([&, adds](uint64_t pa, uint32_t, uint8_t, bool write,
+                                      TcgCpu::AccessOwner owner) mutable {
+      offers_.push_back({pa, write, owner});
+      if (pa == 0x804 && !write && owner == TcgCpu::AccessOwner::kInBulk && ++adds == 31)
+        return TcgCpu::AccessVerdict{.needs_instruction = true};
+      return TcgCpu::AccessVerdict{};
+    });
+    cpu_->SetInstructionHook([&, limit](uint64_t la) {
+      reports_.push_back(la);
+      executed_ += Take().count;
+      cpu_->SkipSequential(limit, /*across=*/false, /*ends=*/false);
+    });
+    CpuState st = RunFrom(Pm32(0));
+    executed_ += Take().count + reports_.size();
+    return st;
+  }
+  // The offers of the ADD's load, in order, from the one of iteration 31.
+  std::vector<TcgCpu::AccessOwner> AddLoadOwnersFrom31() const {
+    std::vector<TcgCpu::AccessOwner> owners;
+    int n = 0;
+    for (const Offer& o : offers_)
+      if (o.pa == 0x804 && !o.write && ++n >= 31) owners.push_back(o.owner);
+    return owners;
+  }
+  // How often `at` was reported as a boundary.
+  size_t Reported(uint64_t at) const { return std::count(reports_.begin(), reports_.end(), at); }
+  std::vector<Offer> offers_;
+  std::vector<uint64_t> reports_;
+  uint64_t executed_ = 0;
+};
+
+TEST_F(TcgLatencyLoadTest, WithOneHookABlockTheInstructionRunsAgainAloneAndTakesItsLoadObserved) {
+  // The ADD is left at its load, which was not taken, and runs again alone:
+  // the load comes again, kObserved, and both the ADD (the alone block's
+  // start) and the INC after it are reported once, in iteration 31 only
+  // (elsewhere only L, each block's start, and the first MOV). Every
+  // instruction ran once: [0x804] = 40 x 3, 1 + 40 x 5 + HLT = 202 starts.
+  const CpuState st = RunWithLatencyAt(UINT64_MAX);
+  EXPECT_EQ(st.gpr[kRbx], 40u);
+  EXPECT_EQ(Read32(0x804), 120u);
+  using O = TcgCpu::AccessOwner;
+  // Iterations 31 (twice) to 40.
+  const std::vector<O> want = {O::kInBulk, O::kObserved, O::kInBulk, O::kInBulk, O::kInBulk, O::kInBulk,
+                               O::kInBulk, O::kInBulk,   O::kInBulk, O::kInBulk, O::kInBulk};
+  EXPECT_EQ(AddLoadOwnersFrom31(), want);
+  EXPECT_EQ(Reported(kAddAt), 1u);
+  EXPECT_EQ(Reported(kIncAt), 1u);
+  EXPECT_EQ(executed_, 202u);
+  EXPECT_EQ(cpu_->stats().latency_reruns, 1u);
+  EXPECT_EQ(cpu_->stats().latency_unskips, 0u);
+  EXPECT_EQ(cpu_->stats().latency_counted_at_access, 0u);
+  // 40 MOV loads, 41 offers of the ADD's load (one not taken), 40 stores.
+  EXPECT_EQ(offers_.size(), 121u);
+}
+
+TEST_F(TcgLatencyLoadTest, WhileTheCodeHookSkipsTheBoundaryAfterTheInstructionIsReported) {
+  // Blocks run with the code hook, skipping (no one hook a block): the
+  // load is taken again at once, kObserved, and the next boundary, the
+  // INC's, is reported instead of skipped. Nothing runs again.
+  Recreate(std::chrono::milliseconds(0), /*hook_per_block=*/false);
+  const CpuState st = RunWithLatencyAt(UINT64_MAX);
+  EXPECT_EQ(st.gpr[kRbx], 40u);
+  EXPECT_EQ(Read32(0x804), 120u);
+  using O = TcgCpu::AccessOwner;
+  // Iterations 31 (twice) to 40.
+  const std::vector<O> want = {O::kInBulk, O::kObserved, O::kInBulk, O::kInBulk, O::kInBulk, O::kInBulk,
+                               O::kInBulk, O::kInBulk,   O::kInBulk, O::kInBulk, O::kInBulk};
+  EXPECT_EQ(AddLoadOwnersFrom31(), want);
+  EXPECT_EQ(Reported(kAddAt), 0u);
+  EXPECT_EQ(Reported(kIncAt), 1u);
+  EXPECT_EQ(executed_, 202u);
+  EXPECT_EQ(cpu_->stats().latency_reruns, 0u);
+  EXPECT_EQ(cpu_->stats().latency_unskips, 1u);
+}
+
+TEST_F(TcgLatencyLoadTest, WithEveryInstructionReportedTheLoadIsObservedAtOnce) {
+  // A skip limit of 0: every boundary is reported, every access kObserved.
+  const CpuState st = RunWithLatencyAt(0);
+  EXPECT_EQ(Read32(0x804), 120u);
+  EXPECT_EQ(st.gpr[kRbx], 40u);
+  for (const Offer& o : offers_) EXPECT_EQ(o.owner, TcgCpu::AccessOwner::kObserved);
+  EXPECT_EQ(offers_.size(), 120u);
+  EXPECT_EQ(cpu_->stats().latency_reruns, 0u);
 }
 
 }  // namespace

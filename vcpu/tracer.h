@@ -173,11 +173,19 @@ class Tracer : public StepObserver {
   void SetEngineReportsDataAccesses(bool on) { data_access_hook_ = on; }
   // One data access of the guest at physical `pa`, by code at `cpl`, for
   // the virtual PMU's cache events and data sources; a PMI it causes is
-  // raised at the next boundary (true: one is due now).
-  bool ObserveDataAccess(uint64_t pa, uint32_t size, uint8_t cpl, bool write) {
+  // raised at the next boundary (`due`: one is due now).  `owner`: whose
+  // access it is (pmu::VirtualPmu::AccessOwner); `needs_instruction`: it was
+  // not taken, its instruction must be run alone.
+  struct AccessResult {
+    bool due = false;
+    bool needs_instruction = false;
+  };
+  AccessResult ObserveDataAccess(uint64_t pa, uint32_t size, uint8_t cpl, bool write,
+                                 pmu::VirtualPmu::AccessOwner owner = pmu::VirtualPmu::AccessOwner::kObserved) {
     using Kind = pmu::VirtualPmu::DataAccessKind;
-    if (pmu_.ObserveDataAccess(pa, size, cpl, write ? Kind::kStore : Kind::kLoad).pmi) pmi_due_ = true;
-    return pmi_due_;
+    const pmu::PmuEffects fx = pmu_.ObserveDataAccess(pa, size, cpl, write ? Kind::kStore : Kind::kLoad, owner);
+    if (fx.pmi) pmi_due_ = true;
+    return {pmi_due_, fx.needs_instruction};
   }
   void RefreshGuestBreakpoints() {
     guest_bp_.reset();

@@ -605,6 +605,11 @@ RunResult Machine::Finish(RunEnd end, int status, std::string message) {
                             "at a block's end\n",
                             t.access_reruns, t.due_reruns, t.accesses_not_reported_again, t.alone_skips_dropped,
                             t.access_stops_at_block_end);
+    if (t.latency_reruns || t.latency_unskips || t.latency_counted_at_access)
+      absl::StrAppendFormat(&r.details,
+                            "tcg: loads above the load-latency threshold: %u instructions run again alone, %u "
+                            "boundaries reported after one, %u counted at the access (instruction not found)\n",
+                            t.latency_reruns, t.latency_unskips, t.latency_counted_at_access);
   }
   if (tracer_) {
     const vcpu::TracerStats& t = tracer_->stats();
@@ -962,9 +967,15 @@ void Machine::UpdateTcgObservation() {
     if (!want_data) {
       tcg_->SetDataAccessHook(nullptr);
     } else {
-      tcg_->SetDataAccessHook([this](uint64_t pa, uint32_t size, uint8_t cpl, bool write) {
+      tcg_->SetDataAccessHook([this](uint64_t pa, uint32_t size, uint8_t cpl, bool write,
+                                     vcpu::TcgCpu::AccessOwner owner) {
         // A PMI is due: the engine reports the boundary after the instruction.
-        return tracer_->ObserveDataAccess(pa, size, cpl, write);
+        using Owner = pmu::VirtualPmu::AccessOwner;
+        const Owner o = owner == vcpu::TcgCpu::AccessOwner::kInBulk     ? Owner::kInBulk
+                        : owner == vcpu::TcgCpu::AccessOwner::kCountNow ? Owner::kCountNow
+                                                                        : Owner::kObserved;
+        const vcpu::Tracer::AccessResult r = tracer_->ObserveDataAccess(pa, size, cpl, write, o);
+        return vcpu::TcgCpu::AccessVerdict{r.due, r.needs_instruction};
       });
     }
   }
