@@ -19,8 +19,12 @@ bool CacheModel::Level::Touch(uint64_t line) {
     ways.reset(static_cast<Way*>(std::calloc(uint64_t{g.sets} * g.ways, sizeof(Way))));
     if (!ways) return false;
   }
-  Way* set = &ways[(line % g.sets) * g.ways];
   const uint64_t tag = line + 1;
+  // The line the last Touch left most recently used in its set: using it
+  // again changes no set's order (LRU compares stamps within a set).
+  if (tag == last_tag) return true;
+  last_tag = tag;
+  Way* set = &ways[(line % g.sets) * g.ways];
   Way* victim = set;
   for (Way* w = set; w < set + g.ways; w++) {
     if (w->tag == tag) {
@@ -36,6 +40,7 @@ bool CacheModel::Level::Touch(uint64_t line) {
 
 bool CacheModel::Level::Holds(uint64_t line) const {
   if (!ways || g.sets == 0 || g.ways == 0) return false;
+  if (line + 1 == last_tag) return true;
   const Way* set = &ways[(line % g.sets) * g.ways];
   for (const Way* w = set; w < set + g.ways; w++)
     if (w->tag == line + 1) return true;

@@ -75,6 +75,7 @@ class CacheModel {
     };
     std::unique_ptr<Way[], Free> ways;
     uint64_t clock = 0;
+    uint64_t last_tag = 0;  // the line of the last Touch + 1 (0: none)
     // True on a hit; on a miss the least recently used way of the set (an
     // invalid one first) takes the line.  False without storage (a failed
     // allocation leaves the level missing every access).

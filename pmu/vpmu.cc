@@ -462,6 +462,9 @@ struct VirtualPmu::State {
   // legacy freeze clears DEBUGCTL.LBR / GLOBAL_CTRL; v4 sets LBR_FRZ/CTR_FRZ).
   void RequestPmi(PmuEffects& fx) {
     fx.pmi = true;
+    RequestPmi();
+  }
+  void RequestPmi() {
     stats.pmis++;
     if (debugctl & kDbgFreezeLbrs) {
       if (pmu.perfmon_version >= 4) global_status |= kStatusLbrFrz;
@@ -1260,10 +1263,11 @@ bool VirtualPmu::WantsDataAccesses() const {
 PmuEffects VirtualPmu::ObserveDataAccess(uint64_t pa, uint32_t size, uint8_t cpl, DataAccessKind kind,
                                          AccessOwner owner) {
   State& s = *s_;
-  PmuEffects fx;
+  // (Its effects are built at the end from locals: a PmuEffects written in
+  // parts and returned costs a store-forwarding stall on every access.)
   const bool llc = s.CountsLlc(), l1d = s.CountsL1d(), source = s.WantsDataSource(), offcore = s.CountsOffcore();
-  if (size == 0 || !(llc || l1d || source || offcore)) return fx;
-  if (s.pmu.perfmon_version >= 4 && (s.global_status & kStatusCtrFrz)) return fx;
+  if (size == 0 || !(llc || l1d || source || offcore)) return {};
+  if (s.pmu.perfmon_version >= 4 && (s.global_status & kStatusCtrFrz)) return {};
   // Every line the access touches (an unaligned one may touch two).  The
   // L1D model sees the accesses while L1D.REPLACEMENT or the data source
   // matters, the L2/LLC model while an LLC or offcore event or the data source does;
@@ -1286,10 +1290,7 @@ PmuEffects VirtualPmu::ObserveDataAccess(uint64_t pa, uint32_t size, uint8_t cpl
       const CacheModel::Outcome o = s.cache.Probe(at);
       slowest = std::max<uint8_t>(slowest, !o.llc_reference ? kLevelL2 : !o.llc_miss ? kLevelLlc : kLevelDram);
     }
-    if (s.LatencyAbove(slowest)) {
-      fx.needs_instruction = true;
-      return fx;
-    }
+    if (s.LatencyAbove(slowest)) return {.needs_instruction = true};
   }
   uint8_t load_level = kLevelNone;  // (kCountNow)
   bool overflow_pmi = false;
@@ -1340,8 +1341,9 @@ PmuEffects VirtualPmu::ObserveDataAccess(uint64_t pa, uint32_t size, uint8_t cpl
       if (s.pebs() && (s.pebs_enable & (1ull << i)) && i < s.PebsGp()) s.pebs_armed |= 1ull << i;
     }
   }
-  if (overflow_pmi) s.RequestPmi(fx);
-  return fx;
+  if (!overflow_pmi) return {};
+  s.RequestPmi();
+  return {.pmi = true};
 }
 
 bool VirtualPmu::WantsRegs() const { return s_->pebs_armed != 0; }

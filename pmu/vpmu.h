@@ -40,13 +40,15 @@ struct PmuEffects {
   // A PMI is requested (counter overflow, BTS threshold, ...): deliver it
   // through the guest LAPIC's LVT performance-counter entry before the next
   // instruction (SDM 17.4.9.3, 18.2 / book exp. 14-10).
-  bool pmi = false;
+  // (One bit each: the effects of a data access are returned on every
+  // access, and one byte is built in a register.)
+  bool pmi : 1 = false;
   // A single-step trap is due (guest EFLAGS.TF set; with DEBUGCTL.BTF only
   // after taken branches, SDM 17.4.3): deliver #DB with DR6.BS.
-  bool single_step_trap = false;
+  bool single_step_trap : 1 = false;
   // ObserveDataAccess with AccessOwner::kInBulk only: the access was not
   // taken; its instruction must be run alone (a load-latency event).
-  bool needs_instruction = false;
+  bool needs_instruction : 1 = false;
 };
 
 // The guest's general registers after an instruction retired, for PEBS

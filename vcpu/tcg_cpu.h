@@ -409,9 +409,9 @@ class TcgCpu {
   // kObserved and the boundary after its instruction is reported; where the
   // instruction cannot be found (as in RunAloneUnlessSeen), kCountNow.
   enum class AccessOwner : uint8_t { kObserved, kInBulk, kCountNow };
-  struct AccessVerdict {
-    bool due = false;
-    bool needs_instruction = false;
+  struct AccessVerdict {  // (bits: returned on every access, built in a register)
+    bool due : 1 = false;
+    bool needs_instruction : 1 = false;
   };
   using DataAccessHook =
       std::function<AccessVerdict(uint64_t pa, uint32_t size, uint8_t cpl, bool write, AccessOwner owner)>;

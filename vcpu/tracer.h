@@ -176,9 +176,9 @@ class Tracer : public StepObserver {
   // raised at the next boundary (`due`: one is due now).  `owner`: whose
   // access it is (pmu::VirtualPmu::AccessOwner); `needs_instruction`: it was
   // not taken, its instruction must be run alone.
-  struct AccessResult {
-    bool due = false;
-    bool needs_instruction = false;
+  struct AccessResult {  // (bits: returned on every access, built in a register)
+    bool due : 1 = false;
+    bool needs_instruction : 1 = false;
   };
   AccessResult ObserveDataAccess(uint64_t pa, uint32_t size, uint8_t cpl, bool write,
                                  pmu::VirtualPmu::AccessOwner owner = pmu::VirtualPmu::AccessOwner::kObserved) {
@@ -334,6 +334,19 @@ class Tracer : public StepObserver {
     DecodedInsn insn;
   };
   std::vector<CachedInsn> insn_cache_;
+  // The loads and stores among `n` instructions from `lin` counted in bulk
+  // (CountSkipped, while memory events count): direct-mapped by `lin`, good
+  // while neither code generation has changed since (each instruction's
+  // decoding was good then, BlockEndInsn).
+  struct CachedRun {
+    uint64_t lin = ~0ull;
+    uint64_t n = 0;
+    CodeGenerations generations;
+    DecodeMode dmode;
+    bool user = false;
+    uint32_t loads = 0, stores = 0;
+  };
+  std::vector<CachedRun> run_cache_;
   // Translations of the virtual PMU's stores (BTS and PEBS records, DS
   // fields), each checked against the page tables when used.
   pmu::TranslationCache store_translations_;

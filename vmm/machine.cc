@@ -1028,7 +1028,9 @@ void Machine::UpdateTcgObservation() {
     // bulk runs past it.
     uint64_t limit = tcg_bulk_ ? tracer_->BulkLimit() : 0;
     if (timer_deadline_ticks_) {
-      const uint64_t ticks = clock_->Ticks(ClockNow());
+      // (Set only while the guest's time is on instructions: no host time
+      // needed, TimerDeadlineTicks.)
+      const uint64_t ticks = clock_->Ticks({0, RetiredNow()});
       if (ticks >= *timer_deadline_ticks_) tcg_->RequestStop();
       else limit = std::min(limit, *timer_deadline_ticks_ - ticks - 1);
     }
@@ -1454,15 +1456,19 @@ void Machine::UpdateClockSource() {
   if (clock_->source() != source) clock_->SetSource(source, ClockNow());
 }
 
-vcpu::GuestClock::Now Machine::ClockNow() const {
+uint64_t Machine::RetiredNow() const {
   // Instructions counted by the tracer, skipped inside blocks, and run
   // under the lingering code hook: each instruction is in one of them.
   uint64_t retired = (tracer_ ? tracer_->stats().instructions : 0) + (tcg_ ? tcg_->lingering_retired() : 0);
   if (in_tcg_ && tcg_bulk_) retired += tcg_->skipped();
+  return retired;
+}
+
+vcpu::GuestClock::Now Machine::ClockNow() const {
   // Host time leaves out the time QEMU spends translating guest code and
   // invalidating translations, which a CPU does not spend (docs/tcg-engine.md,
   // "Guest time").
-  return {NowNs() - vcpu::TcgCpu::TranslationNs(), retired};
+  return {NowNs() - vcpu::TcgCpu::TranslationNs(), RetiredNow()};
 }
 
 std::optional<uint64_t> Machine::TimerDeadlineTicks() const {

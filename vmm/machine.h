@@ -197,6 +197,9 @@ class Machine : private vcpu::TcgDevices, private PciPlatform {
   // unreported in block-level observation), its LAPIC nanoseconds, and the
   // LAPIC timer's deadline in ticks while the clock runs on instructions.
   vcpu::GuestClock::Now ClockNow() const;
+  // Its `retired` part alone (no host clock read: the hot path of a clock on
+  // instructions).
+  uint64_t RetiredNow() const;
   uint64_t GuestNs() const { return clock_->Ns(ClockNow()); }
   std::optional<uint64_t> TimerDeadlineTicks() const;
   // The next LAPIC timer expiry or PIT channel-0 edge, in guest ns.

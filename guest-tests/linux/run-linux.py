@@ -35,7 +35,7 @@ PASS line each (PERF_TEST_CHECKS) and "SUMMARY: 17 passed, 0 failed".
 With --perf-shell the initramfs is linux-perf-shell.cpio (perf, bash, gcc and
 perf's own tests/shell) and init runs perf-shell.sh: Debian perf's shell
 tests, each with the status it has on a real CPU with this kernel, one PASS
-line each (PERF_SHELL_CHECKS) and "SUMMARY: 8 passed, 0 failed"; the guest has
+line each (PERF_SHELL_CHECKS) and "SUMMARY: 9 passed, 0 failed"; the guest has
 1 GiB (the initramfs is ~90 MB) and up to 280 s.
 With --iommu (vbts only) the machine has `--device=intel-iommu,edu` and init
 runs iommu.sh from linux-iommu.cpio: Linux's VT-d driver enables interrupt
@@ -79,7 +79,8 @@ PERF_TEST_CHECKS = ("Read samples using the mmap interface", "User space counter
 
 
 PERF_SHELL_CHECKS = ("test_brstack.sh", "record.sh", "record.sh register capture", "stat.sh", "stat+shadow_stat.sh",
-                     "stat+csv_summary.sh", "stat+csv_output.sh", "record+zstd_comp_decomp.sh")
+                     "stat+csv_summary.sh", "stat+csv_output.sh", "record+zstd_comp_decomp.sh",
+                     "test_data_symbol.sh")
 
 
 IOMMU_CHECKS = ("timer through interrupt remapping", "COM1 through interrupt remapping", "dmar0 registers",
