@@ -2388,6 +2388,19 @@ class TcgLatencyLoadTest : public TcgSkipTest {
       if (o.pa == 0x804 && !o.write && ++n >= 31) owners.push_back(o.owner);
     return owners;
   }
+  // Runs with no skip limit: every instruction runs once ([0x804] = 40 x 3,
+  // EBX = 40), and the ADD's load of iteration 31 comes twice, kInBulk
+  // (not taken) then kObserved; the other iterations' once, kInBulk.
+  void RunTakingTheLoadAgainObserved() {
+    const CpuState st = RunWithLatencyAt(UINT64_MAX);
+    EXPECT_EQ(st.gpr[kRbx], 40u);
+    EXPECT_EQ(Read32(0x804), 120u);
+    using O = TcgCpu::AccessOwner;
+    // Iterations 31 (twice) to 40.
+    const std::vector<O> want = {O::kInBulk, O::kObserved, O::kInBulk, O::kInBulk, O::kInBulk, O::kInBulk,
+                                 O::kInBulk, O::kInBulk,   O::kInBulk, O::kInBulk, O::kInBulk};
+    EXPECT_EQ(AddLoadOwnersFrom31(), want);
+  }
   // How often `at` was reported as a boundary.
   size_t Reported(uint64_t at) const { return std::count(reports_.begin(), reports_.end(), at); }
   std::vector<Offer> offers_;
@@ -2401,14 +2414,7 @@ TEST_F(TcgLatencyLoadTest, WithOneHookABlockTheInstructionRunsAgainAloneAndTakes
   // start) and the INC after it are reported once, in iteration 31 only
   // (elsewhere only L, each block's start, and the first MOV). Every
   // instruction ran once: [0x804] = 40 x 3, 1 + 40 x 5 + HLT = 202 starts.
-  const CpuState st = RunWithLatencyAt(UINT64_MAX);
-  EXPECT_EQ(st.gpr[kRbx], 40u);
-  EXPECT_EQ(Read32(0x804), 120u);
-  using O = TcgCpu::AccessOwner;
-  // Iterations 31 (twice) to 40.
-  const std::vector<O> want = {O::kInBulk, O::kObserved, O::kInBulk, O::kInBulk, O::kInBulk, O::kInBulk,
-                               O::kInBulk, O::kInBulk,   O::kInBulk, O::kInBulk, O::kInBulk};
-  EXPECT_EQ(AddLoadOwnersFrom31(), want);
+  RunTakingTheLoadAgainObserved();
   EXPECT_EQ(Reported(kAddAt), 1u);
   EXPECT_EQ(Reported(kIncAt), 1u);
   EXPECT_EQ(executed_, 202u);
@@ -2424,14 +2430,7 @@ TEST_F(TcgLatencyLoadTest, WhileTheCodeHookSkipsTheBoundaryAfterTheInstructionIs
   // load is taken again at once, kObserved, and the next boundary, the
   // INC's, is reported instead of skipped. Nothing runs again.
   Recreate(std::chrono::milliseconds(0), /*hook_per_block=*/false);
-  const CpuState st = RunWithLatencyAt(UINT64_MAX);
-  EXPECT_EQ(st.gpr[kRbx], 40u);
-  EXPECT_EQ(Read32(0x804), 120u);
-  using O = TcgCpu::AccessOwner;
-  // Iterations 31 (twice) to 40.
-  const std::vector<O> want = {O::kInBulk, O::kObserved, O::kInBulk, O::kInBulk, O::kInBulk, O::kInBulk,
-                               O::kInBulk, O::kInBulk,   O::kInBulk, O::kInBulk, O::kInBulk};
-  EXPECT_EQ(AddLoadOwnersFrom31(), want);
+  RunTakingTheLoadAgainObserved();
   EXPECT_EQ(Reported(kAddAt), 0u);
   EXPECT_EQ(Reported(kIncAt), 1u);
   EXPECT_EQ(executed_, 202u);
