@@ -3367,7 +3367,10 @@ absl::StatusOr<TcgStop> TcgCpu::Run(uint64_t timeout_us) {
   kick_ = false;
   delivering_ = -1;
   first_hook_of_run_ = true;
-  block_start_at_run_ = block_start_;
+  // A run that ended where an instruction left in its block was to run
+  // alone (RunAloneUnlessSeen) ended at that block's start, but the
+  // instruction has not run since its boundary was reported.
+  block_start_at_run_ = block_start_ && !(alone_pending_ && alone_at_ == env_->segs[uabi::kCs].base + env_->eip);
   // (a run that ended there resumes through first_hook_of_run_; one that
   // ended where one hook a block was entered or left, through reenter_at_)
   if (!hookless_reentry_ || reenter_at_ != env_->segs[uabi::kCs].base + env_->eip) reenter_at_ = kNoReentry;

@@ -2360,20 +2360,24 @@ class TcgLatencyLoadTest : public TcgSkipTest {
     bool write;
     TcgCpu::AccessOwner owner;
   };
-  CpuState RunWithLatencyAt(uint64_t limit) {
+  // `slow`: the load of iteration 31 that needs its instruction: the ADD's
+  // (0x804) or the MOV's (0x800), the first instruction of the loop's block.
+  CpuState RunWithLatencyAt(uint64_t limit, uint64_t slow = 0x804) {
     Code(kCodeRip, kThreeAccessesALoop);
     Write32(0x800, 3);
-    uint64_t adds = 0;
-    cpu_->SetDataAccessHook([&, adds](uint64_t pa, uint32_t, uint8_t, bool write,
-                                      TcgCpu::AccessOwner owner) mutable {
+    uint64_t loads = 0;
+    cpu_->SetDataAccessHook([&, loads, slow](uint64_t pa, uint32_t, uint8_t, bool write,
+                                             TcgCpu::AccessOwner owner) mutable {
       offers_.push_back({pa, write, owner});
-      if (pa == 0x804 && !write && owner == TcgCpu::AccessOwner::kInBulk && ++adds == 31)
+      if (pa == slow && !write && owner == TcgCpu::AccessOwner::kInBulk && ++loads == 31)
         return TcgCpu::AccessVerdict{.needs_instruction = true};
       return TcgCpu::AccessVerdict{};
     });
     cpu_->SetInstructionHook([&, limit](uint64_t la) {
       reports_.push_back(la);
-      executed_ += Take().count;
+      const TcgCpu::Skipped k = Take();
+      lasts_.push_back(k.last);
+      executed_ += k.count;
       cpu_->SkipSequential(limit, /*across=*/false, /*ends=*/false);
     });
     CpuState st = RunFrom(Pm32(0));
@@ -2405,6 +2409,7 @@ class TcgLatencyLoadTest : public TcgSkipTest {
   size_t Reported(uint64_t at) const { return std::count(reports_.begin(), reports_.end(), at); }
   std::vector<Offer> offers_;
   std::vector<uint64_t> reports_;
+  std::vector<uint64_t> lasts_;  // TakeSkipped's `last` at each report
   uint64_t executed_ = 0;
 };
 
@@ -2436,6 +2441,59 @@ TEST_F(TcgLatencyLoadTest, WhileTheCodeHookSkipsTheBoundaryAfterTheInstructionIs
   EXPECT_EQ(executed_, 202u);
   EXPECT_EQ(cpu_->stats().latency_reruns, 0u);
   EXPECT_EQ(cpu_->stats().latency_unskips, 1u);
+}
+
+TEST_F(TcgLatencyLoadTest, AtABlocksFirstInstructionItRunsAgainAloneAsTheBlock) {
+  // The MOV's load, the first access of iteration 31's block: the MOV runs
+  // again alone; its boundary (L, that block's start) was reported before it
+  // was left and is not reported again; the ADD's is, after the MOV alone.
+  const CpuState st = RunWithLatencyAt(UINT64_MAX, 0x800);
+  EXPECT_EQ(st.gpr[kRbx], 40u);
+  EXPECT_EQ(Read32(0x804), 120u);
+  EXPECT_EQ(executed_, 202u);
+  // L: iterations 2-40 (the first block runs into iteration 1's); one
+  // report has the MOV as its last instruction: the ADD's, after it ran alone.
+  EXPECT_EQ(Reported(kL), 39u);
+  EXPECT_EQ(std::count(lasts_.begin(), lasts_.end(), kL), 1);
+  EXPECT_EQ(cpu_->stats().latency_reruns, 1u);
+}
+
+TEST_F(TcgLatencyLoadTest, AStopBeforeTheRunAloneReportsNoBoundaryTwice) {
+  // A stop asked for at the MOV's load (iteration 31, the block's first
+  // instruction, its boundary reported) ends the run at the start of the
+  // block that runs the MOV alone, before the MOV runs. The next run starts
+  // with it and does not report L again: once a report names L as the
+  // instruction just run, the tracer finds it led to L (Debian's kernel
+  // under `perf c2c record` showed it: "cannot explain how `movsxd` at X led
+  // to ... X"). As without the stop: L is reported for iterations 2-40,
+  // one report (the ADD's) has the MOV as its last instruction, and every
+  // instruction ran once.
+  Code(kCodeRip, kThreeAccessesALoop);
+  Write32(0x800, 3);
+  uint64_t loads = 0;
+  cpu_->SetDataAccessHook([&](uint64_t pa, uint32_t, uint8_t, bool write, TcgCpu::AccessOwner owner) {
+    if (pa == 0x800 && !write && owner == TcgCpu::AccessOwner::kInBulk && ++loads == 31) {
+      cpu_->RequestStop();
+      return TcgCpu::AccessVerdict{.needs_instruction = true};
+    }
+    return TcgCpu::AccessVerdict{};
+  });
+  cpu_->SetInstructionHook([&](uint64_t la) {
+    reports_.push_back(la);
+    const TcgCpu::Skipped k = Take();
+    lasts_.push_back(k.last);
+    executed_ += k.count;
+    cpu_->SkipSequential(UINT64_MAX, /*across=*/false, /*ends=*/false);
+  });
+  CpuState st = RunFrom(Pm32(0), TcgStop::kRequested);
+  EXPECT_EQ(st.pc_linear(), kL);
+  st = RunFrom(st);
+  executed_ += Take().count + reports_.size();
+  EXPECT_EQ(Read32(0x804), 120u);
+  EXPECT_EQ(st.gpr[kRbx], 40u);
+  EXPECT_EQ(Reported(kL), 39u);
+  EXPECT_EQ(std::count(lasts_.begin(), lasts_.end(), kL), 1);
+  EXPECT_EQ(executed_, 202u);
 }
 
 TEST_F(TcgLatencyLoadTest, WithEveryInstructionReportedTheLoadIsObservedAtOnce) {
