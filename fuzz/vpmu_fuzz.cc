@@ -13,7 +13,9 @@
 // never fails (bad guest programming is the guest's problem: a dropped
 // record and a warning, never an error status), nothing is written outside
 // RAM (the fake refuses such writes, and the model must cope with the
-// refusal), CountSequential never exceeds SequentialLimit.  The model's
+// refusal), CountSequential never exceeds SequentialLimit, and a data access
+// in bulk that the model refuses (a load the load-latency event needs at its
+// own instruction) changes no counter and is refused again.  The model's
 // feature MSRs (pmu/feature_msrs.h) take the same WRMSR/RDMSR stream:
 // IA32_BIOS_SIGN_ID always reads the model's microcode revision, a locked
 // IA32_FEATURE_CONTROL refuses every write and keeps its value, and the
@@ -174,13 +176,26 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         pmu.NoteKernelDebugCtl(in.Value());
         pmu.KernelDebugCtl();
         break;
-      case 9: {  // a data access, for the cache events and data sources (any address, size, CPL, kind)
+      case 9: {  // a data access, for the cache events and data sources (any address, size, CPL, kind, owner)
         const uint64_t pa = in.Value();
         const uint32_t n = in.U8();
         const uint8_t f = in.U8();
         pmu.WantsDataAccesses();
-        pmu.ObserveDataAccess(pa, n, f & 3,
-                              (f & 4) ? VirtualPmu::DataAccessKind::kStore : VirtualPmu::DataAccessKind::kLoad);
+        const auto kind = (f & 4) ? VirtualPmu::DataAccessKind::kStore : VirtualPmu::DataAccessKind::kLoad;
+        const auto owner = static_cast<VirtualPmu::AccessOwner>((f >> 3) % 3);
+        uint64_t before[8];
+        for (uint32_t i = 0; i < 8; i++) before[i] = pmu.ReadPmc(i).value;
+        const PmuEffects fx = pmu.ObserveDataAccess(pa, n, f & 3, kind, owner);
+        if (fx.needs_instruction) {
+          // Only a load in bulk is refused, and a refused one changes
+          // nothing: no counter moved, no PMI, and the same access is
+          // refused again (the caches were only looked at).
+          if (owner != VirtualPmu::AccessOwner::kInBulk || kind != VirtualPmu::DataAccessKind::kLoad || fx.pmi)
+            __builtin_trap();
+          for (uint32_t i = 0; i < 8; i++)
+            if (pmu.ReadPmc(i).value != before[i]) __builtin_trap();
+          if (!pmu.ObserveDataAccess(pa, n, f & 3, kind, owner).needs_instruction) __builtin_trap();
+        }
         break;
       }
       case 10: {  // an event select of an event some model counts, with random flags
