@@ -427,8 +427,11 @@ struct TcgCallbacks {
   //
   // While the data-access hook is set (LLC events), the accesses the
   // instruction made before, which the hook has counted, are not reported
-  // again in its run alone; `due`: one of them made a PMI due, and the run
-  // ends after the instruction.
+  // again in its run alone. `why`: a watched access (kWatched); one the
+  // hook counted that made a PMI due (kDue: the run ends after the
+  // instruction); a load the hook did not take, which the load-latency
+  // event needs at its own instruction (kLatency: this access is not among
+  // those reported before).
   enum class Rerun : uint8_t { kWatched, kDue, kLatency };
   static void RunAloneUnlessSeen(TcgCpu* self, Rerun why = Rerun::kWatched) {
     const bool due = why == Rerun::kDue;
