@@ -1347,6 +1347,11 @@ PmuEffects VirtualPmu::ObserveDataAccess(uint64_t pa, uint32_t size, uint8_t cpl
 }
 
 bool VirtualPmu::WantsRegs() const { return s_->pebs_armed != 0; }
+bool VirtualPmu::ArmedOnlyForLoadLatency() const {
+  const State& s = *s_;
+  s.PlainMasks();
+  return s.pebs_armed != 0 && (s.pebs_armed & ~uint64_t{s.ldlat_gp_[0] | s.ldlat_gp_[1]}) == 0;
+}
 bool VirtualPmu::CountsMemoryInstructions() const { return s_->CountsMemory(); }
 bool VirtualPmu::CountsLoadLatency() const { return s_->CountsLoadLatency(); }
 bool VirtualPmu::WantsXmm() const {
@@ -1355,7 +1360,7 @@ bool VirtualPmu::WantsXmm() const {
 
 uint64_t VirtualPmu::SequentialLimit(uint8_t cpl) const {
   const State& s = *s_;
-  if (s.pebs_armed) return 0;
+  if (s.pebs_armed && !ArmedOnlyForLoadLatency()) return 0;
   if (s.pmu.perfmon_version >= 4 && (s.global_status & kStatusCtrFrz)) return UINT64_MAX;
   Branch plain;  // a non-branch instruction (GpIncrement's view)
   uint64_t limit = UINT64_MAX;

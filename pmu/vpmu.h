@@ -174,6 +174,11 @@ class VirtualPmu {
   // A PEBS-enabled counter has overflowed: the next instruction it counts
   // writes a PEBS record, which needs that instruction's resulting registers.
   bool WantsRegs() const;
+  // ... and every such counter counts the load-latency event: the next
+  // instruction it counts is one with a load above the threshold, which an
+  // engine counting in bulk observes alone (AccessOwner::kInBulk), so the
+  // others may still be counted in bulk (SequentialLimit).
+  bool ArmedOnlyForLoadLatency() const;
   // ... and the XMM registers too (an adaptive PEBS record with the XMM group
   // may follow).
   bool WantsXmm() const;
@@ -185,7 +190,8 @@ class VirtualPmu {
   // CountSequential may take at once without any counter overflowing (an
   // overflow needs the exact instruction: Observe); UINT64_MAX when nothing
   // counts them; 0 while a PEBS assist is armed (it needs every
-  // instruction's registers).  Instructions counted in bulk never count for
+  // instruction's registers), unless only for the load-latency event
+  // (ArmedOnlyForLoadLatency).  Instructions counted in bulk never count for
   // the load-latency event (their loads were reported kInBulk: one that
   // would have made its instruction run alone).
   uint64_t SequentialLimit(uint8_t cpl) const;

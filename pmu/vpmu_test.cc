@@ -1019,6 +1019,42 @@ TEST_F(PebsTest, LoadLatencyRecordHoldsAddressSourceAndLatency) {
   EXPECT_EQ(Mem64(kPebs + 0xB0 + 0xA8), 0u);
 }
 
+TEST_F(PebsTest, AnAssistArmedForLoadLatencyAloneLeavesOtherInstructionsToBulk) {
+  // PMC0 counts the load-latency event with PEBS (as above), PMC1
+  // INST_RETIRED (USR, OS, EN). Once PMC0's wrap arms the assist, its next
+  // event is an instruction with a load above the threshold, which the
+  // engine observes alone: the others may be counted in bulk, up to PMC1's
+  // room (2^48 - 102, 2^48 - 101 after the load: 100 increments to 2^48 - 1,
+  // the 101st wraps it). With PEBS
+  // on PMC1 too and PMC1 armed, every instruction is needed: 0.
+  SetUpPebs(0xB0 * 4, 0xB0 * 4, 0xFFFFFFFFFFFFull);
+  Wr(0x38F, 0);
+  Wr(0x186, 0x100B | (1u << 16) | (1u << 17) | (1u << 22));
+  Wr(0x187, 0xC0 | (1u << 16) | (1u << 17) | (1u << 22));
+  Wr(0xC1, 0xFFFFFFFF);  // sign-extended: 2^48 - 1
+  Wr(0xC2, 0xFFFFFFFF - 101);  // sign-extended: 2^48 - 102
+  Wr(0x3F1, 1 | (1ull << 32));
+  Wr(0x3F6, 30);
+  Wr(0x38F, 3);
+  EXPECT_FALSE(pmu_.ArmedOnlyForLoadLatency());
+  LoadAt(pmu_, lin_, 0x200000, 0x100);  // DRAM: wraps PMC0, armed; PMC1 counts it
+  EXPECT_TRUE(pmu_.WantsRegs());
+  EXPECT_TRUE(pmu_.ArmedOnlyForLoadLatency());
+  EXPECT_EQ(pmu_.SequentialLimit(0), 100u);
+  pmu_.CountSequential(1, 0);
+  EXPECT_EQ(pmu_.SequentialLimit(0), 99u);
+  // PMC1 with PEBS too, wrapped: armed for INST_RETIRED.
+  Wr(0x38F, 0);
+  Wr(0xC2, 0xFFFFFFFF);
+  Wr(0x3F1, 3 | (1ull << 32));
+  Wr(0x38F, 3);
+  pmu_.CountSequential(0, 0);
+  Obs(Jmp(0x300, 0x302, 0, BranchKind::kNone));  // wraps PMC1 (no load: PMC0 stays armed)
+  EXPECT_TRUE(pmu_.WantsRegs());
+  EXPECT_FALSE(pmu_.ArmedOnlyForLoadLatency());
+  EXPECT_EQ(pmu_.SequentialLimit(0), 0u);
+}
+
 TEST_F(VpmuTest, DataSourceNeedsNoCacheModelWhenNothingAsksForIt) {
   // PEBS on INST_RETIRED alone: no counter cares where data comes from.
   Wr(0x186, 0xC0 | (1u << 16) | (1u << 22));

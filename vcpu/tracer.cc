@@ -678,7 +678,8 @@ absl::Status Tracer::BoundaryEvents(const CpuState& st) {
 
 bool Tracer::BulkAllowed() const {
   return !sink_every_insn_ && !guest_tf_ && !step_trap_due_ && !data_hits_ && !db_in_flight_ && !pmi_due_ &&
-         !(emulate_data_bps_ && !engine_data_bps_ && (!guest_bp_ || guest_bp_->AnyData())) && !pmu_.WantsRegs() &&
+         !(emulate_data_bps_ && !engine_data_bps_ && (!guest_bp_ || guest_bp_->AnyData())) &&
+         (!pmu_.WantsRegs() || (data_access_hook_ && pmu_.ArmedOnlyForLoadLatency())) &&
          !pmu_.lbr_in_kernel() && (data_access_hook_ || !pmu_.CountsLoadLatency());
 }
 
@@ -885,6 +886,8 @@ absl::Status Tracer::ResolveBlockEnd(const Boundary& p, uint64_t last, const Cpu
       ClassifyBlockEnd(p, last, st, code_generation, pmu_.CountsMemoryInstructions(), rep_iteration);
   if (rep_iteration) stats_.boundaries--;  // one iteration of a REP string: no boundary (as in AtBoundary)
   if (!b) return absl::OkStatus();
+  // Captured whole (an armed assist, BulkBoundary): the operands' addresses.
+  if (p.decoded && p.lin == last && b->mem) CopyMemory(p, *b);
   // An IRET, POPF or SYSRET may have loaded the guest's TF: the engine keeps
   // it in RFLAGS (vbts raises the traps).
   return Emit(*b, st, (st.rflags & kRflagsTf) != 0);
@@ -963,10 +966,20 @@ absl::Status Tracer::ResolveBlockEnd(const Boundary& p, uint64_t last, const Cpu
   return b;
 }
 
-absl::Status Tracer::BulkBoundary(CpuState& st, uint64_t skipped, uint64_t last, bool block_start,
+absl::Status Tracer::BulkBoundary(CpuState& code_state, uint64_t skipped, uint64_t last, bool block_start,
                                   CodeGenerations code_generation, const BlockEnds& ends) {
-  VBTS_RETURN_IF_ERROR(ReportBlockEnds(ends, st, skipped));
+  VBTS_RETURN_IF_ERROR(ReportBlockEnds(ends, code_state, skipped));
   stats_.boundaries++;
+  // A PEBS assist armed for the load-latency event alone (BulkAllowed): the
+  // instruction before this boundary may make the record, which holds the
+  // registers it left, and the boundary's instruction is captured whole
+  // (its operands' addresses: the record's data address) in case it is the
+  // one (run alone for its load, docs/tcg-engine.md).
+  std::optional<CpuState> full;
+  if (pmu_.WantsRegs()) {
+    VBTS_ASSIGN_OR_RETURN(full, vcpu_->GetState());
+  }
+  CpuState& st = full ? *full : code_state;
   if (prev_) {
     const Boundary& p = *prev_;  // replaced only below
     // p and the skipped instructions before `last`: one after another.
@@ -982,7 +995,9 @@ absl::Status Tracer::BulkBoundary(CpuState& st, uint64_t skipped, uint64_t last,
       b.cpl_from = b.cpl_to = p.cpl;
       b.mode_from = b.mode_to = p.mode;
       b.ia32e = p.ia32e;
-      if (pmu_.CountsMemoryInstructions()) {
+      if (p.decoded && p.lin == last) {
+        CopyMemory(p, b);
+      } else if (pmu_.CountsMemoryInstructions()) {
         absl::Status error;
         if (const DecodedInsn* insn = BlockEndInsn(p, last, st, code_generation, error)) b.mem = MemKinds(*insn);
       }
@@ -995,15 +1010,17 @@ absl::Status Tracer::BulkBoundary(CpuState& st, uint64_t skipped, uint64_t last,
   VBTS_RETURN_IF_ERROR(BoundaryEvents(st));
   if (emulate_data_bps_ && !guest_bp_) ReadGuestBreakpoints();
   bulk_after_boundary_ = BulkAllowed();
-  if (bulk_after_boundary_) {
+  if (bulk_after_boundary_ && !pmu_.WantsRegs()) {
     if (!prev_) prev_ = Boundary{};
     Light(st, *prev_);
     return absl::OkStatus();
   }
-  // Leaving bulk mode: the next boundary is resolved one instruction at a
-  // time, from the whole state.
-  VBTS_ASSIGN_OR_RETURN(CpuState full, vcpu_->GetState());
-  prev_ = Capture(full);
+  // Leaving bulk mode (the next boundary is resolved one instruction at a
+  // time), or an assist armed as above: from the whole state.
+  if (!full) {
+    VBTS_ASSIGN_OR_RETURN(full, vcpu_->GetState());
+  }
+  prev_ = Capture(*full);
   return absl::OkStatus();
 }
 

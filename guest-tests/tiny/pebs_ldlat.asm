@@ -16,7 +16,10 @@
 ; (PEBS armed), the 2nd causes the assist (record) and the reload, and so on.
 ;   w1 (threshold 30, Linux's default): l1 `mov eax,[A]` DRAM, counted: wraps; l2 [A] again, an
 ;      L1D hit (4): no; s1 a store to a cold line: not this event's; l3 [A+64], the pair l1's
-;      miss brought into L2 (12): no; l4 [B] DRAM: record 1 (B, DRAM, 200).
+;      miss brought into L2 (12): no; then 1000 loads of [A], L1D hits: no (the TCG engine counts
+;      them in bulk while the assist is armed for this event alone: docs/tcg-engine.md, "Load
+;      latency with one hook a block"); l4 [B] DRAM: record 1 (B, DRAM, 200; formats 1 and 3:
+;      RCX = 0, the loop's count, in the record's registers at 20H).
 ;   w2: threshold 0xFFFF (nothing counts; the caches still see the loads): [C] and 21 lines 64 KB
 ;      apart, which share C's L1D set (64 sets, 8/12 ways) and L2 set (512 or 1024 sets, at most
 ;      20 ways) but fall in other L3 sets (12288, 8192 or 81920 sets, 12 or 16 ways): C leaves
@@ -100,6 +103,10 @@ l1:     mov eax, [A]
 l2:     mov eax, [A]
 s1:     mov [B + 0x40000], eax
 l3:     mov eax, [A + 64]
+        mov ecx, 1000                   ; w1b: 1000 L1D hits of [A] while the assist is armed
+.spin:  mov edx, [A]
+        dec ecx
+        jnz .spin
 l4:     mov eax, [B]
 l4_next:
         ; w2
@@ -137,6 +144,10 @@ l8_next:
         mov eax, [dram]
         CHECK_EQ dword [esi + ebx + 8], eax, "record 1: data source DRAM (0CH on Westmere, 0AH later)"
         CHECK_EQ dword [esi + ebx + 16], 200, "record 1: latency 200"
+        cmp dword [fmt], 4
+        jae .no_gprs
+        CHECK_EQ dword [esi + 0x20], 0, "record 1: RCX = 0 (the 1000 L1D hits before l4 ran)"
+.no_gprs:
         add esi, [rec]
         mov edx, l6
         mov edi, l6_next
