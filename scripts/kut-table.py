@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-"""kut-table.py: runs the x86_64 tests of a kvm-unit-tests build under vbts, as the
-vbts column of docs/compatibility.md was measured, and prints one row per test with
-its verdict and PASS/FAIL/SKIP counts, then the totals.
+"""kut-table.py: runs the x86_64 (or i386) tests of a kvm-unit-tests build under vbts,
+as the vbts columns of docs/compatibility.md were measured, and prints one row per test
+with its verdict and PASS/FAIL/SKIP counts, then the totals.
 
-Usage: scripts/kut-table.py --kut DIR [--vbts PATH] [--jobs N] [--timeout S] [TEST...]
-  DIR   a kvm-unit-tests tree built for x86_64 (./configure --arch=x86_64 && make;
-        docs/compatibility.md names the commit)
-  TEST  section names of x86/unittests.cfg (default: every x86_64 section but the
+Usage: scripts/kut-table.py --kut DIR [--arch x86_64|i386] [--vbts PATH] [--jobs N]
+                            [--timeout S] [TEST...]
+  DIR   a kvm-unit-tests tree built for that architecture (./configure --arch=x86_64
+        && make, or --arch=i386; docs/compatibility.md names the commit)
+  TEST  section names of x86/unittests.cfg (default: every section of the
+        architecture, those without an `arch` and those with its own, but the
         nested-virtualisation, Hyper-V, TSX-ctrl, CET and LAM ones)
 
 Each test runs as `vbts run --initrd=ENV --timeout=T [--device=...] X.flat
@@ -32,13 +34,13 @@ VERDICTS = {1: 'PASS', 3: 'FAIL', 77: 'SKIP', 127: 'ABORT', 116: 'STOP', 118: 'S
             124: 'HANG/SLOW'}
 
 
-def sections(kut):
+def sections(kut, arch='x86_64'):
     cfg = configparser.ConfigParser(interpolation=None, strict=False)
     with open(os.path.join(kut, 'x86', 'unittests.cfg')) as f:
         cfg.read_file(f)
     for name in cfg.sections():
         s = cfg[name]
-        if s.get('arch', 'x86_64') != 'x86_64' or EXCLUDED.match(name):
+        if s.get('arch', arch) != arch or EXCLUDED.match(name):
             continue
         flat = os.path.join(kut, 'x86', s['file'])
         if os.path.exists(flat):
@@ -68,11 +70,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument('--kut', required=True)
     ap.add_argument('--vbts', default=os.path.join(os.path.dirname(__file__), '..', 'build', 'vbts'))
+    ap.add_argument('--arch', choices=('x86_64', 'i386'), default='x86_64',
+                    help='the architecture the tree was built for (which sections run)')
     ap.add_argument('--jobs', type=int, default=1)
     ap.add_argument('--timeout', type=int, help='one timeout for every test instead of the cfg\'s')
     ap.add_argument('tests', nargs='*')
     a = ap.parse_args()
-    todo = [t for t in sections(a.kut) if not a.tests or t[0] in a.tests]
+    todo = [t for t in sections(a.kut, a.arch) if not a.tests or t[0] in a.tests]
     if not todo:
         sys.exit('kut-table.py: no test to run')
     with tempfile.NamedTemporaryFile('w', suffix='.env', delete=False) as env:
