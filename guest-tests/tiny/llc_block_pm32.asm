@@ -69,53 +69,13 @@ after_movsd:
         CHECK_EQ dword [pmc1], 1404, "PMC1 = 1404 LLC misses (1402 + the MOVSD's two)"
         ret
 
-; The PMI, straight from the IDT: its first data accesses are the stores to `save` (L2 hits),
-; then the counters stop.
-pmi_raw:
-        mov [save], eax
-        mov [save + 4], ecx
-        mov [save + 8], edx
-        xor eax, eax
-        xor edx, edx
-        mov ecx, 0x38F
-        wrmsr
-        inc dword [pmi_count]
-        mov [pmi_esi], esi
-        mov [pmi_edi], edi
-        mov eax, [save + 8]
-        mov [pmi_edx], eax
-        mov eax, [esp]                  ; the frame's EIP
-        mov [pmi_eip], eax
-        mov ecx, 0x38E
-        rdmsr
-        mov [pmi_status], eax
-        mov ecx, 0xC1
-        rdmsr
-        mov [pmc0], eax
-        mov ecx, 0xC2
-        rdmsr
-        mov [pmc1], eax
-        WRMSR32 0x390, 1
-        APIC_EOI
-        mov eax, [save]
-        mov ecx, [save + 4]
-        mov edx, [save + 8]
-        iretd
+; The PMI, straight from the IDT (debug32.inc): it only stores, to `save`, until the counters
+; stop.
+        PMI_RAW_STOP_HANDLER
 
 section .data
-align 4
-pmi_count:      dd 0
-pmi_eip:        dd 0
-pmi_status:     dd 0
-pmi_edx:        dd 0
-pmi_esi:        dd 0
-pmi_edi:        dd 0
-pmc0:           dd 0
-pmc1:           dd 0
 align 128
 hot:            dd 0                    ; a 128-byte pair of its own
-align 128
-save:           times 3 dd 0            ; likewise
 align 128
 
 section .bss
