@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "pmu/access_owner.h"
 #include "pmu/branch.h"
 #include "pmu/cpu_model.h"
 #include "pmu/paging.h"
@@ -150,24 +151,8 @@ class VirtualPmu {
   // load and which store: an instruction's accesses are reported before the
   // instruction's Observe, a read-modify-write one as a load, then a store.
   enum class DataAccessKind : uint8_t { kLoad, kStore };
-  // Whose access it is (docs/tcg-engine.md, "Load latency with one hook a
-  // block"):
-  // - kObserved: an instruction that is observed alone (Observe follows for
-  //   it, and no CountSequential comes between): its loads give its data
-  //   source and latency.
-  // - kInBulk: an instruction the engine may count in bulk, or observe as
-  //   the last of a block without having reported it alone.  A load that
-  //   would count for the load-latency event (its modelled latency above the
-  //   threshold, a load-latency counter counting at `cpl`) changes nothing
-  //   then and returns PmuEffects::needs_instruction: the engine runs the
-  //   instruction alone and reports the access again as kObserved.  Any
-  //   other access counts as it would for kObserved, but gives no data
-  //   source (these instructions are never a PEBS assist's: WantsRegs stops
-  //   bulk counting).
-  // - kCountNow: an instruction counted in bulk that the engine cannot run
-  //   alone: a load above the threshold counts for the load-latency event at
-  //   once, as if its instruction retired now.
-  enum class AccessOwner : uint8_t { kObserved, kInBulk, kCountNow };
+  // Whose access it is (pmu/access_owner.h).
+  using AccessOwner = pmu::AccessOwner;
   bool WantsDataAccesses() const;
   PmuEffects ObserveDataAccess(uint64_t pa, uint32_t size, uint8_t cpl, DataAccessKind kind = DataAccessKind::kLoad,
                                AccessOwner owner = AccessOwner::kObserved);

@@ -18,6 +18,16 @@ struct CodeGenerations {
   uint64_t bytes = 0;
 };
 
+// What a data access the engine reports made due (Tracer::ObserveDataAccess,
+// TcgCpu::SetDataAccessHook): `due`, something at the boundary after its
+// instruction (a PMI); `needs_instruction`, the access was not taken, its
+// instruction must be run alone (pmu::AccessOwner::kInBulk).  Bits: it is
+// returned on every access, built in a register.
+struct AccessVerdict {
+  bool due : 1 = false;
+  bool needs_instruction : 1 = false;
+};
+
 struct BlockEnd {
   uint64_t from = 0;     // linear address of the block's last instruction
   uint64_t to = 0;       // linear address of the next block's first one

@@ -30,6 +30,7 @@
 #include "absl/status/statusor.h"
 #include "vcpu/block_end.h"
 #include "vcpu/completer.h"
+#include "pmu/access_owner.h"
 #include "pmu/paging.h"
 #include "vcpu/cpu_state.h"
 #include "vcpu/data_breakpoints.h"
@@ -398,7 +399,7 @@ class TcgCpu {
   // already reported not reported again (docs/tcg-engine.md, "Watched
   // accesses").
   //
-  // `owner` says whose access it is (pmu::VirtualPmu::AccessOwner): kObserved
+  // `owner` says whose access it is (pmu/access_owner.h): kObserved
   // while every instruction is reported, and in a block an instruction runs
   // alone in; kInBulk in a block run with one hook or while instructions go
   // unreported (block-level observation).  An answer of needs_instruction
@@ -408,11 +409,8 @@ class TcgCpu {
   // kObserved; while the code hook skips, the access is taken again as
   // kObserved and the boundary after its instruction is reported; where the
   // instruction cannot be found (as in RunAloneUnlessSeen), kCountNow.
-  enum class AccessOwner : uint8_t { kObserved, kInBulk, kCountNow };
-  struct AccessVerdict {  // (bits: returned on every access, built in a register)
-    bool due : 1 = false;
-    bool needs_instruction : 1 = false;
-  };
+  using AccessOwner = pmu::AccessOwner;
+  using AccessVerdict = vcpu::AccessVerdict;
   using DataAccessHook =
       std::function<AccessVerdict(uint64_t pa, uint32_t size, uint8_t cpl, bool write, AccessOwner owner)>;
   void SetDataAccessHook(DataAccessHook hook);

@@ -174,14 +174,10 @@ class Tracer : public StepObserver {
   // One data access of the guest at physical `pa`, by code at `cpl`, for
   // the virtual PMU's cache events and data sources; a PMI it causes is
   // raised at the next boundary (`due`: one is due now).  `owner`: whose
-  // access it is (pmu::VirtualPmu::AccessOwner); `needs_instruction`: it was
-  // not taken, its instruction must be run alone.
-  struct AccessResult {  // (bits: returned on every access, built in a register)
-    bool due : 1 = false;
-    bool needs_instruction : 1 = false;
-  };
-  AccessResult ObserveDataAccess(uint64_t pa, uint32_t size, uint8_t cpl, bool write,
-                                 pmu::VirtualPmu::AccessOwner owner = pmu::VirtualPmu::AccessOwner::kObserved) {
+  // access it is (pmu/access_owner.h); `needs_instruction`: it was not
+  // taken, its instruction must be run alone.
+  AccessVerdict ObserveDataAccess(uint64_t pa, uint32_t size, uint8_t cpl, bool write,
+                                  pmu::AccessOwner owner = pmu::AccessOwner::kObserved) {
     using Kind = pmu::VirtualPmu::DataAccessKind;
     const pmu::PmuEffects fx = pmu_.ObserveDataAccess(pa, size, cpl, write ? Kind::kStore : Kind::kLoad, owner);
     if (fx.pmi) pmi_due_ = true;

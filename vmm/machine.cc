@@ -970,12 +970,7 @@ void Machine::UpdateTcgObservation() {
       tcg_->SetDataAccessHook([this](uint64_t pa, uint32_t size, uint8_t cpl, bool write,
                                      vcpu::TcgCpu::AccessOwner owner) {
         // A PMI is due: the engine reports the boundary after the instruction.
-        using Owner = pmu::VirtualPmu::AccessOwner;
-        const Owner o = owner == vcpu::TcgCpu::AccessOwner::kInBulk     ? Owner::kInBulk
-                        : owner == vcpu::TcgCpu::AccessOwner::kCountNow ? Owner::kCountNow
-                                                                        : Owner::kObserved;
-        const vcpu::Tracer::AccessResult r = tracer_->ObserveDataAccess(pa, size, cpl, write, o);
-        return vcpu::TcgCpu::AccessVerdict{r.due, r.needs_instruction};
+        return tracer_->ObserveDataAccess(pa, size, cpl, write, owner);
       });
     }
   }
