@@ -44,6 +44,10 @@ constexpr uint32_t kMsrOffcoreRsp0 = 0x1A6;  // MSR_OFFCORE_RSP_0, _1 at 1A7H
 // round 200 cycles for DRAM.  Linux's default `perf mem` threshold (30)
 // lets L3 hits and DRAM through.
 enum DataLevel : uint8_t { kLevelNone = 0, kLevelL1 = 1, kLevelL2 = 2, kLevelLlc = 3, kLevelDram = 4 };
+// Where a load's line came from: the L1D, else the L2/L3 model's outcome.
+uint8_t LoadLevel(bool l1_hit, CacheModel::Outcome o) {
+  return l1_hit ? kLevelL1 : !o.llc_reference ? kLevelL2 : !o.llc_miss ? kLevelLlc : kLevelDram;
+}
 constexpr uint16_t kLoadLatency[5] = {0, 4, 12, 44, 200};
 constexpr uint32_t kMsrAPmc0 = 0x4C1;
 constexpr uint32_t kMsrDsArea = 0x600;
@@ -1283,12 +1287,8 @@ PmuEffects VirtualPmu::ObserveDataAccess(uint64_t pa, uint32_t size, uint8_t cpl
     uint8_t slowest = kLevelNone;
     for (uint64_t line = first; line <= last && line >= first; line++) {
       const uint64_t at = line * kCacheLineBytes;
-      if (!s.l1d.Probe(at).llc_reference) {
-        slowest = std::max<uint8_t>(slowest, kLevelL1);
-        continue;
-      }
-      const CacheModel::Outcome o = s.cache.Probe(at);
-      slowest = std::max<uint8_t>(slowest, !o.llc_reference ? kLevelL2 : !o.llc_miss ? kLevelLlc : kLevelDram);
+      const bool l1_hit = !s.l1d.Probe(at).llc_reference;
+      slowest = std::max(slowest, LoadLevel(l1_hit, l1_hit ? CacheModel::Outcome{} : s.cache.Probe(at)));
     }
     if (s.LatencyAbove(slowest)) return {.needs_instruction = true};
   }
@@ -1320,7 +1320,7 @@ PmuEffects VirtualPmu::ObserveDataAccess(uint64_t pa, uint32_t size, uint8_t cpl
     }
     if (source) {
       if (kind == DataAccessKind::kLoad) {
-        const uint8_t level = l1_hit ? kLevelL1 : !o.llc_reference ? kLevelL2 : !o.llc_miss ? kLevelLlc : kLevelDram;
+        const uint8_t level = LoadLevel(l1_hit, o);
         load_level = std::max(load_level, level);
         if (owner == AccessOwner::kObserved) s.insn_load_level = std::max(s.insn_load_level, level);
       } else if (owner == AccessOwner::kObserved) {

@@ -433,12 +433,16 @@ struct TcgCallbacks {
   // event needs at its own instruction (kLatency: this access is not among
   // those reported before).
   enum class Rerun : uint8_t { kWatched, kDue, kLatency };
+  // The block running is the one that runs an instruction alone.
+  static bool InAloneBlock(const TcgCpu* self) {
+    return self->blocks_in_run_ == self->alone_block_ && self->current_block_.start == self->alone_at_;
+  }
   static void RunAloneUnlessSeen(TcgCpu* self, Rerun why = Rerun::kWatched) {
     const bool due = why == Rerun::kDue;
     if (self->delivering_ >= 0) return;
     uabi::EnvPrefix* env = self->env_;
     if (self->CodeHookActive() && !(env->hflags & uabi::kHfHookless)) return;
-    if (self->blocks_in_run_ == self->alone_block_ && self->current_block_.start == self->alone_at_) return;
+    if (InAloneBlock(self)) return;
     const uintptr_t ra = t_access_ra != 0 ? t_access_ra : t_helper_ra;
     if (ra == 0 || !cpu_restore_state_x86_64(self->cpu_, ra, /*will_exit=*/true)) {
       self->stats_.access_stops_at_block_end++;
@@ -566,10 +570,7 @@ struct TcgCallbacks {
     // counted in bulk, unless it runs alone (RunAloneUnlessSeen's block)
     // or the code hook reports the next boundary (no skip left).
     const bool hookless = (env->hflags & uabi::kHfHookless) != 0;
-    const bool in_bulk =
-        self->skipping_ && (hookless ? !(self->blocks_in_run_ == self->alone_block_ &&
-                                         self->current_block_.start == self->alone_at_)
-                                     : self->skipped_ < self->skip_limit_);
+    const bool in_bulk = self->skipping_ && (hookless ? !InAloneBlock(self) : self->skipped_ < self->skip_limit_);
     TcgCpu::AccessOwner owner = in_bulk ? TcgCpu::AccessOwner::kInBulk : TcgCpu::AccessOwner::kObserved;
     TcgCpu::AccessVerdict v = self->data_access_hook_(pa, static_cast<uint32_t>(size), cpl, write, owner);
     if (v.needs_instruction) {
