@@ -572,6 +572,15 @@ struct VirtualPmu::State {
     gp[i].value = next;
     return wrapped;
   }
+  // One event of GP counter i, counted at its instruction: true when it
+  // wrapped the counter and the select asks for a PMI (INT).  A PEBS-enabled
+  // counter's wrap arms PEBS; the next event of the counter causes the
+  // assist (SDM 18.6.1.1).
+  bool AddGpEvent(int i) {
+    if (!AddToGp(i, 1)) return false;
+    if (pebs() && (pebs_enable & (1ull << i)) && i < PebsGp()) pebs_armed |= 1ull << i;
+    return (gp[i].evtsel & kEvtInt) != 0;
+  }
 
   absl::Status CountInstruction(const Branch& b, LinearMemory& mem, const GuestRegs* after, PmuEffects& fx) {
     if (pmu.perfmon_version >= 4 && (global_status & kStatusCtrFrz)) return absl::OkStatus();
@@ -595,14 +604,8 @@ struct VirtualPmu::State {
     if ((b.mem & 1) && LatencyAbove(insn_load_level)) counting |= ldlat_gp_[level];
     for (uint32_t m = counting; m; m &= m - 1) {
       const int i = std::countr_zero(m);
-      const uint64_t sel = gp[i].evtsel;
       if (pebs_armed & (1ull << i)) assist |= 1ull << i;
-      if (AddToGp(i, 1)) {
-        if (sel & kEvtInt) overflow_pmi = true;
-        // A PEBS-enabled counter's overflow arms PEBS; the next event of
-        // the counter causes the assist (SDM 18.6.1.1).
-        if (pebs() && (pebs_enable & (1ull << i)) && i < PebsGp()) pebs_armed |= 1ull << i;
-      }
+      if (AddGpEvent(i)) overflow_pmi = true;
     }
     for (uint32_t fm = plain_fixed_[level]; fm; fm &= fm - 1) {
       const int i = std::countr_zero(fm);
@@ -1332,14 +1335,11 @@ PmuEffects VirtualPmu::ObserveDataAccess(uint64_t pa, uint32_t size, uint8_t cpl
       count([&](uint64_t sel) { return State::IsLlcReference(sel) || (o.llc_miss && State::IsLlcMiss(sel)); });
   }
   if (latency_load && owner == AccessOwner::kCountNow && s.LatencyAbove(load_level)) {
-    // As CountInstruction counts the event for a load-latency counter (no
-    // PEBS assist can be armed here: WantsRegs stops bulk counting).
-    for (uint32_t m = s.ldlat_gp_[cpl == 0 ? 0 : 1]; m; m &= m - 1) {
-      const int i = std::countr_zero(m);
-      if (!s.AddToGp(i, 1)) continue;
-      if (s.gp[i].evtsel & kEvtInt) overflow_pmi = true;
-      if (s.pebs() && (s.pebs_enable & (1ull << i)) && i < s.PebsGp()) s.pebs_armed |= 1ull << i;
-    }
+    // As CountInstruction counts the event for a load-latency counter, but
+    // with no instruction boundary here: an assist armed for the counter
+    // (ArmedOnlyForLoadLatency) stays armed for its next event.
+    for (uint32_t m = s.ldlat_gp_[cpl == 0 ? 0 : 1]; m; m &= m - 1)
+      if (s.AddGpEvent(std::countr_zero(m))) overflow_pmi = true;
   }
   if (!overflow_pmi) return {};
   s.RequestPmi();
