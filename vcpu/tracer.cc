@@ -775,32 +775,34 @@ void Tracer::CountSkipped(uint64_t n, const Boundary& p, const CpuState& st, Cod
     if (run_cache_.empty()) run_cache_.resize(kRuns);
     CachedRun& c = run_cache_[(p.lin ^ (p.lin >> 10)) & (kRuns - 1)];
     const bool user = p.cpl == 3;
-    if (c.lin == p.lin && c.n == n && c.user == user && c.dmode.mode == p.dmode.mode &&
-        c.dmode.stack_width == p.dmode.stack_width && c.generations.paging == code_generation.paging &&
-        c.generations.bytes == code_generation.bytes) {
-      pmu_.CountSequential(n, p.cpl, c.loads, c.stores);
-      stats_.instructions += n;
-      return;
-    }
-    uint64_t at = p.lin;
-    bool whole = true;
-    for (uint64_t k = 0; k < n; k++) {
-      absl::Status error;
-      const DecodedInsn* insn = BlockEndInsn(p, at, st, code_generation, error);
-      if (insn == nullptr) {
-        stats_.lost++;
-        Warn(absl::StrFormat("tracer: cannot decode the instruction at 0x%x counted in bulk: %s; its loads and "
-                             "stores are not counted",
-                             at, error.message()));
-        whole = false;
-        break;
+    const bool cached = c.lin == p.lin && c.n == n && c.user == user && c.dmode.mode == p.dmode.mode &&
+                        c.dmode.stack_width == p.dmode.stack_width &&
+                        c.generations.paging == code_generation.paging && c.generations.bytes == code_generation.bytes;
+    if (cached) {
+      loads = c.loads;
+      stores = c.stores;
+    } else {
+      uint64_t at = p.lin;
+      bool whole = true;
+      for (uint64_t k = 0; k < n; k++) {
+        absl::Status error;
+        const DecodedInsn* insn = BlockEndInsn(p, at, st, code_generation, error);
+        if (insn == nullptr) {
+          stats_.lost++;
+          Warn(absl::StrFormat("tracer: cannot decode the instruction at 0x%x counted in bulk: %s; its loads and "
+                               "stores are not counted",
+                               at, error.message()));
+          whole = false;
+          break;
+        }
+        const uint8_t m = MemKinds(*insn);
+        loads += m & 1;
+        stores += (m >> 1) & 1;
+        at += insn->length;
       }
-      const uint8_t m = MemKinds(*insn);
-      loads += m & 1;
-      stores += (m >> 1) & 1;
-      at += insn->length;
+      if (whole)
+        c = {p.lin, n, code_generation, p.dmode, user, static_cast<uint32_t>(loads), static_cast<uint32_t>(stores)};
     }
-    if (whole) c = {p.lin, n, code_generation, p.dmode, user, static_cast<uint32_t>(loads), static_cast<uint32_t>(stores)};
   }
   pmu_.CountSequential(n, p.cpl, loads, stores);
   stats_.instructions += n;
