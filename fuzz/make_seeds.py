@@ -19,16 +19,22 @@ def u64(v): return struct.pack('<Q', v & 0xffffffffffffffff)
 def val(v): return u8(0) + u64(v)          # FuzzInput::Value, any 64 bits
 
 
-# ---- vpmu_fuzz: model byte (index into westmere, core-duo, skylake; 0x40
-# LBRs in the kernel, 0x80 without PMU), then operations.
-WESTMERE, CORE_DUO, SKYLAKE = 0, 1, 2
+# ---- vpmu_fuzz: model byte (index into CpuModels(): westmere, core-duo,
+# pentium4, skylake, icelake-server, in pmu/cpu_model.cc's order; 0x40 LBRs in
+# the kernel, 0x80 without PMU), then operations.
+WESTMERE, CORE_DUO, PENTIUM4, SKYLAKE, ICELAKE = 0, 1, 2, 3, 4
 def wrmsr(msr, v): return u8(0) + u16(0xffff) + u32(msr) + val(v)
 def rdmsr(msr): return u8(1) + u16(0xffff) + u32(msr)
 def mem64(at, v): return u8(3) + u16(at) + val(v)
-def branch(kind, frm, to, cpl_from=0, cpl_to=0, mode=2, vector=0, ia32e=False, tf=False, regs=False):
+def branch(kind, frm, to, cpl_from=0, cpl_to=0, mode=2, vector=0, ia32e=False, tf=False, regs=False, mem=0):
     f = cpl_from | cpl_to << 2 | mode << 4 | mode << 6
-    g = (1 if ia32e else 0) | (4 if tf else 0) | (8 | 16 if regs else 0)
-    b = u8(4) + u8(kind) + val(frm) + val(to) + u8(f) + u8(vector) + u8(g) + u32(0x202)
+    g = (1 if ia32e else 0) | (4 if tf else 0) | (8 | 16 if regs else 0) | mem << 5
+    b = u8(4) + u8(kind) + val(frm) + val(to) + u8(f) + u8(vector) + u8(g)
+    if mem & 1:
+        b += val(0x5000)   # load_la
+    if mem & 2:
+        b += val(0x5008)   # store_la
+    b += u32(0x202)
     if regs:
         b += b''.join(u8(1) + u16(0x1000 + 8 * i) for i in range(16))
     return b
@@ -88,6 +94,15 @@ VPMU = {
     'passthrough_lbr': u8(WESTMERE | 0x40) + wrmsr(0x1D9, 0x801) + kernel_debugctl(0) + rdmsr(0x1D9)
         + wrmsr(0x186, 0x5300C4) + wrmsr(0xC1, 0xFFFFFFFF) + wrmsr(0x38F, 1) + branches(4) + kernel_debugctl(1)
         + query(),
+    # NetBurst PEBS: 32-bit DS at 0x1000 (PEBS base/index 0x3000, maximum 0x30A0, threshold
+    # 0x3050, counter reset -2), RAT_ESCR0 tags loads and stores, CRU_ESCR2 front_end_event,
+    # IQ_COUNTER4 at -1 with PEBS_ENABLE MY_THR|UOP_TAG, IQ_CCCR4 enabled; loads, stores,
+    # an untaggable locked access and a RET.
+    'pebs_p4': u8(PENTIUM4) + mem64(0x1010, 0x3000 | 0x3000 << 32) + mem64(0x1018, 0x30A0 | 0x3050 << 32)
+        + mem64(0x1020, (1 << 40) - 2) + wrmsr(0x600, 0x1000) + wrmsr(0x3BC, 0x04000C08) + wrmsr(0x3CC, 0x10000208)
+        + wrmsr(0x310, (1 << 40) - 1) + wrmsr(0x3F1, 0x03000000) + wrmsr(0x370, 0x3B000)
+        + b''.join(branch(0, 0x100000 + 4 * i, 0x100004 + 4 * i, regs=True, mem=[1, 2, 3, 7][i % 4]) for i in range(12))
+        + branch(RET, 0x100100, 0x100200, regs=True, mem=1) + rdmsr(0x310) + rdmsr(0x370) + query(),
     'no_pmu': u8(WESTMERE | 0x80) + wrmsr(0x1D9, 0xC0) + rdmsr(0x600) + rdpmc(0) + branches(3),
 }
 

@@ -147,7 +147,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         const uint8_t g = in.U8();
         b.ia32e = g & 1;
         b.branch_insn = (g & 2) || b.kind != BranchKind::kNone;
-        b.mem = (g >> 5) & 3;  // the retired-load and -store events, PEBS data addresses
+        b.mem = (g >> 5) & 7;  // the retired-load and -store events, PEBS data addresses, untaggable
         if (b.mem & 1) b.load_la = in.Value();
         if (b.mem & 2) b.store_la = in.Value();
         const bool tf = g & 4;
@@ -155,7 +155,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         regs.rflags = in.U32();
         for (uint64_t& r : regs.gpr) r = (g & 8) ? in.Value() : 0;
         vbts::pmu::LinearMemory lin(ram, paging, fast ? &cache : nullptr);
-        absl::StatusOr<PmuEffects> fx = pmu.Observe(b, lin, tf, (g & 16) || pmu.WantsRegs() ? &regs : nullptr);
+        // (The registers serve as both `after` and `before`: NetBurst PEBS takes
+        // the latter, WantsRegsBefore; without them it drops its record.)
+        absl::StatusOr<PmuEffects> fx = pmu.Observe(b, lin, tf, (g & 16) || pmu.WantsRegs() ? &regs : nullptr,
+                                                    (g & 16) || pmu.WantsRegsBefore() ? &regs : nullptr);
         if (!fx.ok()) __builtin_trap();  // guest programming never makes Observe fail
         break;
       }
@@ -215,6 +218,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         pmu.NeedsObservation();
         pmu.BranchAgnostic();
         pmu.WantsRegs();
+        pmu.WantsRegsBefore();
         pmu.CountsMemoryInstructions();
         pmu.TakeWarnings();
         break;

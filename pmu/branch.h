@@ -53,6 +53,9 @@ enum class ExecMode : uint8_t {
   kLong64,   // IA-32e 64-bit mode (CS.L=1)
 };
 
+// Branch::mem bit 2 (see there).
+inline constexpr uint8_t kMemUntaggable = 4;
+
 // One retired instruction or one event delivery, in program order.
 //
 // For an instruction: `from` is the linear address of the instruction (CS
@@ -83,7 +86,10 @@ struct Branch {
   // events count them (PmuModel::mem_loads_event/mem_stores_event): bit 0 it
   // reads memory, bit 1 it writes memory (explicit and implicit operands:
   // stack slots, string operands), and the linear address of its first read
-  // and first write. Filled only while a counter counts those events.
+  // and first write; bit 2 (kMemUntaggable) its memory µops cannot be
+  // tagged for NetBurst's at-retirement counting (a LOCK-prefixed
+  // instruction, XCHG with memory, INS/OUTS: locked and I/O accesses).
+  // Filled only while a counter counts those events.
   uint8_t mem = 0;
   uint64_t load_la = 0, store_la = 0;
 

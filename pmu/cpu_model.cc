@@ -175,10 +175,10 @@ std::vector<CpuModel> MakeModels() {
     PmuModel& p = m.pmu;
     p.ds = p.ds_cpl = true;
     // IA32_MISC_ENABLE (vol. 4 table 2-46, NetBurst): fast strings (0),
-    // performance monitoring available (7), BTS available (11 = 0); NetBurst
-    // PEBS (MSR_PEBS_ENABLE with replay tagging, MSR_PEBS_MATRIX_VERT) is not
-    // modelled: PEBS unavailable (12 = 1).
-    p.misc_enable = 0x1081;
+    // performance monitoring available (7), BTS available (11 = 0), PEBS
+    // available (12 = 0: MSR_PEBS_ENABLE, MSR_PEBS_MATRIX_VERT and PEBS on
+    // MSR_IQ_COUNTER4; docs/pmu-model.md, "NetBurst PEBS").
+    p.misc_enable = 0x81;
     p.misc_enable_writable = kMiscEnableArchWritable;
     // MSR_DEBUGCTLA (17.12.1): LBR, BTF, TR, BTS, BTINT, BTS_OFF_OS, BTS_OFF_USR.
     p.debugctl_valid = 0x7F;

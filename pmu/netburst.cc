@@ -29,7 +29,7 @@ constexpr Escr kEscrs[] = {
     {0x3B6, "MSR_ITLB_ESCR0", 3, kBpu0, Unit::kOther},  {0x3B7, "MSR_ITLB_ESCR1", 3, kBpu1, Unit::kOther},
     {0x3B8, "MSR_CRU_ESCR0", 4, kIq0, Unit::kCru01},    {0x3B9, "MSR_CRU_ESCR1", 4, kIq1, Unit::kCru01},
     // 3BAH/3BBH MSR_IQ_ESCR0/1: family 0FH models 01H-02H only (vol. 4, the NetBurst MSR table).
-    {0x3BC, "MSR_RAT_ESCR0", 2, kIq0, Unit::kOther},    {0x3BD, "MSR_RAT_ESCR1", 2, kIq1, Unit::kOther},
+    {0x3BC, "MSR_RAT_ESCR0", 2, kIq0, Unit::kRat},      {0x3BD, "MSR_RAT_ESCR1", 2, kIq1, Unit::kRat},
     {0x3BE, "MSR_SSU_ESCR0", 3, kIq0, Unit::kOther},
     {0x3C0, "MSR_MS_ESCR0", 0, kMs0, Unit::kOther},     {0x3C1, "MSR_MS_ESCR1", 0, kMs1, Unit::kOther},
     {0x3C2, "MSR_TBPU_ESCR0", 2, kMs0, Unit::kOther},   {0x3C3, "MSR_TBPU_ESCR1", 2, kMs1, Unit::kOther},

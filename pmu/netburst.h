@@ -60,13 +60,41 @@ inline constexpr uint64_t kEscrWritable = 0x7FFFFFFCull;
 inline constexpr uint32_t kEventInstrRetired = 0x02;   // on MSR_CRU_ESCR0/1
 inline constexpr uint32_t kEventBranchRetired = 0x06;  // on MSR_CRU_ESCR2/3
 // instr_retired event mask: NBOGUSNTAG (0), NBOGUSTAG (1), BOGUSNTAG (2), BOGUSTAG (3).
-inline constexpr uint32_t kMaskNbogusNtag = 1u << 0;
+inline constexpr uint32_t kMaskNbogusNtag = 1u << 0, kMaskNbogusTag = 1u << 1;
 // branch_retired event mask: MMNP (0, not taken predicted), MMNM (1, not
 // taken mispredicted), MMTP (2, taken predicted), MMTM (3, taken mispredicted).
 inline constexpr uint32_t kMaskMmnp = 1u << 0, kMaskMmtp = 1u << 2;
+// front_end_event (08H on MSR_CRU_ESCR2/3, "Can Support PEBS: Yes"): the
+// retirement of µops the front-end tagging mechanism tagged; mask NBOGUS (0),
+// BOGUS (1).  The tagging: uop_type (02H on MSR_RAT_ESCR0/1), mask TAGLOADS
+// (1), TAGSTORES (2) — "Setting the TAGLOADS and TAGSTORES mask bits does
+// not cause a counter to increment. They are only used to tag uops."
+inline constexpr uint32_t kEventFrontEnd = 0x08;
+inline constexpr uint32_t kMaskNbogus = 1u << 0;
+inline constexpr uint32_t kEventUopType = 0x02;
+inline constexpr uint32_t kMaskTagLoads = 1u << 1, kMaskTagStores = 1u << 2;
+inline constexpr uint32_t kMsrRatEscr0 = 0x3BC, kMsrRatEscr1 = 0x3BD;
+
+// PEBS (SDM vol. 3B, "Precise Event-Based Sampling (PEBS)" of the NetBurst
+// section; vol. 4, the NetBurst MSR table): MSR_PEBS_ENABLE (3F1H) holds the
+// replay-tagging metric bits (12:0, and 15 for Tagged_mispred_branch in the
+// replay-tagging table), UOP_TAG (24) and ENABLE_PEBS_MY_THR (25), which
+// turns PEBS on (ENABLE_PEBS_OTH_THR, 26, exists only with HT);
+// MSR_PEBS_MATRIX_VERT (3F2H) the replay-tagging bits 0 (loads), 1 (stores)
+// and 4 (branches).  Only MSR_IQ_COUNTER4 (counter 16) takes PEBS.
+inline constexpr uint32_t kMsrPebsEnable = 0x3F1;
+inline constexpr uint32_t kMsrPebsMatrixVert = 0x3F2;
+inline constexpr uint64_t kPebsEnableUopTag = 1ull << 24;
+inline constexpr uint64_t kPebsEnableMyThr = 1ull << 25;
+inline constexpr uint64_t kPebsEnableWritable = 0x1FFFull | (1ull << 15) | kPebsEnableUopTag | kPebsEnableMyThr;
+inline constexpr uint64_t kPebsMatrixVertWritable = 0x13;
+inline constexpr int kPebsCounter = 16;
+// The record: EFLAGS, linear IP, EAX, EBX, ECX, EDX, ESI, EDI, EBP, ESP, 4
+// bytes each in the 32-bit DS format (the SDM's "PEBS Record Format" figure).
+inline constexpr uint64_t kPebsRecord32 = 40;
 
 // What an ESCR feeds.
-enum class Unit : uint8_t { kOther, kCru01, kCru23 };
+enum class Unit : uint8_t { kOther, kCru01, kCru23, kRat };
 struct Escr {
   uint32_t msr;
   const char* name;

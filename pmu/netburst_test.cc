@@ -386,5 +386,189 @@ TEST(NetBurstBulkTest, CountSequentialEqualsObservingEachInstruction) {
   }
 }
 
+
+// ---- NetBurst PEBS (docs/pmu-model.md, "NetBurst PEBS").
+constexpr uint32_t kIqCounter4 = 0x310, kIqCccr4 = 0x370, kRatEscr0 = 0x3BC, kRatEscr1 = 0x3BD, kCruEscr3 = 0x3CD;
+constexpr uint32_t kPebsEnable = 0x3F1, kPebsMatrixVert = 0x3F2;
+// uop_type (02H) with TAGLOADS (mask bit 1) / TAGSTORES (bit 2); front_end_event (08H) NBOGUS (bit 0).
+constexpr uint64_t kTagLoadsOs = Escr(0x02, 2, true, false), kTagStoresOs = Escr(0x02, 4, true, false);
+constexpr uint64_t kFrontEndOs = Escr(0x08, 1, true, false), kFrontEndBogusOs = Escr(0x08, 2, true, false);
+static_assert(kTagLoadsOs == 0x04000408 && kFrontEndOs == 0x10000208);
+constexpr uint64_t kMyThrUopTag = (1ull << 25) | (1ull << 24);
+
+Branch MemInsn(uint8_t mem, BranchKind k = BranchKind::kNone, uint8_t cpl = 0) {
+  Branch b;
+  b.kind = k;
+  b.from = 0x1000;
+  b.to = 0x1003;
+  b.cpl_from = b.cpl_to = cpl;
+  b.branch_insn = k != BranchKind::kNone;
+  b.mem = mem;
+  return b;
+}
+
+TEST_F(NetBurstTest, FrontEndEventCountsTheLoadAndStoreMicroOpsTheRatEscrsTag) {
+  // RAT_ESCR0 tags loads and RAT_ESCR1 stores, both at CPL 0; counter 14 (IQ_COUNTER2)
+  // counts front_end_event NBOGUS through CRU_ESCR3 (CCCR select 5).
+  Wr(kRatEscr0, kTagLoadsOs);
+  Wr(kRatEscr1, kTagStoresOs);
+  Wr(kCruEscr3, kFrontEndOs);
+  Wr(kIqCccr2, Cccr(5));
+  EXPECT_TRUE(pmu_.CountsMemoryInstructions());  // the engine must fill Branch::mem
+  EXPECT_EQ(pmu_.SequentialLimit(0), 0u);       // ... for every instruction
+  EXPECT_FALSE(pmu_.BranchAgnostic());
+  // +1 load, +1 store, +2 load and store (ADD [m], r: two µops), +0 none;
+  // +0 locked (mem bit 2), +0 RET's load, +0 a far CALL's stores, +1 a near CALL's store;
+  // +0 at CPL 3 (the RAT ESCRs tag at T0_OS only; the CRU ESCR counts at CPL 0 only).
+  for (const Branch& b : {MemInsn(1), MemInsn(2), MemInsn(3), MemInsn(0), MemInsn(3 | kMemUntaggable),
+                          MemInsn(1, BranchKind::kRet), MemInsn(2, BranchKind::kFarCall), MemInsn(2, BranchKind::kCall),
+                          MemInsn(3, BranchKind::kNone, 3)})
+    EXPECT_FALSE(Obs(b));
+  EXPECT_EQ(Rd(kIqCounter2), 1u + 1 + 2 + 1);
+  // Tagging stops with the RAT ESCR's event: loads only now (RAT_ESCR1 cleared): ADD [m], r = 1.
+  Wr(kRatEscr1, 0);
+  Obs(MemInsn(3));
+  EXPECT_EQ(Rd(kIqCounter2), 6u);
+  // BOGUS alone counts nothing: vbts executes nothing speculatively.
+  Wr(kCruEscr3, kFrontEndBogusOs);
+  Obs(MemInsn(3));
+  EXPECT_EQ(Rd(kIqCounter2), 6u);
+}
+
+TEST_F(NetBurstTest, InstrRetiredTellsTaggedInstructionsFromTheOthers) {
+  // RAT_ESCR0 tags loads at CPL 0; IQ_COUNTER0 (12) counts instr_retired NBOGUSTAG through
+  // CRU_ESCR0, IQ_COUNTER2 (14) NBOGUSNTAG through CRU_ESCR1 (both CCCR select 4).
+  Wr(kRatEscr0, kTagLoadsOs);
+  Wr(kCruEscr0, Escr(0x02, 2, true, false));
+  Wr(kCruEscr1, kInstrOs);
+  Wr(kIqCccr0, Cccr(4));
+  Wr(kIqCccr2, Cccr(4));
+  EXPECT_EQ(pmu_.SequentialLimit(0), 0u);  // which instructions are tagged needs each one
+  // A load (tagged), a store (not: TAGLOADS only), a plain instruction, a locked load
+  // (not taggable): tagged 1, untagged 3.
+  for (const Branch& b : {MemInsn(1), MemInsn(2), MemInsn(0), MemInsn(1 | kMemUntaggable)}) Obs(b);
+  EXPECT_EQ(Rd(kIqCounter0), 1u);
+  EXPECT_EQ(Rd(kIqCounter2), 3u);
+  // Without tagging every instruction is untagged again, and counted in bulk.
+  Wr(kRatEscr0, 0);
+  EXPECT_GT(pmu_.SequentialLimit(0), 0u);
+  Obs(MemInsn(1));
+  EXPECT_EQ(Rd(kIqCounter0), 1u);
+  EXPECT_EQ(Rd(kIqCounter2), 4u);
+}
+
+class NetBurstPebsTest : public NetBurstTest {
+ protected:
+  // DS (32-bit format) at 2000H: PEBS base 3000H, index 3000H, absolute maximum 30A0H (four
+  // 40-byte records), threshold 3050H (the second record), counter reset -2 (FF_FFFF_FFFEH).
+  static constexpr uint64_t kDs = 0x2000, kBuf = 0x3000;
+  void SetUpDs(uint64_t max = kBuf + 4 * 40) {
+    Put(kDs + 0x10, kBuf, 4);
+    Put(kDs + 0x14, kBuf, 4);
+    Put(kDs + 0x18, max, 4);
+    Put(kDs + 0x1C, kBuf + 2 * 40, 4);
+    Put(kDs + 0x20, kMask40 - 1, 8);
+    Wr(0x600, kDs);
+    Wr(kRatEscr0, kTagLoadsOs);
+    Wr(kCruEscr2, kFrontEndOs);
+    Wr(kIqCounter4, kMask40);  // -1: the next tagged load overflows it
+    Wr(kPebsEnable, kMyThrUopTag);
+    Wr(kIqCccr4, Cccr(5));
+  }
+  void Put(uint64_t gpa, uint64_t v, int n) {
+    for (int i = 0; i < n; i++) mem_.bytes()[gpa + i] = static_cast<uint8_t>(v >> (8 * i));
+  }
+  absl::StatusOr<PmuEffects> Load(const GuestRegs* before) {
+    GuestRegs after;  // what the instruction left: never in a NetBurst record
+    after.rflags = 0x893;
+    for (uint64_t& g : after.gpr) g = 0xDEAD;
+    return pmu_.Observe(MemInsn(1), lin_, false, &after, before);
+  }
+  GuestRegs Before() const {
+    GuestRegs r;
+    r.rflags = 0x246;
+    for (int i = 0; i < 16; i++) r.gpr[i] = 0x100 + i;  // RAX=100H, RCX=101H, RDX=102H, RBX=103H, RSP=104H, ...
+    return r;
+  }
+};
+
+TEST_F(NetBurstPebsTest, AnOverflowingTaggedLoadWritesTheRegistersItBeganWith) {
+  SetUpDs();
+  EXPECT_TRUE(pmu_.WantsRegsBefore());
+  const GuestRegs before = Before();
+  absl::StatusOr<PmuEffects> fx = Load(&before);
+  ASSERT_TRUE(fx.ok()) << fx.status();
+  EXPECT_FALSE(fx->pmi);  // index 3028H < threshold 3050H; no OVF_PMI
+  // The record: EFLAGS, linear IP (the load), EAX, EBX, ECX, EDX, ESI, EDI, EBP, ESP
+  // (gpr order RAX RCX RDX RBX RSP RBP RSI RDI: 100H, 103H, 101H, 102H, 106H, 107H, 105H, 104H).
+  const uint64_t want[10] = {0x246, 0x1000, 0x100, 0x103, 0x101, 0x102, 0x106, 0x107, 0x105, 0x104};
+  for (int i = 0; i < 10; i++) EXPECT_EQ(mem_.Le(kBuf + 4 * i, 4), want[i]) << "field " << i;
+  EXPECT_EQ(mem_.Le(kBuf + 40, 4), 0u);           // nothing beyond 40 bytes
+  EXPECT_EQ(mem_.Le(kDs + 0x14, 4), kBuf + 40);   // index
+  EXPECT_EQ(Rd(kIqCounter4), kMask40 - 1);        // reloaded from the DS counter reset (-2)
+  EXPECT_EQ(Rd(kIqCccr4), Cccr(5) | kOvf);        // it overflowed: OVF
+  EXPECT_EQ(pmu_.stats().pebs_records, 1u);
+  // -2: the second load makes it -1, the third overflows: record 2 at 3028H brings the
+  // index to 3050H, the threshold: PMI.
+  fx = Load(&before);
+  ASSERT_TRUE(fx.ok());
+  EXPECT_FALSE(fx->pmi);
+  EXPECT_EQ(Rd(kIqCounter4), kMask40);
+  fx = Load(&before);
+  ASSERT_TRUE(fx.ok());
+  EXPECT_TRUE(fx->pmi);
+  EXPECT_EQ(mem_.Le(kDs + 0x14, 4), kBuf + 80);
+  EXPECT_EQ(mem_.Le(kBuf + 40 + 4, 4), 0x1000u);
+}
+
+TEST_F(NetBurstPebsTest, PebsNeedsMyThreadAndTheIqCounter4) {
+  SetUpDs();
+  // Without ENABLE_PEBS_MY_THR (UOP_TAG alone): the counter wraps, no record.
+  Wr(kPebsEnable, 1ull << 24);
+  EXPECT_FALSE(pmu_.WantsRegsBefore());
+  ASSERT_TRUE(Load(nullptr).ok());
+  EXPECT_EQ(Rd(kIqCounter4), 0u);
+  EXPECT_EQ(mem_.Le(kDs + 0x14, 4), kBuf);
+  // The same event on IQ_COUNTER0 (counter 12, also fed by CRU_ESCR2) with PEBS on: no record.
+  Wr(kIqCccr4, 0);
+  Wr(kPebsEnable, kMyThrUopTag);
+  Wr(kIqCounter0, kMask40);
+  Wr(kIqCccr0, Cccr(5));
+  EXPECT_FALSE(pmu_.WantsRegsBefore());
+  ASSERT_TRUE(Load(nullptr).ok());
+  EXPECT_EQ(Rd(kIqCounter0), 0u);
+  EXPECT_EQ(pmu_.stats().pebs_records, 0u);
+}
+
+TEST_F(NetBurstPebsTest, AFullBufferOrUnknownRegistersDropTheRecord) {
+  // Absolute maximum 3020H: no room for one 40-byte record.
+  SetUpDs(kBuf + 0x20);
+  const GuestRegs before = Before();
+  ASSERT_TRUE(Load(&before).ok());
+  EXPECT_EQ(pmu_.stats().pebs_records, 0u);
+  EXPECT_EQ(pmu_.stats().pebs_dropped, 1u);
+  EXPECT_EQ(mem_.Le(kDs + 0x14, 4), kBuf);
+  // The engine did not capture the registers (a vbts bug): dropped with a warning, no crash.
+  Put(kDs + 0x18, kBuf + 4 * 40, 4);
+  Wr(kIqCounter4, kMask40);
+  ASSERT_TRUE(Load(nullptr).ok());
+  EXPECT_EQ(pmu_.stats().pebs_dropped, 2u);
+  EXPECT_FALSE(pmu_.TakeWarnings().empty());
+}
+
+TEST_F(NetBurstTest, PebsMsrsAndMiscEnable) {
+  // IA32_MISC_ENABLE: 81H (fast strings, perfmon available; BTS and PEBS available).
+  EXPECT_EQ(Rd(0x1A0), 0x81u);
+  // MSR_PEBS_ENABLE: 12:0, 15, 24 (UOP_TAG), 25 (MY_THR); 26 (OTH_THR, HT only) and the rest #GP.
+  Wr(kPebsEnable, 0x1FFF | (1ull << 15) | kMyThrUopTag);
+  EXPECT_EQ(Rd(kPebsEnable), 0x03009FFFu);
+  for (uint64_t bad : {1ull << 13, 1ull << 16, 1ull << 23, 1ull << 26, 1ull << 32})
+    EXPECT_TRUE(pmu_.WriteMsr(kPebsEnable, bad).gp) << std::hex << bad;
+  // MSR_PEBS_MATRIX_VERT: bits 0, 1 and 4.
+  Wr(kPebsMatrixVert, 0x13);
+  EXPECT_EQ(Rd(kPebsMatrixVert), 0x13u);
+  for (uint64_t bad : {1ull << 2, 1ull << 3, 1ull << 5}) EXPECT_TRUE(pmu_.WriteMsr(kPebsMatrixVert, bad).gp);
+}
+
 }  // namespace
 }  // namespace vbts::pmu

@@ -34,6 +34,7 @@ constexpr uint32_t kMsrGlobalCtrl = 0x38F;
 constexpr uint32_t kMsrGlobalOvfCtrl = 0x390;
 constexpr uint32_t kMsrPebsEnable = 0x3F1;
 constexpr uint32_t kMsrPebsDataCfg = 0x3F2;  // adaptive PEBS (SDM 18.9.2.3)
+constexpr uint64_t kMiscPebsUnavailable = 1ull << 12;  // IA32_MISC_ENABLE bit 12 (read-only)
 constexpr uint32_t kMsrPebsLdLat = 0x3F6;    // MSR_PEBS_LD_LAT_THRESHOLD: bits 15:0 (SDM vol. 4)
 constexpr uint32_t kMsrOffcoreRsp0 = 0x1A6;  // MSR_OFFCORE_RSP_0, _1 at 1A7H
 
@@ -191,6 +192,7 @@ struct VirtualPmu::State {
   uint64_t global_status = 0;
   std::array<NbCounter, netburst::kCounters> nb{};
   std::array<uint64_t, netburst::kMsrEscrLast - netburst::kMsrEscrFirst + 1> escr{};
+  uint64_t nb_pebs_enable = 0, nb_matrix_vert = 0;  // MSR_PEBS_ENABLE, MSR_PEBS_MATRIX_VERT (NetBurst)
 
   CacheModel cache;  // LLC Reference/Misses (docs/pmu-model.md)
   CacheModel l1d;    // L1D.REPLACEMENT: the L1D alone (its "inner" level)
@@ -326,7 +328,8 @@ struct VirtualPmu::State {
   }
   bool CountsMemory() const {
     PlainMasks();
-    return (load_gp_[0] | load_gp_[1] | store_gp_[0] | store_gp_[1] | ldlat_gp_[0] | ldlat_gp_[1]) != 0;
+    return (load_gp_[0] | load_gp_[1] | store_gp_[0] | store_gp_[1] | ldlat_gp_[0] | ldlat_gp_[1]) != 0 ||
+           NbCountsTagged();
   }
   // Where data comes from matters to a load-latency counter (what it counts,
   // and its PEBS record's data source and latency) and to a PEBS-enabled
@@ -402,9 +405,14 @@ struct VirtualPmu::State {
     const uint32_t mask = (v >> netburst::kEscrEventMaskShift) & 0xFFFF;
     int n;
     if (e->unit == netburst::Unit::kCru01 && event == netburst::kEventInstrRetired) {
-      n = (mask & netburst::kMaskNbogusNtag) ? 1 : 0;
+      // NBOGUSNTAG: instructions none of whose µops the front end tagged;
+      // NBOGUSTAG: those with a tagged µop (uop_type below).
+      const bool tagged = NbTaggedUops(b, cpl) > 0;
+      n = (mask & (tagged ? netburst::kMaskNbogusTag : netburst::kMaskNbogusNtag)) ? 1 : 0;
     } else if (e->unit == netburst::Unit::kCru23 && event == netburst::kEventBranchRetired) {
       n = b.branch_insn && (mask & (b.taken() ? netburst::kMaskMmtp : netburst::kMaskMmnp)) ? 1 : 0;
+    } else if (e->unit == netburst::Unit::kCru23 && event == netburst::kEventFrontEnd) {
+      n = (mask & netburst::kMaskNbogus) ? NbTaggedUops(b, cpl) : 0;
     } else {
       return -1;
     }
@@ -413,6 +421,70 @@ struct VirtualPmu::State {
   }
   // Counter i is enabled and counts an event vbts models.
   bool NbCounts(int i) const { return NbEnabled(i) && NbEvents(i, Branch{}, 0) >= 0; }
+  // The µops of `b` that the front-end tagging mechanism tagged at CPL `cpl`
+  // (docs/pmu-model.md, "NetBurst PEBS"): uop_type (02H) on MSR_RAT_ESCR0 or
+  // 1, qualified by that ESCR's T0_OS/T0_USR, tags the instruction's load µop
+  // (TAGLOADS) and its store µop (TAGSTORES): vbts's instruction has at most
+  // one of each (Branch::mem, the rule of the retired-load and -store
+  // events).  Not taggable (SDM vol. 3B, "At-Retirement Counting": "I/O,
+  // uncacheable and locked accesses, returns, and far transfers"): a locked
+  // or I/O instruction (Branch::mem bit 2), RET, and every far transfer.
+  int NbTaggedUops(const Branch& b, uint8_t cpl) const {
+    if ((b.mem & kMemUntaggable) || b.kind == BranchKind::kRet || IsFarBranch(b.kind)) return 0;
+    uint32_t tags = 0;
+    for (const uint32_t msr : {netburst::kMsrRatEscr0, netburst::kMsrRatEscr1}) {
+      const uint64_t v = escr[msr - netburst::kMsrEscrFirst];
+      if (((v >> netburst::kEscrEventSelectShift) & 0x3F) != netburst::kEventUopType) continue;
+      if (!(v & (cpl == 0 ? netburst::kEscrOs : netburst::kEscrUsr))) continue;
+      tags |= static_cast<uint32_t>(v >> netburst::kEscrEventMaskShift);
+    }
+    return ((tags & netburst::kMaskTagLoads) && (b.mem & 1) ? 1 : 0) +
+           ((tags & netburst::kMaskTagStores) && (b.mem & 2) ? 1 : 0);
+  }
+  // Some RAT ESCR tags µops (uop_type with TAGLOADS or TAGSTORES).
+  bool NbTagging() const {
+    for (const uint32_t msr : {netburst::kMsrRatEscr0, netburst::kMsrRatEscr1}) {
+      const uint64_t v = escr[msr - netburst::kMsrEscrFirst];
+      if (((v >> netburst::kEscrEventSelectShift) & 0x3F) == netburst::kEventUopType &&
+          ((v >> netburst::kEscrEventMaskShift) & (netburst::kMaskTagLoads | netburst::kMaskTagStores)))
+        return true;
+    }
+    return false;
+  }
+  // Counter i counts front_end_event: its count depends on the instruction's
+  // memory operands, which bulk counting does not see (SequentialLimit).
+  bool NbFrontEnd(int i) const {
+    if (!NbEnabled(i)) return false;
+    const netburst::Escr* e = NbEscr(i);
+    if (!e || e->unit != netburst::Unit::kCru23) return false;
+    return ((escr[e->msr - netburst::kMsrEscrFirst] >> netburst::kEscrEventSelectShift) & 0x3F) ==
+           netburst::kEventFrontEnd;
+  }
+  // Some counter's count depends on the front end's tags: front_end_event,
+  // or instr_retired while a RAT ESCR tags (NBOGUSTAG/NBOGUSNTAG then tell
+  // instructions with a load or store from the others).
+  bool NbCountsTagged() const {
+    if (!nb_on()) return false;
+    const bool tagging = NbTagging();
+    for (int i = 0; i < nb_count(); i++) {
+      if (NbFrontEnd(i)) return true;
+      if (!tagging || !NbEnabled(i)) continue;
+      const netburst::Escr* e = NbEscr(i);
+      if (e && e->unit == netburst::Unit::kCru01 &&
+          ((escr[e->msr - netburst::kMsrEscrFirst] >> netburst::kEscrEventSelectShift) & 0x3F) ==
+              netburst::kEventInstrRetired)
+        return true;
+    }
+    return false;
+  }
+  // NetBurst PEBS (docs/pmu-model.md, "NetBurst PEBS"): DS with MISC_ENABLE's
+  // PEBS-unavailable bit clear; on with MSR_PEBS_ENABLE.ENABLE_PEBS_MY_THR and
+  // MSR_IQ_COUNTER4 counting an event that supports PEBS (of those vbts
+  // counts, front_end_event).
+  bool nb_pebs() const { return nb_on() && pmu.ds && !(pmu.misc_enable & kMiscPebsUnavailable); }
+  bool NbPebsOn() const {
+    return nb_pebs() && (nb_pebs_enable & netburst::kPebsEnableMyThr) && NbFrontEnd(netburst::kPebsCounter);
+  }
   // The CCCR's filtering of `n` events in one instruction (vbts's cycle):
   // with Compare, 1 when n > threshold (n <= threshold with Complement),
   // with Edge only on the comparison's false-to-true transition.
@@ -428,8 +500,8 @@ struct VirtualPmu::State {
   // FORCE_OVF) sets CCCR.OVF and arms the PMI, which the next event counted
   // raises when OVF_PMI is set; an overflow enables the counter whose
   // CASCADE names this one as its alternate (returned in `cascade`).
-  void NbAdd(int i, uint64_t inc, bool& pmi, uint32_t& cascade) {
-    if (!inc) return;
+  bool NbAdd(int i, uint64_t inc, bool& pmi, uint32_t& cascade) {
+    if (!inc) return false;
     NbCounter& c = nb[i];
     if (c.pmi_pending) {
       c.pmi_pending = false;
@@ -444,21 +516,83 @@ struct VirtualPmu::State {
       c.pmi_pending = true;
       if (i < 16) cascade |= 1u << (i ^ 2);
     }
+    return ovf;
   }
   void NbCascade(uint32_t cascade) {
     for (int j = 0; j < netburst::kCounters; j++)
       if ((cascade & (1u << j)) && netburst::CascadeSource(j) >= 0 && (nb[j].cccr & netburst::kCccrCascade))
         nb[j].cccr |= netburst::kCccrEnable;
   }
-  void NbCountInstruction(const Branch& b, bool& pmi) {
+  // Returns true when MSR_IQ_COUNTER4 overflowed with PEBS on: `b` is the
+  // instruction whose record the assist writes (NbPebsAssist).
+  bool NbCountInstruction(const Branch& b, bool& pmi) {
     uint32_t cascade = 0;
+    bool assist = false;
+    const bool pebs = NbPebsOn();
     for (int i = 0; i < nb_count(); i++) {
       if (!NbEnabled(i)) continue;
       const int n = NbEvents(i, b, b.cpl_from);
       if (n < 0) continue;
-      NbAdd(i, NbFilter(nb[i].cccr, n, nb[i].last_out), pmi, cascade);
+      if (NbAdd(i, NbFilter(nb[i].cccr, n, nb[i].last_out), pmi, cascade) && pebs && i == netburst::kPebsCounter)
+        assist = true;
     }
     NbCascade(cascade);
+    return assist;
+  }
+  // The NetBurst PEBS assist for `b`, whose event overflowed MSR_IQ_COUNTER4
+  // (SDM vol. 3B, NetBurst "Precise Event-Based Sampling (PEBS)" and the DS
+  // save area's "PEBS Record Format" figure): "After the counter overflows,
+  // the processor copies the current state of the general-purpose and
+  // EFLAGS registers and instruction pointer into a record ... then resets
+  // the count in the performance counter and restarts the counter";
+  // "Nominally the register values are those at the beginning of the
+  // instruction that caused the event" and the linear IP is that
+  // instruction's.  The DS management area's PEBS fields (32-bit format:
+  // base 10H, index 14H, absolute maximum 18H, threshold 1CH, the 40-bit
+  // counter reset at 20H) are checked as for the other models' PEBS; the PMI
+  // comes when the index reaches the threshold.
+  absl::Status NbPebsAssist(const Branch& b, LinearMemory& mem, const GuestRegs* before, PmuEffects& fx) {
+    const bool fmt64 = pmu.dtes64 || b.ia32e;
+    const uint64_t fw = fmt64 ? 8 : 4;
+    const uint64_t rec = fmt64 ? 18 * 8 : netburst::kPebsRecord32;  // 64-bit: R8-R15 follow ESP
+    Access acc;
+    acc.implicit = true;
+    uint8_t raw[0x48] = {};
+    const uint64_t ds_bytes = 8 * fw + 8;  // through the counter reset
+    absl::StatusOr<AccessFault> rf = mem.Read(Gva(ds_area), absl::MakeSpan(raw, ds_bytes), acc);
+    auto drop = [&](std::string why) {
+      stats.pebs_dropped++;
+      Warn(absl::StrCat("PEBS: ", why, "; PEBS records are dropped"));
+      return absl::OkStatus();
+    };
+    if (!rf.ok() || !rf->ok())
+      return drop(absl::StrFormat("the DS save area at 0x%x (IA32_DS_AREA) cannot be read", ds_area));
+    auto field = [&](int i) { return LoadField(raw + i * fw, fmt64); };
+    const uint64_t base = field(4), index = field(5), max = field(6), threshold = field(7);
+    uint64_t reset;
+    std::memcpy(&reset, raw + 8 * fw, 8);
+    if (index < base || index > max)
+      return drop(absl::StrFormat("index 0x%x is outside [base 0x%x, maximum 0x%x]", index, base, max));
+    if (max - index < rec) return drop(absl::StrFormat("the buffer is full (index 0x%x, maximum 0x%x)", index, max));
+    if (!before) return drop("the registers the instruction began with were not captured (a vbts bug)");
+    static constexpr int kOrder[8] = {0, 3, 1, 2, 6, 7, 5, 4};  // EAX EBX ECX EDX ESI EDI EBP ESP
+    uint8_t r[18 * 8] = {};
+    StoreField(r, before->rflags, fmt64);
+    StoreField(r + fw, fmt64 ? b.from : (b.from & 0xFFFFFFFFull), fmt64);
+    for (int k = 0; k < 8; k++) StoreField(r + (2 + k) * fw, before->gpr[kOrder[k]], fmt64);
+    if (fmt64)
+      for (int k = 0; k < 8; k++) StoreField(r + (10 + k) * fw, before->gpr[8 + k], fmt64);
+    acc.write = true;
+    absl::StatusOr<AccessFault> wf = mem.Write(Gva(index), absl::MakeConstSpan(r, rec), acc);
+    if (!wf.ok() || !wf->ok()) return drop(absl::StrFormat("the record at 0x%x cannot be written", index));
+    const uint64_t next = index + rec;
+    uint8_t ni[8];
+    StoreField(ni, next, fmt64);
+    (void)mem.Write(Gva(ds_area + 5 * fw), absl::MakeConstSpan(ni, fw), acc);
+    stats.pebs_records++;
+    nb[netburst::kPebsCounter].value = reset & LowBits(netburst::kCounterWidth);
+    if (next >= threshold) RequestPmi(fx);
+    return absl::OkStatus();
   }
   bool BtsOn() const { return pmu.ds && (debugctl & kDbgTr) && (debugctl & kDbgBts); }
 
@@ -582,7 +716,8 @@ struct VirtualPmu::State {
     return (gp[i].evtsel & kEvtInt) != 0;
   }
 
-  absl::Status CountInstruction(const Branch& b, LinearMemory& mem, const GuestRegs* after, PmuEffects& fx) {
+  absl::Status CountInstruction(const Branch& b, LinearMemory& mem, const GuestRegs* after, const GuestRegs* before,
+                                PmuEffects& fx) {
     if (pmu.perfmon_version >= 4 && (global_status & kStatusCtrFrz)) return absl::OkStatus();
     const bool ring0 = b.cpl_from == 0;
     bool overflow_pmi = false;
@@ -622,7 +757,7 @@ struct VirtualPmu::State {
       }
       fixed[i].value = next;
     }
-    if (nb_on()) NbCountInstruction(b, overflow_pmi);
+    if (nb_on() && NbCountInstruction(b, overflow_pmi)) VBTS_RETURN_IF_ERROR(NbPebsAssist(b, mem, before, fx));
     if (assist) VBTS_RETURN_IF_ERROR(PebsAssist(assist, b, mem, after, fx));
     if (overflow_pmi) RequestPmi(fx);
     return absl::OkStatus();
@@ -1052,6 +1187,8 @@ MsrResult VirtualPmu::ReadMsr(uint32_t msr) const {
       return ok(s.nb[msr - netburst::kMsrCccr0].cccr);
     if (msr >= netburst::kMsrEscrFirst && msr <= netburst::kMsrEscrLast)
       return netburst::FindEscr(msr) ? ok(s.escr[msr - netburst::kMsrEscrFirst]) : gp;
+    if (msr == netburst::kMsrPebsEnable) return s.nb_pebs() ? ok(s.nb_pebs_enable) : gp;
+    if (msr == netburst::kMsrPebsMatrixVert) return s.nb_pebs() ? ok(s.nb_matrix_vert) : gp;
   }
   if (msr == kMsrMiscEnable) return ok(s.misc_enable);
   if (msr == kMsrDebugCtl) {
@@ -1117,6 +1254,19 @@ MsrResult VirtualPmu::WriteMsr(uint32_t msr, uint64_t v) {
     if (msr >= netburst::kMsrEscrFirst && msr <= netburst::kMsrEscrLast) {
       if (!netburst::FindEscr(msr) || (v & ~netburst::kEscrWritable)) return gp;
       s.escr[msr - netburst::kMsrEscrFirst] = v;
+      return ok;
+    }
+    // MSR_PEBS_ENABLE and MSR_PEBS_MATRIX_VERT: the bits vol. 4 and the
+    // replay-tagging table define; the others (ENABLE_PEBS_OTH_THR, HT only,
+    // among them) are reserved: #GP (docs/pmu-model.md, "NetBurst PEBS").
+    if (msr == netburst::kMsrPebsEnable) {
+      if (!s.nb_pebs() || (v & ~netburst::kPebsEnableWritable)) return gp;
+      s.nb_pebs_enable = v;
+      return ok;
+    }
+    if (msr == netburst::kMsrPebsMatrixVert) {
+      if (!s.nb_pebs() || (v & ~netburst::kPebsMatrixVertWritable)) return gp;
+      s.nb_matrix_vert = v;
       return ok;
     }
   }
@@ -1347,6 +1497,7 @@ PmuEffects VirtualPmu::ObserveDataAccess(uint64_t pa, uint32_t size, uint8_t cpl
 }
 
 bool VirtualPmu::WantsRegs() const { return s_->pebs_armed != 0; }
+bool VirtualPmu::WantsRegsBefore() const { return s_->NbPebsOn(); }
 bool VirtualPmu::ArmedOnlyForLoadLatency() const {
   const State& s = *s_;
   s.PlainMasks();
@@ -1361,6 +1512,9 @@ bool VirtualPmu::WantsXmm() const {
 uint64_t VirtualPmu::SequentialLimit(uint8_t cpl) const {
   const State& s = *s_;
   if (s.pebs_armed && !ArmedOnlyForLoadLatency()) return 0;
+  // NetBurst's tagged µops depend on each instruction's operands and on what
+  // it is (a locked one, a RET): every instruction is observed.
+  if (s.NbCountsTagged()) return 0;
   if (s.pmu.perfmon_version >= 4 && (s.global_status & kStatusCtrFrz)) return UINT64_MAX;
   Branch plain;  // a non-branch instruction (GpIncrement's view)
   uint64_t limit = UINT64_MAX;
@@ -1475,7 +1629,7 @@ void VirtualPmu::ObserveKeptBranch(const Branch& b) {
 }
 
 absl::StatusOr<PmuEffects> VirtualPmu::Observe(const Branch& b, LinearMemory& mem, bool guest_tf,
-                                               const GuestRegs* after) {
+                                               const GuestRegs* after, const GuestRegs* before) {
   State& s = *s_;
   PmuEffects fx;
   const bool event = IsEventDelivery(b.kind);
@@ -1489,7 +1643,7 @@ absl::StatusOr<PmuEffects> VirtualPmu::Observe(const Branch& b, LinearMemory& me
   }
   if (!event) {
     s.stats.instructions++;
-    VBTS_RETURN_IF_ERROR(s.CountInstruction(b, mem, after, fx));
+    VBTS_RETURN_IF_ERROR(s.CountInstruction(b, mem, after, before, fx));
   }
   if (event && b.kind == BranchKind::kException && b.vector == 1) {
     // #DB delivery clears DEBUGCTL.LBR and BTF (SDM 17.4.2).

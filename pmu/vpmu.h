@@ -137,9 +137,11 @@ class VirtualPmu {
   // Errors are host-side failures only; bad guest programming is handled as
   // docs/pmu-model.md says and reported through TakeWarnings().
   // `after`: the registers once the instruction retired; needed only while
-  // WantsRegs() (a PEBS assist is armed), may be null otherwise.
+  // WantsRegs() (a PEBS assist is armed), may be null otherwise.  `before`:
+  // the registers as the instruction began (rflags and gpr only); needed
+  // only while WantsRegsBefore() (NetBurst PEBS), may be null otherwise.
   absl::StatusOr<PmuEffects> Observe(const Branch& b, LinearMemory& mem, bool guest_tf,
-                                     const GuestRegs* after = nullptr);
+                                     const GuestRegs* after = nullptr, const GuestRegs* before = nullptr);
   // LLC Reference (event 2EH, umask 4FH) and LLC Misses (2EH, 41H) count
   // data accesses, not instructions (pmu/cache_model.h): while some enabled
   // counter counts one, the engine reports every data access with its
@@ -167,6 +169,12 @@ class VirtualPmu {
   // ... and the XMM registers too (an adaptive PEBS record with the XMM group
   // may follow).
   bool WantsXmm() const;
+  // NetBurst PEBS is on (MSR_PEBS_ENABLE.ENABLE_PEBS_MY_THR, MSR_IQ_COUNTER4
+  // counting front_end_event): any instruction that overflows the counter
+  // writes a record of the registers it began with, so every observed
+  // instruction needs them (Observe's `before`), and none is counted in
+  // bulk (SequentialLimit is 0 while a front_end_event counter counts).
+  bool WantsRegsBefore() const;
 
   // Counting in bulk (block-level observation, docs/tracing.md): instructions
   // that retire one after another at CPL `cpl`, none of them a branch

@@ -129,6 +129,11 @@ std::vector<std::string> Tracer::TakeWarnings() {
 Tracer::Boundary Tracer::Capture(const CpuState& st) {
   Boundary b;
   Light(st, b);
+  if (pmu_.WantsRegsBefore()) {
+    b.has_regs = true;
+    b.regs_rflags = st.rflags;
+    std::memcpy(b.regs_gpr, st.gpr, sizeof b.regs_gpr);
+  }
   absl::StatusOr<DecodedInsn> insn = DecodeCurrent(st, mem_);
   if (!insn.ok()) return b;  // the fetch faults: the next stop is the #PF/#GP handler
   b.decoded = true;
@@ -158,6 +163,7 @@ Tracer::Boundary Tracer::Capture(const CpuState& st) {
         b.store_la = a.linear;
       }
     }
+    if (b.mem && Untaggable(b.insn)) b.mem |= pmu::kMemUntaggable;
   }
   const uint64_t mask = IpMask(b.mode, b.insn.operand_size);
   b.fallthrough = FallthroughOf(b.mode, st.rip, b.insn);
@@ -194,7 +200,8 @@ Tracer::Boundary Tracer::Capture(const CpuState& st) {
   return b;
 }
 
-absl::Status Tracer::Emit(const pmu::Branch& b, const CpuState& paging_of, std::optional<bool> tf_after) {
+absl::Status Tracer::Emit(const pmu::Branch& b, const CpuState& paging_of, std::optional<bool> tf_after,
+                          const Boundary* of) {
   if (sink_active_) sink_active_ = sink_(b);
   const bool event = pmu::IsEventDelivery(b.kind);
   if (event) stats_.events++; else stats_.instructions++;
@@ -222,7 +229,17 @@ absl::Status Tracer::Emit(const pmu::Branch& b, const CpuState& paging_of, std::
     }
     after = regs;
   }
-  VBTS_ASSIGN_OR_RETURN(pmu::PmuEffects fx, pmu_.Observe(b, lin, event ? false : tf_before, after));
+  const pmu::GuestRegs* before = nullptr;
+  if (!event && pmu_.WantsRegsBefore()) {
+    // A NetBurst PEBS record holds the registers the instruction began with.
+    if (!of && prev_ && prev_->lin == b.from) of = &*prev_;
+    if (of && of->has_regs) {
+      pebs_before_.rflags = of->regs_rflags;
+      std::memcpy(pebs_before_.gpr, of->regs_gpr, sizeof pebs_before_.gpr);
+      before = &pebs_before_;
+    }
+  }
+  VBTS_ASSIGN_OR_RETURN(pmu::PmuEffects fx, pmu_.Observe(b, lin, event ? false : tf_before, after, before));
   if (fx.pmi) pmi_due_ = true;
   if (pmu_.lbr_in_kernel()) VBTS_RETURN_IF_ERROR(SyncKernelDebugCtl());
   if (event || b.kind == pmu::BranchKind::kSoftInt) {
@@ -533,7 +550,7 @@ absl::Status Tracer::AfterMsrWrite() {
   b.ia32e = p.ia32e;
   // The registers are those after the WRMSR (it changes none but RIP), for
   // a PEBS record whose event it is.
-  VBTS_RETURN_IF_ERROR(Emit(b, st, p.tf_after));
+  VBTS_RETURN_IF_ERROR(Emit(b, st, p.tf_after, &p));
   p.emitted = true;
   prev_ = std::move(p);  // the next boundary finds it retired to its fall-through
   return absl::OkStatus();
@@ -679,7 +696,7 @@ absl::Status Tracer::BoundaryEvents(const CpuState& st) {
 bool Tracer::BulkAllowed() const {
   return !sink_every_insn_ && !guest_tf_ && !step_trap_due_ && !data_hits_ && !db_in_flight_ && !pmi_due_ &&
          !(emulate_data_bps_ && !engine_data_bps_ && (!guest_bp_ || guest_bp_->AnyData())) &&
-         (!pmu_.WantsRegs() || (data_access_hook_ && pmu_.ArmedOnlyForLoadLatency())) &&
+         (!pmu_.WantsRegs() || (data_access_hook_ && pmu_.ArmedOnlyForLoadLatency())) && !pmu_.WantsRegsBefore() &&
          !pmu_.lbr_in_kernel() && (data_access_hook_ || !pmu_.CountsLoadLatency());
 }
 
@@ -811,7 +828,7 @@ void Tracer::CountSkipped(uint64_t n, const Boundary& p, const CpuState& st, Cod
 uint64_t Tracer::BulkLimit() const { return prev_ ? pmu_.SequentialLimit(prev_->cpl) : 0; }
 
 void Tracer::Light(const CpuState& st, Boundary& b) const {
-  b.decoded = b.emitted = false;
+  b.decoded = b.emitted = b.has_regs = false;
   b.predicted_target.reset();
   b.tf_after.reset();
   b.accesses.clear();
@@ -978,7 +995,7 @@ absl::Status Tracer::BulkBoundary(CpuState& code_state, uint64_t skipped, uint64
   // (its operands' addresses: the record's data address) in case it is the
   // one (run alone for its load, docs/tcg-engine.md).
   std::optional<CpuState> full;
-  if (pmu_.WantsRegs()) {
+  if (pmu_.WantsRegs() || pmu_.WantsRegsBefore()) {
     VBTS_ASSIGN_OR_RETURN(full, vcpu_->GetState());
   }
   CpuState& st = full ? *full : code_state;
@@ -1012,7 +1029,7 @@ absl::Status Tracer::BulkBoundary(CpuState& code_state, uint64_t skipped, uint64
   VBTS_RETURN_IF_ERROR(BoundaryEvents(st));
   if (emulate_data_bps_ && !guest_bp_) ReadGuestBreakpoints();
   bulk_after_boundary_ = BulkAllowed();
-  if (bulk_after_boundary_ && !pmu_.WantsRegs()) {
+  if (bulk_after_boundary_ && !pmu_.WantsRegs() && !pmu_.WantsRegsBefore()) {
     if (!prev_) prev_ = Boundary{};
     Light(st, *prev_);
     return absl::OkStatus();

@@ -220,6 +220,11 @@ class Tracer : public StepObserver {
     // (pmu::Branch::mem, load_la, store_la), while a counter counts them.
     uint8_t mem = 0;
     uint64_t load_la = 0, store_la = 0;
+    // The registers as the instruction began, while the virtual PMU wants
+    // them (VirtualPmu::WantsRegsBefore: NetBurst PEBS records).
+    bool has_regs = false;
+    uint64_t regs_rflags = 0;
+    uint64_t regs_gpr[16] = {};
   };
   // Copies p's memory operands (Boundary::mem...) into `b`, the report of p's
   // retirement.
@@ -243,7 +248,15 @@ class Tracer : public StepObserver {
   static uint8_t MemKinds(const DecodedInsn& insn) {
     uint8_t k = 0;
     for (int i = 0; i < insn.data_count; i++) k |= (insn.data[i].read ? 1 : 0) | (insn.data[i].write ? 2 : 0);
+    if (k && Untaggable(insn)) k |= pmu::kMemUntaggable;
     return k;
+  }
+  // A locked or I/O memory access (pmu::Branch::mem bit 2): LOCK, XCHG with
+  // memory (locked without the prefix, SDM vol. 2B XCHG), INS and OUTS.
+  static bool Untaggable(const DecodedInsn& insn) {
+    if (insn.lock) return true;
+    const std::string& m = insn.mnemonic;
+    return m == "xchg" || m == "insb" || m == "insw" || m == "insd" || m == "outsb" || m == "outsw" || m == "outsd";
   }
   // The boundary without decoding (bulk mode), written over `b`.
   void Light(const CpuState& st, Boundary& b) const;
@@ -270,7 +283,10 @@ class Tracer : public StepObserver {
   absl::StatusOr<bool> ResolveEvent(const Boundary& p, const CpuState& st, bool after_retire);
   // Reports one transfer to the sink and the virtual PMU, and keeps the
   // guest's TF: `tf_after` is what the instruction loaded into TF, if anything.
-  absl::Status Emit(const pmu::Branch& b, const CpuState& paging_of, std::optional<bool> tf_after);
+  // `of`: the boundary the instruction began at, when it is not prev_
+  // (its registers for a NetBurst PEBS record).
+  absl::Status Emit(const pmu::Branch& b, const CpuState& paging_of, std::optional<bool> tf_after,
+                    const Boundary* of = nullptr);
   absl::Status RaisePmi();
   // Delivers the guest's own debug trap at this boundary: #DB with DR6.BS
   // (single-step) and/or DR6.Bn (data breakpoints hit by the last instruction).
@@ -346,7 +362,8 @@ class Tracer : public StepObserver {
   // Translations of the virtual PMU's stores (BTS and PEBS records, DS
   // fields), each checked against the page tables when used.
   pmu::TranslationCache store_translations_;
-  pmu::GuestRegs pebs_regs_;  // Emit's registers for a PEBS record
+  pmu::GuestRegs pebs_regs_;    // Emit's registers for a PEBS record
+  pmu::GuestRegs pebs_before_;  // ... and those before the instruction (NetBurst)
   DecodedInsn uncached_insn_;
   std::vector<std::string> warnings_;
   std::set<std::string> warned_;  // every warning once per run

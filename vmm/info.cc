@@ -276,6 +276,9 @@ std::string FormatCpuModel(const pmu::CpuModel& m) {
                                    p.gp_counters - 1, p.fixed_counters - 1)
                  : absl::StrFormat("record format %u (%s-byte records), PMC0-3, trap-like", pebs_format,
                                    pebs_format >= 3 ? "0xC8" : "0xB0"))
+      : p.netburst_perfmon && p.ds && !(p.misc_enable & (1u << 12))
+          ? std::string("NetBurst: MSR_IQ_COUNTER4 with MSR_PEBS_ENABLE bit 25, 40-byte records (32-bit DS), "
+                        "fault-like (the registers the instruction began with)")
           : std::string("none"));
   if (p.netburst_debugctl)
     Row(out, "MSR_DEBUGCTLA writable bits",
@@ -286,7 +289,8 @@ std::string FormatCpuModel(const pmu::CpuModel& m) {
   if (p.netburst_perfmon)
     Row(out, "NetBurst counters",
         "18 x 40 bits (300H-311H), CCCRs 360H-371H, 43 ESCRs in 3A0H-3E1H; counted: instr_retired (CRU_ESCR0/1), "
-        "branch_retired (CRU_ESCR2/3); RDPMC 0-17, bit 31 fast read");
+        "branch_retired, front_end_event of uop_type's tagged loads and stores (CRU_ESCR2/3); RDPMC 0-17, bit 31 "
+        "fast read");
   Row(out, "LBR stack",
       p.lbr.entries == 0 ? std::string("none")
       : p.lbr.packed     ? absl::StrFormat("%d entries, MSR_LASTBRANCH_n at 0x%x (FROM 31:0, TO 63:32), TOS 0x%x",

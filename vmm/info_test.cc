@@ -178,6 +178,8 @@ TEST(FormatCpuModelTest, Pentium4ShowsNetBurstCounters) {
   const std::string text = FormatCpuModel(*m);
   EXPECT_THAT(text, HasSubstr("no architectural perfmon"));
   EXPECT_THAT(text, HasSubstr("NetBurst counters              18 x 40 bits (300H-311H)"));
+  EXPECT_THAT(text, HasSubstr("IA32_MISC_ENABLE               0x81\n"));
+  EXPECT_THAT(text, HasSubstr("PEBS                           NetBurst: MSR_IQ_COUNTER4 with MSR_PEBS_ENABLE bit 25"));
 }
 
 TEST(DetectHostKindTest, ModulesDecide) {
