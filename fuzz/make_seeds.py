@@ -42,7 +42,8 @@ def count(cpl, n): return u8(5) + u8(cpl) + u16(n)
 def rdpmc(ecx): return u8(6) + u32(ecx)
 def paging(mode_byte, cr3): return u8(7) + u8(mode_byte) + val(cr3) + u8(20)   # maxphyaddr 52
 def kernel_debugctl(v): return u8(8) + val(v)
-def query(): return u8(9)
+def access(pa, size, store=False): return u8(9) + val(pa) + u8(size) + u8(4 if store else 0)  # CPL 0, observed
+def query(): return u8(11)
 JCC, JMP, INDJMP, CALL, INDCALL, RET, FARJMP, FARCALL, FARRET, IRET, SOFTINT = range(1, 12)
 SYSCALL, SYSRET, SYSENTER, SYSEXIT, EXCEPTION, INTERRUPT, NMI = range(12, 19)
 ALL_KINDS = list(range(19))
@@ -102,7 +103,12 @@ VPMU = {
         + mem64(0x1020, (1 << 40) - 2) + wrmsr(0x600, 0x1000) + wrmsr(0x3BC, 0x04000C08) + wrmsr(0x3CC, 0x10000208)
         + wrmsr(0x310, (1 << 40) - 1) + wrmsr(0x3F1, 0x03000000) + wrmsr(0x370, 0x3B000)
         + b''.join(branch(0, 0x100000 + 4 * i, 0x100004 + 4 * i, regs=True, mem=[1, 2, 3, 7][i % 4]) for i in range(12))
-        + branch(RET, 0x100100, 0x100200, regs=True, mem=1) + rdmsr(0x310) + rdmsr(0x370) + query(),
+        + branch(RET, 0x100100, 0x100200, regs=True, mem=1) + rdmsr(0x310) + rdmsr(0x370) + query()
+        # replay_event: 1stL/2ndL misses and split loads/stores (SAAT ESCRs), with data accesses.
+        + wrmsr(0x3CC, 0x12000208) + wrmsr(0x3F2, 3) + wrmsr(0x3F1, 0x03000403) + wrmsr(0x3AF, 0x08000408)
+        + wrmsr(0x3AE, 0x0A000408) + wrmsr(0x310, (1 << 40) - 2)
+        + b''.join(access(0x4000 + 62 * i, 4, i & 1) + branch(0, 0x100300 + 4 * i, 0x100304 + 4 * i, regs=True,
+                                                                mem=[1, 2][i & 1]) for i in range(10)),
     'no_pmu': u8(WESTMERE | 0x80) + wrmsr(0x1D9, 0xC0) + rdmsr(0x600) + rdpmc(0) + branches(3),
 }
 

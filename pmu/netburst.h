@@ -74,11 +74,25 @@ inline constexpr uint32_t kMaskNbogus = 1u << 0;
 inline constexpr uint32_t kEventUopType = 0x02;
 inline constexpr uint32_t kMaskTagLoads = 1u << 1, kMaskTagStores = 1u << 2;
 inline constexpr uint32_t kMsrRatEscr0 = 0x3BC, kMsrRatEscr1 = 0x3BD;
+// replay_event (09H on MSR_CRU_ESCR2/3, "Can Support PEBS: Yes"): the
+// retirement of µops the replay tagging mechanism tagged (mask NBOGUS, bit
+// 0).  The metric is chosen in MSR_PEBS_ENABLE (bits below, with UOP_TAG)
+// and MSR_PEBS_MATRIX_VERT (which µops: loads, stores, branches); the split
+// metrics also need load_port_replay (04H, SPLIT_LD: mask bit 1) or
+// store_port_replay (05H, SPLIT_ST: mask bit 1) on MSR_SAAT_ESCR0/1 (the SDM's
+// "List of Metrics Available for Replay Tagging").
+inline constexpr uint32_t kEventReplay = 0x09;
+inline constexpr uint64_t kReplay1stL = 1ull << 0, kReplay2ndL = 1ull << 1, kReplayDtlb = 1ull << 2,
+                          kReplayMob = 1ull << 9, kReplaySplit = 1ull << 10, kReplayMispred = 1ull << 15;
+inline constexpr uint64_t kVertLoads = 1ull << 0, kVertStores = 1ull << 1, kVertBranches = 1ull << 4;
+inline constexpr uint32_t kMsrSaatEscr0 = 0x3AE, kMsrSaatEscr1 = 0x3AF;
+inline constexpr uint32_t kEventLoadPortReplay = 0x04, kEventStorePortReplay = 0x05;
+inline constexpr uint32_t kMaskSplitLdSt = 1u << 1;
 
 // PEBS (SDM vol. 3B, "Precise Event-Based Sampling (PEBS)" of the NetBurst
 // section; vol. 4, the NetBurst MSR table): MSR_PEBS_ENABLE (3F1H) holds the
-// replay-tagging metric bits (12:0, and 15 for Tagged_mispred_branch in the
-// replay-tagging table), UOP_TAG (24) and ENABLE_PEBS_MY_THR (25), which
+// replay-tagging metric bits (12:0, and 15 and 16 for Tagged_mispred_branch in
+// the replay-tagging table), UOP_TAG (24) and ENABLE_PEBS_MY_THR (25), which
 // turns PEBS on (ENABLE_PEBS_OTH_THR, 26, exists only with HT);
 // MSR_PEBS_MATRIX_VERT (3F2H) the replay-tagging bits 0 (loads), 1 (stores)
 // and 4 (branches).  Only MSR_IQ_COUNTER4 (counter 16) takes PEBS.
@@ -86,7 +100,7 @@ inline constexpr uint32_t kMsrPebsEnable = 0x3F1;
 inline constexpr uint32_t kMsrPebsMatrixVert = 0x3F2;
 inline constexpr uint64_t kPebsEnableUopTag = 1ull << 24;
 inline constexpr uint64_t kPebsEnableMyThr = 1ull << 25;
-inline constexpr uint64_t kPebsEnableWritable = 0x1FFFull | (1ull << 15) | kPebsEnableUopTag | kPebsEnableMyThr;
+inline constexpr uint64_t kPebsEnableWritable = 0x1FFFull | (3ull << 15) | kPebsEnableUopTag | kPebsEnableMyThr;
 inline constexpr uint64_t kPebsMatrixVertWritable = 0x13;
 inline constexpr int kPebsCounter = 16;
 // The record: EFLAGS, linear IP, EAX, EBX, ECX, EDX, ESI, EDI, EBP, ESP, 4

@@ -559,15 +559,66 @@ TEST_F(NetBurstPebsTest, AFullBufferOrUnknownRegistersDropTheRecord) {
 TEST_F(NetBurstTest, PebsMsrsAndMiscEnable) {
   // IA32_MISC_ENABLE: 81H (fast strings, perfmon available; BTS and PEBS available).
   EXPECT_EQ(Rd(0x1A0), 0x81u);
-  // MSR_PEBS_ENABLE: 12:0, 15, 24 (UOP_TAG), 25 (MY_THR); 26 (OTH_THR, HT only) and the rest #GP.
-  Wr(kPebsEnable, 0x1FFF | (1ull << 15) | kMyThrUopTag);
-  EXPECT_EQ(Rd(kPebsEnable), 0x03009FFFu);
-  for (uint64_t bad : {1ull << 13, 1ull << 16, 1ull << 23, 1ull << 26, 1ull << 32})
+  // MSR_PEBS_ENABLE: 12:0, 15-16, 24 (UOP_TAG), 25 (MY_THR); 26 (OTH_THR, HT only) and the rest #GP.
+  Wr(kPebsEnable, 0x1FFF | (3ull << 15) | kMyThrUopTag);
+  EXPECT_EQ(Rd(kPebsEnable), 0x03019FFFu);
+  for (uint64_t bad : {1ull << 13, 1ull << 17, 1ull << 23, 1ull << 26, 1ull << 32})
     EXPECT_TRUE(pmu_.WriteMsr(kPebsEnable, bad).gp) << std::hex << bad;
   // MSR_PEBS_MATRIX_VERT: bits 0, 1 and 4.
   Wr(kPebsMatrixVert, 0x13);
   EXPECT_EQ(Rd(kPebsMatrixVert), 0x13u);
   for (uint64_t bad : {1ull << 2, 1ull << 3, 1ull << 5}) EXPECT_TRUE(pmu_.WriteMsr(kPebsMatrixVert, bad).gp);
+}
+
+TEST_F(NetBurstTest, ReplayEventCountsTheLoadsThatMissedTheModelsCaches) {
+  // replay_event (09H) NBOGUS at CPL 0 on counter 14 (CRU_ESCR3, select 5); loads (VERT bit 0).
+  Wr(kCruEscr3, Escr(0x09, 1, true, false));
+  Wr(kIqCccr2, Cccr(5));
+  Wr(kPebsMatrixVert, 1);
+  // Without UOP_TAG (bit 24) nothing is tagged: no data accesses wanted, nothing counted.
+  Wr(kPebsEnable, 1);  // 1stL_cache_load_miss_retired's metric bit alone
+  EXPECT_FALSE(pmu_.WantsDataAccesses());
+  EXPECT_TRUE(pmu_.NeedsEachInstruction());
+  auto load = [&](uint64_t pa, uint32_t size, uint8_t mem = 1) {
+    pmu_.ObserveDataAccess(pa, size, 0, VirtualPmu::DataAccessKind::kLoad);
+    Obs(MemInsn(mem));
+  };
+  load(0x8000, 4);
+  EXPECT_EQ(Rd(kIqCounter2), 0u);
+  Wr(kPebsEnable, 1 | (1ull << 24));
+  EXPECT_TRUE(pmu_.WantsDataAccesses());
+  // The model's L1D (8 KB, 4-way: 32 sets) and L2 (512 KB) saw no access while nothing
+  // wanted them (the load above was not reported to them), so 8000H misses now (+1), then
+  // hits (+0); 8040H misses the L1D (+1; the L2 has it: below); a locked load that misses
+  // (8080H) is not taggable (+0).
+  load(0x8000, 4);
+  load(0x8004, 4);
+  load(0x8040, 4);
+  load(0x8080, 4, 1 | kMemUntaggable);
+  EXPECT_EQ(Rd(kIqCounter2), 2u);
+  // 2ndL_cache_load_miss_retired (bit 1): the L2 missed.  A miss also fills the other line
+  // of its 128-byte pair into the L2 (the model's spatial prefetcher, PairPrefetch::kLlc):
+  // C000H misses both (+1); C040H, its partner, misses the L1D but hits the L2 (+0).
+  Wr(kPebsEnable, 2 | (1ull << 24));
+  load(0xC000, 4);
+  load(0xC040, 4);
+  EXPECT_EQ(Rd(kIqCounter2), 3u);
+  // Split loads and stores (bit 10): only with load_port_replay / store_port_replay SPLIT_LD/ST
+  // on a SAAT ESCR (3AFH, 3AEH) and the µop kind in MATRIX_VERT.
+  Wr(kPebsEnable, (1ull << 10) | (1ull << 24));
+  load(0x9000 + 62, 4);  // two lines, but no SAAT ESCR: +0
+  EXPECT_EQ(Rd(kIqCounter2), 3u);
+  Wr(0x3AF, Escr(0x04, 2, true, false));  // load_port_replay, SPLIT_LD
+  Wr(0x3AE, Escr(0x05, 2, true, false));  // store_port_replay, SPLIT_ST
+  load(0x9100 + 62, 4);                   // +1
+  load(0x9200, 8);                        // within a line: +0
+  pmu_.ObserveDataAccess(0x9300 + 60, 8, 0, VirtualPmu::DataAccessKind::kStore);
+  Obs(MemInsn(2));                        // a split store, but VERT has loads only: +0
+  Wr(kPebsMatrixVert, 3);
+  pmu_.ObserveDataAccess(0x9400 + 63, 2, 0, VirtualPmu::DataAccessKind::kLoad);
+  pmu_.ObserveDataAccess(0x9400 + 63, 2, 0, VirtualPmu::DataAccessKind::kStore);
+  Obs(MemInsn(3));                        // ADD [m], r over two lines: a load and a store µop, +2
+  EXPECT_EQ(Rd(kIqCounter2), 6u);
 }
 
 }  // namespace

@@ -193,6 +193,11 @@ struct VirtualPmu::State {
   std::array<NbCounter, netburst::kCounters> nb{};
   std::array<uint64_t, netburst::kMsrEscrLast - netburst::kMsrEscrFirst + 1> escr{};
   uint64_t nb_pebs_enable = 0, nb_matrix_vert = 0;  // MSR_PEBS_ENABLE, MSR_PEBS_MATRIX_VERT (NetBurst)
+  // What the current instruction's data accesses met, for replay tagging
+  // (ObserveDataAccess while NbWantsAccesses; taken by its Observe): a load
+  // that missed the L1D, one that missed the L2, a load and a store that
+  // spanned two cache lines.
+  bool nb_load_l1_miss = false, nb_load_l2_miss = false, nb_split_load = false, nb_split_store = false;
 
   CacheModel cache;  // LLC Reference/Misses (docs/pmu-model.md)
   CacheModel l1d;    // L1D.REPLACEMENT: the L1D alone (its "inner" level)
@@ -413,6 +418,8 @@ struct VirtualPmu::State {
       n = b.branch_insn && (mask & (b.taken() ? netburst::kMaskMmtp : netburst::kMaskMmnp)) ? 1 : 0;
     } else if (e->unit == netburst::Unit::kCru23 && event == netburst::kEventFrontEnd) {
       n = (mask & netburst::kMaskNbogus) ? NbTaggedUops(b, cpl) : 0;
+    } else if (e->unit == netburst::Unit::kCru23 && event == netburst::kEventReplay) {
+      n = (mask & netburst::kMaskNbogus) ? NbReplayUops(b, cpl) : 0;
     } else {
       return -1;
     }
@@ -441,6 +448,58 @@ struct VirtualPmu::State {
     return ((tags & netburst::kMaskTagLoads) && (b.mem & 1) ? 1 : 0) +
            ((tags & netburst::kMaskTagStores) && (b.mem & 2) ? 1 : 0);
   }
+  // The µops of `b` the replay tagging mechanism tagged (docs/pmu-model.md,
+  // "NetBurst PEBS"): with MSR_PEBS_ENABLE.UOP_TAG, the instruction's load
+  // µop (MATRIX_VERT bit 0) when its data accesses missed the L1D (metric
+  // 1stL_cache_load_miss_retired, PEBS_ENABLE bit 0) or the L2 (2ndL, bit 1)
+  // in the model's caches, or spanned two cache lines with load_port_replay
+  // SPLIT_LD on a SAAT ESCR qualified at `cpl` (split_load_retired, bit 10);
+  // its store µop (VERT bit 1) when it spanned two lines with
+  // store_port_replay SPLIT_ST (split_store_retired, bit 10).  DTLB misses
+  // (bit 2: vbts models no TLB), MOB replays (bit 9: no store forwarding) and
+  // mispredicted branches (bits 15-16: every branch is predicted) tag
+  // nothing; neither do untaggable instructions (NbTaggedUops).
+  bool NbSaat(uint32_t event, uint8_t cpl) const {
+    for (const uint32_t msr : {netburst::kMsrSaatEscr0, netburst::kMsrSaatEscr1}) {
+      const uint64_t v = escr[msr - netburst::kMsrEscrFirst];
+      if (((v >> netburst::kEscrEventSelectShift) & 0x3F) == event &&
+          ((v >> netburst::kEscrEventMaskShift) & netburst::kMaskSplitLdSt) &&
+          (v & (cpl == 0 ? netburst::kEscrOs : netburst::kEscrUsr)))
+        return true;
+    }
+    return false;
+  }
+  int NbReplayUops(const Branch& b, uint8_t cpl) const {
+    const uint64_t pe = nb_pebs_enable;
+    if (!(pe & netburst::kPebsEnableUopTag)) return 0;
+    if ((b.mem & kMemUntaggable) || b.kind == BranchKind::kRet || IsFarBranch(b.kind)) return 0;
+    const bool load = (nb_matrix_vert & netburst::kVertLoads) && (b.mem & 1) &&
+                      (((pe & netburst::kReplay1stL) && nb_load_l1_miss) ||
+                       ((pe & netburst::kReplay2ndL) && nb_load_l2_miss) ||
+                       ((pe & netburst::kReplaySplit) && nb_split_load &&
+                        NbSaat(netburst::kEventLoadPortReplay, cpl)));
+    const bool store = (nb_matrix_vert & netburst::kVertStores) && (b.mem & 2) && (pe & netburst::kReplaySplit) &&
+                       nb_split_store && NbSaat(netburst::kEventStorePortReplay, cpl);
+    return (load ? 1 : 0) + (store ? 1 : 0);
+  }
+  // A counter counts replay_event with a metric the data accesses decide:
+  // the engine reports them (WantsDataAccesses), as observed accesses of
+  // each instruction.
+  bool NbWantsAccesses() const {
+    if (!nb_on() || !(nb_pebs_enable & netburst::kPebsEnableUopTag) ||
+        !(nb_pebs_enable & (netburst::kReplay1stL | netburst::kReplay2ndL | netburst::kReplaySplit)))
+      return false;
+    for (int i = 0; i < nb_count(); i++)
+      if (NbCountsEvent(i, netburst::kEventReplay)) return true;
+    return false;
+  }
+  // Counter i is enabled and its CRU_ESCR2/3 selects `event`.
+  bool NbCountsEvent(int i, uint32_t event) const {
+    if (!NbEnabled(i)) return false;
+    const netburst::Escr* e = NbEscr(i);
+    if (!e || e->unit != netburst::Unit::kCru23) return false;
+    return ((escr[e->msr - netburst::kMsrEscrFirst] >> netburst::kEscrEventSelectShift) & 0x3F) == event;
+  }
   // Some RAT ESCR tags µops (uop_type with TAGLOADS or TAGSTORES).
   bool NbTagging() const {
     for (const uint32_t msr : {netburst::kMsrRatEscr0, netburst::kMsrRatEscr1}) {
@@ -453,13 +512,9 @@ struct VirtualPmu::State {
   }
   // Counter i counts front_end_event: its count depends on the instruction's
   // memory operands, which bulk counting does not see (SequentialLimit).
-  bool NbFrontEnd(int i) const {
-    if (!NbEnabled(i)) return false;
-    const netburst::Escr* e = NbEscr(i);
-    if (!e || e->unit != netburst::Unit::kCru23) return false;
-    return ((escr[e->msr - netburst::kMsrEscrFirst] >> netburst::kEscrEventSelectShift) & 0x3F) ==
-           netburst::kEventFrontEnd;
-  }
+  bool NbFrontEnd(int i) const { return NbCountsEvent(i, netburst::kEventFrontEnd); }
+  // Counter i counts an event PEBS supports (of those vbts counts).
+  bool NbPebsEvent(int i) const { return NbFrontEnd(i) || NbCountsEvent(i, netburst::kEventReplay); }
   // Some counter's count depends on the front end's tags: front_end_event,
   // or instr_retired while a RAT ESCR tags (NBOGUSTAG/NBOGUSNTAG then tell
   // instructions with a load or store from the others).
@@ -467,7 +522,7 @@ struct VirtualPmu::State {
     if (!nb_on()) return false;
     const bool tagging = NbTagging();
     for (int i = 0; i < nb_count(); i++) {
-      if (NbFrontEnd(i)) return true;
+      if (NbPebsEvent(i)) return true;  // front_end_event, replay_event
       if (!tagging || !NbEnabled(i)) continue;
       const netburst::Escr* e = NbEscr(i);
       if (e && e->unit == netburst::Unit::kCru01 &&
@@ -483,7 +538,7 @@ struct VirtualPmu::State {
   // counts, front_end_event).
   bool nb_pebs() const { return nb_on() && pmu.ds && !(pmu.misc_enable & kMiscPebsUnavailable); }
   bool NbPebsOn() const {
-    return nb_pebs() && (nb_pebs_enable & netburst::kPebsEnableMyThr) && NbFrontEnd(netburst::kPebsCounter);
+    return nb_pebs() && (nb_pebs_enable & netburst::kPebsEnableMyThr) && NbPebsEvent(netburst::kPebsCounter);
   }
   // The CCCR's filtering of `n` events in one instruction (vbts's cycle):
   // with Compare, 1 when n > threshold (n <= threshold with Complement),
@@ -1414,7 +1469,7 @@ bool VirtualPmu::DisablesAll(uint32_t msr, uint64_t value) const {
 }
 
 bool VirtualPmu::WantsDataAccesses() const {
-  return s_->CountsLlc() || s_->CountsL1d() || s_->WantsDataSource() || s_->CountsOffcore();
+  return s_->CountsLlc() || s_->CountsL1d() || s_->WantsDataSource() || s_->CountsOffcore() || s_->NbWantsAccesses();
 }
 
 PmuEffects VirtualPmu::ObserveDataAccess(uint64_t pa, uint32_t size, uint8_t cpl, DataAccessKind kind,
@@ -1423,7 +1478,8 @@ PmuEffects VirtualPmu::ObserveDataAccess(uint64_t pa, uint32_t size, uint8_t cpl
   // (Its effects are built at the end from locals: a PmuEffects written in
   // parts and returned costs a store-forwarding stall on every access.)
   const bool llc = s.CountsLlc(), l1d = s.CountsL1d(), source = s.WantsDataSource(), offcore = s.CountsOffcore();
-  if (size == 0 || !(llc || l1d || source || offcore)) return {};
+  const bool replay = s.NbWantsAccesses();
+  if (size == 0 || !(llc || l1d || source || offcore || replay)) return {};
   if (s.pmu.perfmon_version >= 4 && (s.global_status & kStatusCtrFrz)) return {};
   // Every line the access touches (an unaligned one may touch two).  The
   // L1D model sees the accesses while L1D.REPLACEMENT or the data source
@@ -1463,7 +1519,13 @@ PmuEffects VirtualPmu::ObserveDataAccess(uint64_t pa, uint32_t size, uint8_t cpl
       if (!l1_hit && l1d) count([&](uint64_t sel) { return s.IsL1dReplacement(sel); });  // a line replaced
     }
     CacheModel::Outcome o;
-    if (llc || source || offcore) o = s.cache.Access(line * kCacheLineBytes);
+    if (llc || source || offcore || replay) o = s.cache.Access(line * kCacheLineBytes);
+    if (replay && kind == DataAccessKind::kLoad && owner == AccessOwner::kObserved) {
+      // NetBurst's caches (pentium4: the model's inner level is the L1D,
+      // its last level the L2).
+      if (o.llc_reference) s.nb_load_l1_miss = true;
+      if (o.llc_miss) s.nb_load_l2_miss = true;
+    }
     if (offcore && o.llc_reference) {  // a demand request to the uncore
       const bool store = kind == DataAccessKind::kStore;
       count([&](uint64_t sel) {
@@ -1484,6 +1546,9 @@ PmuEffects VirtualPmu::ObserveDataAccess(uint64_t pa, uint32_t size, uint8_t cpl
     if (llc && o.llc_reference)
       count([&](uint64_t sel) { return State::IsLlcReference(sel) || (o.llc_miss && State::IsLlcMiss(sel)); });
   }
+  if (replay && owner == AccessOwner::kObserved && last != first) {
+    (kind == DataAccessKind::kLoad ? s.nb_split_load : s.nb_split_store) = true;  // a split access
+  }
   if (latency_load && owner == AccessOwner::kCountNow && s.LatencyAbove(load_level)) {
     // As CountInstruction counts the event for a load-latency counter, but
     // with no instruction boundary here: an assist armed for the counter
@@ -1498,6 +1563,7 @@ PmuEffects VirtualPmu::ObserveDataAccess(uint64_t pa, uint32_t size, uint8_t cpl
 
 bool VirtualPmu::WantsRegs() const { return s_->pebs_armed != 0; }
 bool VirtualPmu::WantsRegsBefore() const { return s_->NbPebsOn(); }
+bool VirtualPmu::NeedsEachInstruction() const { return s_->NbCountsTagged(); }
 bool VirtualPmu::ArmedOnlyForLoadLatency() const {
   const State& s = *s_;
   s.PlainMasks();
@@ -1654,6 +1720,7 @@ absl::StatusOr<PmuEffects> VirtualPmu::Observe(const Branch& b, LinearMemory& me
   if (!event && guest_tf) fx.single_step_trap = !(s.debugctl & kDbgBtf) || b.taken();
   s.insn_load_level = kLevelNone;  // the next instruction's accesses follow
   s.insn_stored = s.insn_store_l1_miss = false;
+  s.nb_load_l1_miss = s.nb_load_l2_miss = s.nb_split_load = s.nb_split_store = false;
   return fx;
 }
 

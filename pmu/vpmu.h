@@ -175,6 +175,13 @@ class VirtualPmu {
   // instruction needs them (Observe's `before`), and none is counted in
   // bulk (SequentialLimit is 0 while a front_end_event counter counts).
   bool WantsRegsBefore() const;
+  // True while a count depends on what each instruction is, which operands
+  // it has and what its data accesses met (NetBurst's tagged µops: the
+  // front end's and replay tagging): the engine observes every instruction
+  // (no bulk), fills Branch::mem and reports the data accesses it wants
+  // (WantsDataAccesses) as AccessOwner::kObserved.  WantsRegsBefore
+  // implies it.
+  bool NeedsEachInstruction() const;
 
   // Counting in bulk (block-level observation, docs/tracing.md): instructions
   // that retire one after another at CPL `cpl`, none of them a branch

@@ -696,7 +696,7 @@ absl::Status Tracer::BoundaryEvents(const CpuState& st) {
 bool Tracer::BulkAllowed() const {
   return !sink_every_insn_ && !guest_tf_ && !step_trap_due_ && !data_hits_ && !db_in_flight_ && !pmi_due_ &&
          !(emulate_data_bps_ && !engine_data_bps_ && (!guest_bp_ || guest_bp_->AnyData())) &&
-         (!pmu_.WantsRegs() || (data_access_hook_ && pmu_.ArmedOnlyForLoadLatency())) && !pmu_.WantsRegsBefore() &&
+         (!pmu_.WantsRegs() || (data_access_hook_ && pmu_.ArmedOnlyForLoadLatency())) && !pmu_.NeedsEachInstruction() &&
          !pmu_.lbr_in_kernel() && (data_access_hook_ || !pmu_.CountsLoadLatency());
 }
 

@@ -289,8 +289,8 @@ std::string FormatCpuModel(const pmu::CpuModel& m) {
   if (p.netburst_perfmon)
     Row(out, "NetBurst counters",
         "18 x 40 bits (300H-311H), CCCRs 360H-371H, 43 ESCRs in 3A0H-3E1H; counted: instr_retired (CRU_ESCR0/1), "
-        "branch_retired, front_end_event of uop_type's tagged loads and stores (CRU_ESCR2/3); RDPMC 0-17, bit 31 "
-        "fast read");
+        "branch_retired, front_end_event of uop_type's tagged loads and stores, replay_event of L1D/L2-missing and "
+        "split loads and split stores (CRU_ESCR2/3); RDPMC 0-17, bit 31 fast read");
   Row(out, "LBR stack",
       p.lbr.entries == 0 ? std::string("none")
       : p.lbr.packed     ? absl::StrFormat("%d entries, MSR_LASTBRANCH_n at 0x%x (FROM 31:0, TO 63:32), TOS 0x%x",

@@ -51,9 +51,30 @@
 ;     | lock add [edi], eax (0) | push eax (1) | pop eax (1) | call leaf (1: its store)
 ;     | leaf: ret (0: returns are not taggable) | dec ecx | jnz
 ;   = 7 an iteration: 700 (the enabling WRMSR and the disabling macro load and store nothing).
-; Part 4: MSR rules: MSR_PEBS_ENABLE bits 26 (ENABLE_PEBS_OTH_THR, HT only) and 16 #GP,
+; Part 4: MSR rules: MSR_PEBS_ENABLE bits 26 (ENABLE_PEBS_OTH_THR, HT only) and 23 #GP,
 ;   MSR_PEBS_MATRIX_VERT bit 2 #GP; PEBS_ENABLE 03000401H (split_load_retired's metric bits,
 ;   the replay-tagging table) and MATRIX_VERT 1 read back as written.
+; Part 5: perfmon2's Pentium 4 PEBS programming (replay_event, 1stL_cache_load_miss_retired):
+;   MSR_CRU_ESCR2 = 12000208H (replay_event 09H, NBOGUS, T0_OS), MSR_IQ_CCCR4 = 0003B000H,
+;   MSR_PEBS_MATRIX_VERT = 1 (loads), MSR_PEBS_ENABLE = 03000001H (1stL metric, UOP_TAG,
+;   MY_THR), MSR_IQ_COUNTER4 = -2, DS: index back at buf, threshold buf + 40, reset -2.
+;   The L1D model (8 KB, 4-way, 64-byte lines: the model's CPUID.2) sees data accesses only
+;   while such a metric counts, so the lines of `cold` (64-byte aligned, never loaded before)
+;   start missing:
+;     mov eax, [esi]       line 0: an L1D miss, -1
+;     mov ebx, [esi + 4]   line 0 again: a hit
+;     P5: mov ecx, [esi + 64]   line 1: a miss, 0: the record, registers as P5 began: ECX =
+;         the marker 1234ABCDH, not the loaded 0; linear IP = P5. It reaches the threshold:
+;         the PMI follows P5 (frame EIP = P5's next instruction); IQ_COUNTER4 = -2 after.
+; Part 6: split_load_retired and split_store_retired counted (no PEBS): MSR_PEBS_ENABLE =
+;   01000400H (split metric, UOP_TAG), MATRIX_VERT = 3 (loads, stores), MSR_SAAT_ESCR1 =
+;   08000408H (load_port_replay 04H, SPLIT_LD, T0_OS), MSR_SAAT_ESCR0 = 0A000408H
+;   (store_port_replay 05H, SPLIT_ST, T0_OS), IQ_COUNTER5 with MSR_CRU_ESCR3 = replay_event
+;   NBOGUS T0_OS. Into the 64-byte aligned `split`:
+;     mov eax, [split + 62] (a 4-byte load over two lines: 1) | mov eax, [split + 60] (0)
+;     | mov [split + 126], eax (a split store: 1) | mov [split + 64], eax (0)
+;     | add [split + 190], eax (a split load and store: 2) | lock add [split + 254], eax
+;     (locked: 0) | movzx eax, word [split + 319] (1)  = 5.
 ; Expected: status 1 under `--cpu=pentium4` and under westmere; not under QEMU (its CPU answers 0
 ; for these MSRs).
 %include "rt.inc"
@@ -71,6 +92,9 @@
 %define ESCR_TAGLOADS_OS  0x04000408        ; uop_type, TAGLOADS, T0_OS
 %define ESCR_TAGLDST_OS   0x04000C08        ; uop_type, TAGLOADS | TAGSTORES, T0_OS
 %define ESCR_FRONTEND_OS  0x10000208        ; front_end_event, NBOGUS, T0_OS
+%define ESCR_REPLAY_OS    0x12000208        ; replay_event, NBOGUS, T0_OS
+%define SAAT_ESCR0      0x3AE
+%define SAAT_ESCR1      0x3AF
 %define CCCR_SEL5       0x0003B000          ; Enable, ESCR select 5, active thread 11B
 %define CCCR_OVF        0x80000000
 %define REC             40
@@ -196,9 +220,9 @@ L_next: add ebx, eax
         ; ---- part 4
         mov dword [gp_count], 0
         WRMSR32 PEBS_ENABLE, 1 << 26
-        WRMSR32 PEBS_ENABLE, 1 << 16
+        WRMSR32 PEBS_ENABLE, 1 << 23
         WRMSR32 PEBS_MATRIX_VERT, 1 << 2
-        CHECK_EQ dword [gp_count], 3, "PEBS_ENABLE bits 26 (OTH_THR) and 16, MATRIX_VERT bit 2: #GP"
+        CHECK_EQ dword [gp_count], 3, "PEBS_ENABLE bits 26 (OTH_THR) and 23, MATRIX_VERT bit 2: #GP"
         WRMSR32 PEBS_ENABLE, 0x03000401
         WRMSR32 PEBS_MATRIX_VERT, 1
         mov ecx, PEBS_ENABLE
@@ -207,6 +231,68 @@ L_next: add ebx, eax
         mov ecx, PEBS_MATRIX_VERT
         rdmsr
         CHECK_EQ eax, 1, "PEBS_MATRIX_VERT reads back 1"
+        WRMSR32 PEBS_ENABLE, 0
+
+        ; ---- part 5
+        mov dword [isr_count], 0
+        mov dword [ds_area + 0x14], buf         ; index back at the base
+        mov dword [ds_area + 0x1C], buf + REC   ; threshold: the first record
+        mov dword [ds_area + 0x20], -2          ; counter reset
+        mov edi, buf                            ; clear the records of part 2
+        mov ecx, 5 * REC / 4
+        xor eax, eax
+        rep stosd
+        WRMSR32 CRU_ESCR2, ESCR_REPLAY_OS
+        WRMSR32 PEBS_MATRIX_VERT, 1
+        WRMSR32 PEBS_ENABLE, 0x03000001
+        mov ecx, IQ_COUNTER4
+        mov eax, -2
+        mov edx, 0xFF
+        wrmsr
+        mov esi, cold
+        mov ecx, IQ_CCCR4
+        mov eax, CCCR_SEL5
+        xor edx, edx
+        sti
+        wrmsr                                   ; counting L1D-missing loads from here
+        mov ecx, 0x1234ABCD
+        mov eax, [esi]                          ; a miss: -1
+        mov ebx, [esi + 4]                      ; a hit
+P5:     mov ecx, [esi + 64]                     ; a miss: the record
+P5_next: nop
+        cli
+        CHECK_EQ dword [isr_count], 1, "1stL_cache_load_miss_retired: one PMI"
+        CHECK_EQ dword [isr_eip], P5_next, "the PMI follows the second L1D-missing load (frame EIP)"
+        CHECK_EQ dword [ds_area + 0x14], buf + REC, "one record"
+        CHECK_EQ dword [buf + 0x04], P5, "record IP = the second L1D-missing load (perfmon2's replay_event metric)"
+        CHECK_EQ dword [buf + 0x10], 0x1234ABCD, "record ECX = the marker: the registers before the load"
+        CHECK_EQ dword [buf + 0x18], cold, "record ESI = cold"
+        mov ecx, IQ_COUNTER4
+        rdmsr
+        CHECK_EQ eax, -2, "IQ_COUNTER4 = the reset value -2"
+        WRMSR32 PEBS_ENABLE, 0
+        WRMSR32 IQ_CCCR4, 0
+
+        ; ---- part 6
+        WRMSR32 PEBS_ENABLE, 0x01000400
+        WRMSR32 PEBS_MATRIX_VERT, 3
+        WRMSR32 SAAT_ESCR1, 0x08000408
+        WRMSR32 SAAT_ESCR0, 0x0A000408
+        WRMSR32 CRU_ESCR3, ESCR_REPLAY_OS
+        WRMSR32 IQ_COUNTER5, 0
+        WRMSR32 IQ_CCCR5, CCCR_SEL5
+        mov eax, [split + 62]                   ; 1
+        mov eax, [split + 60]                   ; 0
+        mov [split + 126], eax                  ; 1
+        mov [split + 64], eax                   ; 0
+        add [split + 190], eax                  ; 2
+        lock add [split + 254], eax             ; 0
+        movzx eax, word [split + 319]           ; 1
+        WRMSR32 IQ_CCCR5, 0
+        mov ecx, IQ_COUNTER5
+        rdmsr
+        CHECK_EQ eax, 5, "split_load_retired + split_store_retired: 5 split loads and stores"
+        WRMSR32 PEBS_ENABLE, 0
         ret
 
 leaf:
@@ -297,5 +383,8 @@ align 64
 ds_area:        times 0x30 db 0
 align 64
 buf:            times 5 * REC db 0
+align 64
+cold:           times 128 db 0
+split:          times 320 db 0
 
 %include "end.inc"
