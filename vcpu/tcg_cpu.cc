@@ -62,6 +62,9 @@ thread_local uintptr_t t_helper_ra = 0;
 // parts before its watchpoint check (cpu_check_watchpoint).
 thread_local uint64_t t_access_addr = 0;
 thread_local uint32_t t_access_size = 0;
+// The CS selector of the task QEMU is switching to (TcgCpu::ArmTaskSwitch),
+// -1 outside a task switch: its descriptor's upper word is looked at once.
+thread_local int32_t t_task_cs = -1;
 // The return address of the last call of QEMU's helper_lookup_tb_ptr (the
 // search for a branch's target block) on this thread: inside the translated
 // block the branch ends (TcgCpu::LastLookupBlock).
@@ -360,6 +363,7 @@ struct TcgCallbacks {
     if (icebp) {
       self->stats_.icebp++;
       env->eip += icebp_length;
+      self->ArmTaskGate(1);
       do_interrupt_x86_hardirq_x86_64(env, 1, /*is_hw=*/0);
     } else {
       // A fault's frame holds EFLAGS with RF set, so that the IRET back to
@@ -372,6 +376,7 @@ struct TcgCallbacks {
                                    (1u << 12) | (1u << 13) | (1u << 14) | (1u << 16) | (1u << 17) | (1u << 19) |
                                    (1u << 20) | (1u << 21);
       if (!soft && intno < 32 && ((kFaults >> intno) & 1)) env->eflags |= kRflagsRf;
+      self->ArmTaskGate(static_cast<int>(intno));
       x86_cpu_do_interrupt_x86_64(self->cpu_);
     }
     self->delivering_ = -1;
@@ -907,6 +912,7 @@ struct TcgCallbacks {
   static void DeliverHardware(TcgCpu* self, int vector) {
     self->delivering_ = vector;
     self->delivering_soft_ = false;
+    self->ArmTaskGate(vector);
     do_interrupt_x86_hardirq_x86_64(self->env_, vector, 1);
     self->delivering_ = -1;
   }
@@ -1131,6 +1137,20 @@ struct TcgCallbacks {
     return true;
   }
   static bool StopRequested(TcgCpu* self) { return self->stop_requested_; }
+  // Task switches (TcgCpu::ArmTaskSwitch) for the helpers outside this struct.
+  static uint32_t TaskCsDescriptor(TcgCpu* self, uint64_t linear, uint32_t v) {
+    return self->TaskCsDescriptor(linear, v);
+  }
+  static void ArmFarTransfer(TcgCpu* self, uint16_t selector) { self->ArmFarTransfer(selector); }
+  // IRET with NT (outside IA-32e mode) returns to the task in the back link,
+  // the first word of the current TSS (SDM vol. 2A IRET, TASK-RETURN).
+  static void ArmTaskReturn(TcgCpu* self) {
+    const uabi::EnvPrefix* e = self->env_;
+    uint16_t link = 0;
+    if (!(e->eflags & (1u << 14)) || (e->efer & kEferLma)) return;
+    absl::StatusOr<pmu::AccessFault> f = self->ReadLinear(e->tr.base, absl::MakeSpan(reinterpret_cast<uint8_t*>(&link), 2));
+    if (f.ok() && f->ok()) self->ArmTaskSwitch(link);
+  }
   // An interrupt the guest can take now (IF=1) is pending at a device: a
   // WRMSR that raised it (a TSC deadline already passed, an x2APIC self-IPI)
   // leaves its block, so that QEMU's loop delivers it at the next
@@ -1688,9 +1708,23 @@ VBTS_HELPER_LOAD(cpu_ldub_mmuidx_ra, uint32_t, 1)
 VBTS_HELPER_LOAD(cpu_ldsb_mmuidx_ra, int, 1)
 VBTS_HELPER_LOAD(cpu_lduw_mmuidx_ra, uint32_t, 2)
 VBTS_HELPER_LOAD(cpu_ldsw_mmuidx_ra, int, 2)
-VBTS_HELPER_LOAD(cpu_ldl_mmuidx_ra, uint32_t, 4)
 VBTS_HELPER_LOAD(cpu_ldq_mmuidx_ra, uint64_t, 8)
 #undef VBTS_HELPER_LOAD
+// ... and the upper word of a descriptor QEMU reads for a task switch's new
+// CS (TcgCpu::ArmTaskSwitch).
+uint32_t cpu_ldl_mmuidx_ra_x86_64(void* env, uint64_t addr, int mmu_idx, uintptr_t ra) {
+  using Fn = uint32_t (*)(void*, uint64_t, int, uintptr_t);
+  static const auto original = vbts::vcpu::Original<Fn>("cpu_ldl_mmuidx_ra_x86_64");
+  const uintptr_t outer = std::exchange(vbts::vcpu::t_helper_ra, ra);
+  vbts::vcpu::t_access_addr = addr;
+  vbts::vcpu::t_access_size = 4;
+  uint32_t v = original(env, addr, mmu_idx, ra);
+  vbts::vcpu::t_helper_ra = outer;
+  vbts::vcpu::t_access_size = 0;
+  if (vbts::vcpu::t_task_cs >= 0)
+    if (vbts::vcpu::TcgCpu* self = TcgCallbacks::Running(env)) v = TcgCallbacks::TaskCsDescriptor(self, addr, v);
+  return v;
+}
 #define VBTS_HELPER_STORE(name, type, size)                                              \
   void name##_x86_64(void* env, uint64_t addr, type val, int mmu_idx, uintptr_t ra) {    \
     using Fn = void (*)(void*, uint64_t, type, int, uintptr_t);                          \
@@ -1777,7 +1811,25 @@ void tlb_set_page_with_attrs_x86_64(void* cpu, uint64_t vaddr, uint64_t /*qemu_p
 void helper_iret_protected_x86_64(void* env, int shift, int next_eip) {
   using Fn = void (*)(void*, int, int);
   static const auto original = vbts::vcpu::Original<Fn>("helper_iret_protected_x86_64");
+  vbts::vcpu::TcgCpu* self = TcgCallbacks::Running(env);
+  if (self != nullptr) TcgCallbacks::ArmTaskReturn(self);
   TcgCallbacks::KeepFsGsBases(env, original, shift, next_eip);
+}
+
+// Far JMP and CALL in protected mode: a TSS or a task gate target switches
+// tasks (TcgCpu::ArmTaskSwitch). Tail calls (GETPC, as helper_load_seg); the
+// arguments pass through as QEMU's translation put them in the registers.
+void helper_ljmp_protected_x86_64(void* env, uint64_t new_cs, uint64_t new_eip, uint64_t next_eip) {
+  using Fn = void (*)(void*, uint64_t, uint64_t, uint64_t);
+  static const auto original = vbts::vcpu::Original<Fn>("helper_ljmp_protected_x86_64");
+  if (vbts::vcpu::TcgCpu* self = TcgCallbacks::Running(env)) TcgCallbacks::ArmFarTransfer(self, static_cast<uint16_t>(new_cs));
+  original(env, new_cs, new_eip, next_eip);
+}
+void helper_lcall_protected_x86_64(void* env, uint64_t new_cs, uint64_t new_eip, uint64_t shift, uint64_t next_eip) {
+  using Fn = void (*)(void*, uint64_t, uint64_t, uint64_t, uint64_t);
+  static const auto original = vbts::vcpu::Original<Fn>("helper_lcall_protected_x86_64");
+  if (vbts::vcpu::TcgCpu* self = TcgCallbacks::Running(env)) TcgCallbacks::ArmFarTransfer(self, static_cast<uint16_t>(new_cs));
+  original(env, new_cs, new_eip, shift, next_eip);
 }
 
 void helper_lret_protected_x86_64(void* env, int shift, int addend) {
@@ -2257,6 +2309,8 @@ absl::Status TcgCpu::SelfCheck() {
                                    {"cpu_check_watchpoint_x86_64", reinterpret_cast<void*>(&cpu_check_watchpoint_x86_64)},
                                    {"tlb_flush_by_mmuidx_x86_64", reinterpret_cast<void*>(&tlb_flush_by_mmuidx_x86_64)},
                                    {"helper_iret_protected_x86_64", reinterpret_cast<void*>(&helper_iret_protected_x86_64)},
+                                   {"helper_ljmp_protected_x86_64", reinterpret_cast<void*>(&helper_ljmp_protected_x86_64)},
+                                   {"helper_lcall_protected_x86_64", reinterpret_cast<void*>(&helper_lcall_protected_x86_64)},
                                    {"helper_lret_protected_x86_64", reinterpret_cast<void*>(&helper_lret_protected_x86_64)},
                                    {"tlb_flush_page_by_mmuidx_x86_64", reinterpret_cast<void*>(&tlb_flush_page_by_mmuidx_x86_64)},
                                    {"tlb_protect_code_x86_64", reinterpret_cast<void*>(&tlb_protect_code_x86_64)},
@@ -2359,6 +2413,10 @@ CpuState TcgCpu::GetState(bool with_msrs) {
   uc_reg_read(uc_, UC_X86_REG_RFLAGS, &st.rflags);
   Segment* segs[6] = {&st.es, &st.cs, &st.ss, &st.ds, &st.fs, &st.gs};
   for (int i = 0; i < 6; i++) *segs[i] = FromCache(env_->segs[i]);
+  // CS.DPL is the CPL (CpuState::cpl(), as the completion engine and KVM
+  // keep it): QEMU loads a conforming CS with its descriptor's DPL and keeps
+  // the CPL in hflags (a far CALL from ring 3 into a conforming DPL-0 segment).
+  st.cs.dpl = static_cast<uint8_t>(env_->hflags & uabi::kHfCplMask);
   st.ldtr = FromCache(env_->ldt);
   st.tr = FromCache(env_->tr);
   if ((st.tr.type & 5) == 1) st.tr.type |= 2;  // available -> busy (see SetState)
@@ -2449,6 +2507,7 @@ void TcgCpu::GetCodeState(CpuState& st) {
   code_state_of_ = &st;
   code_state_cs_ = {cs.base, cs.selector, cs.limit, cs.flags};
   code_state_ss_ = {ss.base, ss.selector, ss.limit, ss.flags};
+  st.cs.dpl = static_cast<uint8_t>(env_->hflags & uabi::kHfCplMask);  // the CPL (GetState)
   st.cr0 = env_->cr[0];
   st.cr3 = env_->cr[3];
   st.cr4 = env_->cr[4];
@@ -2617,9 +2676,69 @@ void TcgCpu::DeliverInstead(int vector, bool fault) {
   AnnounceEvent(std::nullopt);
   if (fault) env_->eflags |= kRflagsRf;
   delivering_ = vector;
+  ArmTaskGate(vector);
   do_interrupt_x86_hardirq_x86_64(env_, vector, /*is_hw=*/0);
   At<int32_t>(env_, error_code_offset_ + uabi::kOldExceptionAfterErrorCode) = -1;
   delivering_ = -1;
+}
+
+void TcgCpu::ArmTaskSwitch(uint16_t tss_selector) {
+  t_task_cs = -1;
+  if ((tss_selector & 0xFFFC) == 0 || (tss_selector & 4)) return;  // a TSS is in the GDT (QEMU faults otherwise)
+  uint32_t d[2] = {};
+  if ((tss_selector | 7u) > env_->gdt.limit) return;
+  absl::StatusOr<pmu::AccessFault> f =
+      ReadLinear(env_->gdt.base + (tss_selector & ~7u), absl::MakeSpan(reinterpret_cast<uint8_t*>(d), 8));
+  if (!f.ok() || !f->ok()) return;
+  const uint32_t type = (d[1] >> 8) & 0x1F;  // S and type
+  if (type != 0x01 && type != 0x03 && type != 0x09 && type != 0x0B) return;  // 16-/32-bit TSS
+  const uint64_t base = (d[0] >> 16) | ((d[1] & 0xFF) << 16) | (d[1] & 0xFF000000u);
+  uint16_t cs = 0;
+  f = ReadLinear(base + ((type & 8) ? 0x4C : 0x2E), absl::MakeSpan(reinterpret_cast<uint8_t*>(&cs), 2));
+  if (!f.ok() || !f->ok()) return;
+  t_task_cs = cs;
+}
+
+void TcgCpu::ArmFarTransfer(uint16_t selector) {
+  t_task_cs = -1;
+  if (!(env_->cr[0] & 1) || (env_->eflags & (1u << 17)) || (env_->efer & kEferLma) || (selector & 0xFFFC) == 0) return;
+  const uabi::SegCache& table = (selector & 4) ? env_->ldt : env_->gdt;
+  if ((selector | 7u) > table.limit) return;
+  uint32_t d[2] = {};
+  absl::StatusOr<pmu::AccessFault> f =
+      ReadLinear(table.base + (selector & ~7u), absl::MakeSpan(reinterpret_cast<uint8_t*>(d), 8));
+  if (!f.ok() || !f->ok()) return;
+  const uint32_t type = (d[1] >> 8) & 0x1F;
+  if (type == 0x05) ArmTaskSwitch(static_cast<uint16_t>(d[0] >> 16));  // a task gate: its TSS
+  else if (type == 0x01 || type == 0x09) ArmTaskSwitch(selector);      // an available TSS
+}
+
+void TcgCpu::ArmTaskGate(int vector) {
+  t_task_cs = -1;
+  if (!(env_->cr[0] & 1) || (env_->eflags & (1u << 17)) || (env_->efer & kEferLma) || vector < 0 || vector > 255) return;
+  if (static_cast<uint32_t>(vector) * 8 + 7 > env_->idt.limit) return;
+  uint32_t d[2] = {};
+  absl::StatusOr<pmu::AccessFault> f =
+      ReadLinear(env_->idt.base + vector * 8, absl::MakeSpan(reinterpret_cast<uint8_t*>(d), 8));
+  if (!f.ok() || !f->ok()) return;
+  if (((d[1] >> 8) & 0x1F) == 0x05) ArmTaskSwitch(static_cast<uint16_t>(d[0] >> 16));
+}
+
+uint32_t TcgCpu::TaskCsDescriptor(uint64_t linear, uint32_t high_word) {
+  const auto sel = static_cast<uint16_t>(t_task_cs);
+  if ((sel & 0xFFFC) == 0) return high_word;
+  // QEMU loads the new task's LDTR before its segments.
+  const uabi::SegCache& table = (sel & 4) ? env_->ldt : env_->gdt;
+  if (((table.base + (sel & ~7u) + 4) & 0xFFFFFFFFull) != (linear & 0xFFFFFFFFull)) return high_word;
+  t_task_cs = -1;
+  constexpr uint32_t kS = 1u << 12, kCode = 1u << 11, kConforming = 1u << 10;
+  if ((high_word & (kS | kCode | kConforming)) != (kS | kCode | kConforming)) return high_word;
+  const uint8_t dpl = (high_word >> 13) & 3, rpl = sel & 3;
+  if (dpl >= rpl) return high_word;  // DPL = RPL passes QEMU's check; DPL > RPL is #TS on hardware too
+  // The CS QEMU loads then holds DPL = RPL = the new CPL: vbts's convention
+  // for a conforming CS (CpuState::cpl(), GetState).
+  stats_.task_conforming_cs++;
+  return (high_word & ~(3u << 13)) | (uint32_t{rpl} << 13);
 }
 
 void TcgCpu::FaultAtTheBranch() {
@@ -3423,6 +3542,7 @@ absl::StatusOr<TcgStop> TcgCpu::Run(uint64_t timeout_us) {
     stats_.hookless_record_drops++;
   }
   const uc_err e = uc_emu_start(uc_, env_->eip, ~0ull, 0, 0);
+  t_task_cs = -1;  // (a switch that faulted before its CS)
   {
     std::lock_guard<std::mutex> lock(watch_mu_);
     watch_deadline_ = 0;

@@ -100,6 +100,9 @@ struct TcgStats {
   uint64_t port_io = 0, mmio = 0, msr = 0, cpuid = 0, halts = 0;
   uint64_t unassigned_walks = 0;  // pages vbts's walk could not translate where QEMU's did (mapped to nothing)
   uint64_t icebp = 0;  // ICEBPs delivered as #DB (QEMU 5.0 raises #UD)
+  // Task switches into a conforming code segment whose DPL is below the CS
+  // selector's RPL, which QEMU 5.0 refuses with #TS (TcgCpu::ArmTaskSwitch).
+  uint64_t task_conforming_cs = 0;
   uint64_t interrupts = 0, nmis = 0, injected = 0;  // external interrupts, NMIs, queued exceptions delivered
   uint64_t breakpoints = 0;  // the guest's instruction breakpoints raised
   uint64_t completed = 0;    // SYSCALL/SYSENTER performed by vbts's completion engine
@@ -514,6 +517,20 @@ class TcgCpu {
   // Delivers `vector` through the IDT in place of the exception QEMU raised
   // (a fault: RF set in its frame; else a trap).
   void DeliverInstead(int vector, bool fault);
+  // Task switches (docs/tcg-engine.md, "Task switches"): QEMU 5.0 loads the
+  // new task's CS only if the descriptor's DPL equals the selector's RPL,
+  // conforming or not; the hardware takes a conforming code segment with DPL
+  // <= RPL (kvm-unit-tests taskswitch2; KVM's emulator since Linux commit
+  // 9a4cfb27f723). Before QEMU performs a switch to the TSS `tss_selector`
+  // (a far JMP/CALL to a TSS or task gate, IRET with NT, a task gate in the
+  // IDT), ArmTaskSwitch notes the new task's CS selector; QEMU's read of that
+  // descriptor's upper word then sees DPL = RPL when it is a conforming one
+  // with DPL < RPL (TaskCsDescriptor): the CS it loads holds the new CPL as
+  // its DPL, vbts's convention for a conforming CS (GetState).
+  void ArmTaskSwitch(uint16_t tss_selector);
+  void ArmFarTransfer(uint16_t selector);  // JMP/CALL to `selector`: a TSS or a task gate
+  void ArmTaskGate(int vector);            // a delivery of `vector`: its IDT gate
+  uint32_t TaskCsDescriptor(uint64_t linear, uint32_t high_word);
   struct BlockSpan {  // a translated block: its first linear address and its bytes
     uint64_t start = 0;
     uint32_t size = 0;

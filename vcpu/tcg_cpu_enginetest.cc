@@ -635,6 +635,51 @@ TEST_F(TcgCpuTest, IcebpAfterPrefixesIsStillIcebp) {
   EXPECT_EQ(cpu_->stats().icebp, 1u);
 }
 
+TEST_F(TcgCpuTest, ATaskSwitchTakesAConformingCodeSegmentWithDplBelowRpl) {
+  // An LCALL to a TSS whose CS is the conforming DPL-0 segment with RPL 3
+  // (kConfK | 3): the hardware (and KVM's emulator) loads it, the new task
+  // runs at CPL 3; QEMU 5.0 alone would raise #TS(38H) (docs/tcg-engine.md,
+  // "Task switches"; kvm-unit-tests' 32-bit taskswitch2).
+  constexpr uint64_t kNewTss = 0x3800;
+  Put(18, MakeSystemDescriptor(kTss32Available, kNewTss, 0x67));
+  constexpr uint16_t kNewTssSel = 18 * 8;
+  Write32(kNewTss + 0x20, 0x700);               // EIP
+  Write32(kNewTss + 0x24, 0x3002);              // EFLAGS: IOPL 3 (its OUT ends the run)
+  Write32(kNewTss + 0x38, kUserStack);          // ESP
+  Write16(kNewTss + 0x48, kData32U);            // ES
+  Write16(kNewTss + 0x4C, kConfK | 3);          // CS
+  Write16(kNewTss + 0x50, kData32U);            // SS
+  Write16(kNewTss + 0x54, kData32U);            // DS
+  Code(0x700, {0x66, 0x8c, 0xc8,                // mov ax, cs
+               0xe6, 0xf4});                    // out 0xf4, al: the run ends
+  Code(kCodeRip, {0x9a, 0, 0, 0, 0, kNewTssSel, 0});  // call 90H:0
+  CpuState st = RunFrom(Pm32(0), TcgStop::kRequested);
+  EXPECT_EQ(st.rip, 0x705u);
+  EXPECT_EQ(st.gpr[kRax] & 0xFFFF, kConfK | 3u);
+  EXPECT_EQ(st.cs.selector, kConfK | 3u);
+  EXPECT_EQ(st.cs.dpl, 3);  // the CPL: vbts's convention for a conforming CS (CpuState::cpl())
+  EXPECT_EQ(st.cpl(), 3);
+  EXPECT_EQ(st.tr.selector, kNewTssSel);
+  EXPECT_EQ(Read16(kNewTss), kTssSel);          // the back link
+  EXPECT_EQ(Read32(kTss + 0x20), kCodeRip + 7);  // the old task resumes after the LCALL
+  EXPECT_EQ(cpu_->stats().task_conforming_cs, 1u);
+}
+
+TEST_F(TcgCpuTest, AConformingCodeSegmentRunsAtTheCallersCpl) {
+  // A far CALL from ring 3 into the conforming DPL-0 segment keeps CPL 3
+  // (SDM vol. 3A 5.8.1.2): the state says so in CS.DPL, vbts's CPL
+  // (CpuState::cpl()), although QEMU caches the descriptor's DPL 0.
+  Code(0x700, {0xe6, 0xf4});  // out 0xf4, al (IOPL 3): the run ends
+  Code(kCodeRip, {0x9a, 0x00, 0x07, 0, 0, kConfK, 0});  // call 38H:700H
+  CpuState st = Pm32(3);
+  st.rflags |= 0x3000;
+  st = RunFrom(st, TcgStop::kRequested);
+  EXPECT_EQ(st.rip, 0x702u);
+  EXPECT_EQ(st.cs.selector, kConfK | 3u);  // RPL = CPL
+  EXPECT_EQ(st.cs.dpl, 3);
+  EXPECT_EQ(st.cpl(), 3);
+}
+
 TEST_F(TcgCpuTest, HltUnderTfIsFollowedByItsSingleStepTrap) {
   // SDM vol. 3B 17.3.1.4: an instruction that began with TF=1 is followed by
   // a single-step trap, HLT too, once it completes; the machine resumes the
