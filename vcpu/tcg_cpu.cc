@@ -3075,7 +3075,7 @@ namespace {
 // Room under the skip limit below which the mode is not entered: near a
 // counter's overflow or the timer's deadline every block would leave it.
 constexpr uint64_t kHooklessMinRoom = 4096;
-constexpr size_t kHooklessHits = 4096;  // a power of two
+constexpr size_t kHooklessHits = 32768;  // a power of two (48 bytes each: 1.5 MB)
 }  // namespace
 
 bool TcgCpu::CachedTranslation(uint64_t linear, bool write, uint64_t& pa) {
