@@ -23,6 +23,7 @@
 #include "vmm/loader.h"
 #include "vmm/multiboot_info.h"
 #include "vmm/acpi_tables.h"
+#include "vmm/smbios_tables.h"
 #include "vmm/pvh_boot.h"
 
 namespace vbts::vmm {
@@ -195,6 +196,20 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
         *ram_, AcpiOptions{.dmar = config_.HasDevice("intel-iommu"), .pci_root = config_.HasDevice("edu")}));
     rsdp = kAcpiTablesGpa;
     acpi_tables_ = true;
+  }
+  // The SMBIOS tables likewise, in the page after them.
+  if (std::none_of(img.ranges.begin(), img.ranges.end(),
+                   [](const GpaRange& r) { return r.Overlaps(kSmbiosGpa, kSmbiosGpa + kSmbiosSize); }) &&
+      MultibootInfoPage(img.ranges) != kSmbiosGpa) {
+    SmbiosInfo smbios{VBTS_VERSION, model_->name, {}, model_->Cpuid(1, 0).eax, model_->Cpuid(1, 0).edx,
+                      (model_->Cpuid(0x80000001, 0).edx & (1u << 29)) != 0};
+    for (uint32_t leaf = 0x80000002; leaf <= 0x80000004; leaf++) {
+      const pmu::CpuidResult r = model_->Cpuid(leaf, 0);
+      for (uint32_t w : {r.eax, r.ebx, r.ecx, r.edx})
+        for (int i = 0; i < 4; i++) smbios.cpu_brand.push_back(static_cast<char>(w >> (8 * i)));
+    }
+    smbios.cpu_brand = smbios.cpu_brand.substr(0, smbios.cpu_brand.find('\0'));
+    VBTS_RETURN_IF_ERROR(WriteSmbiosTables(*ram_, smbios));
   }
   uint32_t boot_info = 0;
   if (img.boot == BootProtocol::kPvh) {

@@ -33,6 +33,14 @@ echo 0 > /proc/sys/kernel/randomize_va_space
 set -- $(/init where)
 head_ip=$1 jnz_ip=$2 ret_ip=$3 sweep_ip=$4
 
+# The machine's SMBIOS tables (docs/guest-abi.md, "SMBIOS"), as Linux's
+# dmi_scan found them at boot (before them: "DMI not present or invalid").
+read -r vendor < /sys/class/dmi/id/sys_vendor
+read -r product < /sys/class/dmi/id/product_name
+read -r bios < /sys/class/dmi/id/bios_vendor
+check "DMI" "$([ "$vendor" = vbts ] && [ "$product" = "vbts virtual PC" ] && [ "$bios" = vbts ] && echo 1)" \
+  "sys_vendor '$vendor', product_name '$product', bios_vendor '$bios' (expected vbts, vbts virtual PC, vbts)"
+
 # perf stat: instructions:u of the whole process at 1000 and 2000 iterations.
 # Both runs execute the same instructions outside the loop (the arguments
 # have the same length), so the counts differ by exactly 1000 iterations of

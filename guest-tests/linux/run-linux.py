@@ -26,7 +26,7 @@ expectations; the trace must hold exactly N transfers
 state broken and the kernel ended in a triple fault: TcgCpu::DeleteHook.)
 With --perf-tool the initramfs is linux-perf-tool.cpio and init runs
 perf-tool.sh (`-- run /bin/sh /perf-tool.sh`): Debian's own perf tool, eleven
-PASS lines (PERF_TOOL_CHECKS) and "SUMMARY: 12 passed, 0 failed"; without that
+PASS lines (PERF_TOOL_CHECKS) and "SUMMARY: 13 passed, 0 failed"; without that
 initramfs (the build found no perf) the test is skipped (77) with a line
 saying how to get it.
 With --perf-test the initramfs is linux-perf-test.cpio and init runs
@@ -66,7 +66,7 @@ PMU_LINES = {
 
 
 INIT_CHECKS = ("instructions:u", "intel_bts", "lbr", "pebs")
-PERF_TOOL_CHECKS = ("perf stat", "perf stat L1-dcache", "perf stat br_inst_retired", "perf stat task-clock", "perf mem loads", "perf record LLC-loads", "perf mem stores",
+PERF_TOOL_CHECKS = ("DMI", "perf stat", "perf stat L1-dcache", "perf stat br_inst_retired", "perf stat task-clock", "perf mem loads", "perf record LLC-loads", "perf mem stores",
                     "intel_bts",
                     "branches -c 1", "perf record -b", "instructions:upp", "call-graph lbr")
 
