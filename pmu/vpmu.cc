@@ -8,6 +8,7 @@
 #include <bit>
 #include <array>
 #include <cstring>
+#include <optional>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -610,26 +611,19 @@ struct VirtualPmu::State {
     const bool fmt64 = pmu.dtes64 || b.ia32e;
     const uint64_t fw = fmt64 ? 8 : 4;
     const uint64_t rec = fmt64 ? 18 * 8 : netburst::kPebsRecord32;  // 64-bit: R8-R15 follow ESP
-    Access acc;
-    acc.implicit = true;
     uint8_t raw[0x48] = {};
-    const uint64_t ds_bytes = 8 * fw + 8;  // through the counter reset
-    absl::StatusOr<AccessFault> rf = mem.Read(Gva(ds_area), absl::MakeSpan(raw, ds_bytes), acc);
-    auto drop = [&](std::string why) {
-      stats.pebs_dropped++;
-      Warn(absl::StrCat("PEBS: ", why, "; PEBS records are dropped"));
-      return absl::OkStatus();
-    };
-    if (!rf.ok() || !rf->ok())
-      return drop(absl::StrFormat("the DS save area at 0x%x (IA32_DS_AREA) cannot be read", ds_area));
-    auto field = [&](int i) { return LoadField(raw + i * fw, fmt64); };
-    const uint64_t base = field(4), index = field(5), max = field(6), threshold = field(7);
+    const std::optional<PebsBuffer> buf = ReadPebsBuffer(mem, raw, 8 * fw + 8, fmt64, rec);  // through the counter reset
+    if (!buf) return absl::OkStatus();
+    const uint64_t index = buf->index, threshold = buf->threshold;
     uint64_t reset;
     std::memcpy(&reset, raw + 8 * fw, 8);
-    if (index < base || index > max)
-      return drop(absl::StrFormat("index 0x%x is outside [base 0x%x, maximum 0x%x]", index, base, max));
-    if (max - index < rec) return drop(absl::StrFormat("the buffer is full (index 0x%x, maximum 0x%x)", index, max));
+    auto drop = [&](std::string why) {
+      DropPebs(std::move(why));
+      return absl::OkStatus();
+    };
     if (!before) return drop("the registers the instruction began with were not captured (a vbts bug)");
+    Access acc;
+    acc.implicit = true;
     static constexpr int kOrder[8] = {0, 3, 1, 2, 6, 7, 5, 4};  // EAX EBX ECX EDX ESI EDI EBP ESP
     uint8_t r[18 * 8] = {};
     StoreField(r, before->rflags, fmt64);
@@ -818,6 +812,39 @@ struct VirtualPmu::State {
     return absl::OkStatus();
   }
 
+  // The PEBS fields of the DS save area, after its BTS fields (SDM 17.4.9:
+  // buffer base, index, absolute maximum, interrupt threshold), read with the
+  // area's first `n` bytes into `raw` and checked for room for one `rec`-byte
+  // record at the index; nullopt after a drop (counted, warned).
+  struct PebsBuffer {
+    uint64_t index = 0, threshold = 0;
+  };
+  std::optional<PebsBuffer> ReadPebsBuffer(LinearMemory& mem, uint8_t* raw, size_t n, bool fmt64, uint64_t rec) {
+    Access acc;
+    acc.implicit = true;
+    absl::StatusOr<AccessFault> rf = mem.Read(Gva(ds_area), absl::MakeSpan(raw, n), acc);
+    if (!rf.ok() || !rf->ok()) {
+      DropPebs(absl::StrFormat("the DS save area at 0x%x (IA32_DS_AREA) cannot be read", ds_area));
+      return std::nullopt;
+    }
+    const uint64_t fw = fmt64 ? 8 : 4;
+    auto field = [&](int i) { return LoadField(raw + i * fw, fmt64); };
+    const uint64_t base = field(4), index = field(5), max = field(6), threshold = field(7);
+    if (index < base || index > max) {
+      DropPebs(absl::StrFormat("index 0x%x is outside [base 0x%x, maximum 0x%x]", index, base, max));
+      return std::nullopt;
+    }
+    if (max - index < rec) {
+      DropPebs(absl::StrFormat("the buffer is full (index 0x%x, maximum 0x%x)", index, max));
+      return std::nullopt;
+    }
+    return PebsBuffer{index, threshold};
+  }
+  void DropPebs(std::string why) {
+    stats.pebs_dropped++;
+    Warn(absl::StrCat("PEBS: ", why, "; PEBS assists are skipped"));
+  }
+
   // The PEBS assist after the instruction `b` (SDM 18.6.1.1, table 18-23; 18.9.4 /
   // Skylake format 3): bounds checks against the DS save area's PEBS fields,
   // the record (machine state after `b`, RIP = the next instruction), index
@@ -847,30 +874,24 @@ struct VirtualPmu::State {
                      : format >= 3 ? 0xC8  // Skylake: Haswell's 0xC0 plus the TSC (SDM table 18-55)
                      : format >= 1 ? 0xB0
                                    : 0x90;
-    Access acc;
-    acc.implicit = true;
     // 64-bit DS management area (DTES64 models only have PEBS); format 4:
     // reset values of PMC0-7 at 40H-78H and FIXED_CTR0-3 at 80H-98H.
     uint8_t raw[0xA0] = {};
-    const size_t ds_bytes = format >= 4 ? 0xA0 : 0x60;
-    absl::StatusOr<AccessFault> rf = mem.Read(Gva(ds_area), absl::MakeSpan(raw, ds_bytes), acc);
-    auto drop = [&](std::string why) {
-      stats.pebs_dropped++;
-      Warn(absl::StrCat("PEBS: ", why, "; PEBS assists are skipped"));
-      return absl::OkStatus();
-    };
-    if (!rf.ok() || !rf->ok())
-      return drop(absl::StrFormat("the DS save area at 0x%x (IA32_DS_AREA) cannot be read", ds_area));
+    const std::optional<PebsBuffer> buf = ReadPebsBuffer(mem, raw, format >= 4 ? 0xA0 : 0x60, /*fmt64=*/true, rec);
+    if (!buf) return absl::OkStatus();
+    const uint64_t index = buf->index, threshold = buf->threshold;
     auto field = [&](int off) {
       uint64_t v;
       std::memcpy(&v, raw + off, 8);
       return v;
     };
-    const uint64_t base = field(0x20), index = field(0x28), max = field(0x30), threshold = field(0x38);
-    if (index < base || index > max)
-      return drop(absl::StrFormat("index 0x%x is outside [base 0x%x, maximum 0x%x]", index, base, max));
-    if (max - index < rec) return drop(absl::StrFormat("the buffer is full (index 0x%x, maximum 0x%x)", index, max));
+    auto drop = [&](std::string why) {
+      DropPebs(std::move(why));
+      return absl::OkStatus();
+    };
     if (!after) return absl::InternalError("PEBS assist without the guest's registers");
+    Access acc;
+    acc.implicit = true;
     const bool full = b.ia32e;  // outside IA-32e mode: 32-bit values, R8-R15 (and XMM8-15) zero
     const uint64_t m32 = full ? ~0ull : 0xFFFFFFFFull;
     std::vector<uint64_t> r(rec / 8, 0);

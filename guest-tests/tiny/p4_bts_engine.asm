@@ -33,13 +33,7 @@
 
 main:
         BTS_REQUIRE
-        mov eax, 1
-        xor ecx, ecx
-        call dbg_cpuid32
-        shr eax, 8
-        and eax, 0xF
-        cmp eax, 0xF
-        je netburst
+        NETBURST_BRANCH "the Win32 BTS engine: not a GenuineIntel CPU", netburst
         ; --- not NetBurst: the NetBurst bits are reserved in IA32_DEBUGCTL
         SET_HANDLER 13, gp_handler
         mov dword [gp_count], 0

@@ -64,21 +64,7 @@ main:
         SET_HANDLER 13, gp_handler
         ; Both checks need an Intel CPU (every vbts model is one): elsewhere (QEMU's default
         ; qemu64 says AuthenticAMD, family 0FH) SKIP.
-        xor eax, eax
-        xor ecx, ecx
-        call dbg_cpuid32
-        cmp ebx, 'Genu'
-        je .intel
-        SKIP "NetBurst counters: not a GenuineIntel CPU"
-        ret
-.intel:
-        mov eax, 1
-        xor ecx, ecx
-        call dbg_cpuid32
-        shr eax, 8
-        and eax, 0xF
-        cmp eax, 0xF
-        je netburst
+        NETBURST_BRANCH "NetBurst counters: not a GenuineIntel CPU", netburst
         ; --- not NetBurst: the NetBurst MSRs do not exist
         mov dword [gp_count], 0
         mov ecx, 0x300
@@ -200,37 +186,11 @@ leaf:
 
 ; The PMI (vector 0x50): NetBurst has no freeze-on-PMI, so the handler stops the counter
 ; first, with instructions counted as the header derives.
-raw_isr:
-        push eax
-        push ecx
-        push edx
-        mov ecx, IQ_CCCR0
-        rdmsr
-        mov [isr_cccr], eax
-        and eax, ~(1 << 12)
-        wrmsr                                   ; Enable clear: not counted
-        mov eax, [esp + 12]                     ; frame EIP
-        mov [isr_eip], eax
-        inc dword [isr_count]
-        mov dword [LVT_PERFMON], PMI_VEC        ; the PMI masked LVTPC (SDM vol. 3A 10.5.1)
-        mov dword [LAPIC_BASE + LAPIC_EOI], 0
-        pop edx
-        pop ecx
-        pop eax
-        iretd
-
-; ebx = frame: skip the 2-byte RDMSR/WRMSR
-gp_handler:
-        inc dword [gp_count]
-        add dword [ebx + F32_EIP], 2
-        ret
+        NB_PMI_STOP_HANDLER IQ_CCCR0
+        GP_SKIP_HANDLER
 
 section .data
 align 4
-isr_count:      dd 0
-isr_eip:        dd 0
-isr_cccr:       dd 0
-gp_count:       dd 0
 lo:             dd 0
 hi:             dd 0
 

@@ -106,21 +106,7 @@ main:
         SET_HANDLER 13, gp_handler
         ; Both checks need an Intel CPU (every vbts model is one): elsewhere (QEMU's default
         ; qemu64 says AuthenticAMD, family 0FH) SKIP.
-        xor eax, eax
-        xor ecx, ecx
-        call dbg_cpuid32
-        cmp ebx, 'Genu'
-        je .intel
-        SKIP "NetBurst PEBS: not a GenuineIntel CPU"
-        ret
-.intel:
-        mov eax, 1
-        xor ecx, ecx
-        call dbg_cpuid32
-        shr eax, 8
-        and eax, 0xF
-        cmp eax, 0xF
-        je netburst
+        NETBURST_BRANCH "NetBurst PEBS: not a GenuineIntel CPU", netburst
         ; --- not NetBurst
         mov dword [gp_count], 0
         WRMSR32 PEBS_ENABLE, 0x03000000
@@ -349,37 +335,11 @@ check_record:
 .bad:   ret
 
 ; The PMI (vector 0x50): the handler stops the counter before it loads anything.
-raw_isr:
-        push eax
-        push ecx
-        push edx
-        mov ecx, IQ_CCCR4
-        rdmsr
-        mov [isr_cccr], eax
-        and eax, ~(1 << 12)
-        wrmsr                                   ; Enable clear
-        mov eax, [esp + 12]                     ; frame EIP
-        mov [isr_eip], eax
-        inc dword [isr_count]
-        mov dword [LVT_PERFMON], PMI_VEC        ; the PMI masked LVTPC (SDM vol. 3A 10.5.1)
-        mov dword [LAPIC_BASE + LAPIC_EOI], 0
-        pop edx
-        pop ecx
-        pop eax
-        iretd
-
-; ebx = frame: skip the 2-byte RDMSR/WRMSR
-gp_handler:
-        inc dword [gp_count]
-        add dword [ebx + F32_EIP], 2
-        ret
+        NB_PMI_STOP_HANDLER IQ_CCCR4
+        GP_SKIP_HANDLER
 
 section .data
 align 4
-isr_count:      dd 0
-isr_eip:        dd 0
-isr_cccr:       dd 0
-gp_count:       dd 0
 lo:             dd 0
 hi:             dd 0
 cnt:            dd 0
