@@ -633,7 +633,7 @@ struct TcgCallbacks {
     auto* self = static_cast<TcgCpu*>(user);
     if (self->skipping_ && !self->block_start_ && !self->unskip_next_ && self->reenter_at_ != address && self->insn_hook_ &&
         self->skipped_ < self->skip_limit_ && !self->deliver_now_ && !self->stop_requested_ &&
-        !self->time_up_.load(std::memory_order_relaxed) && !self->exec_bp_mask_ && !self->DebugChecked()) {
+        !self->time_up_.load(std::memory_order_relaxed) && !self->exec_bp_hook_mask_ && !self->DebugChecked()) {
       self->env_->eip = address - self->env_->segs[uabi::kCs].base;
       self->reenter_at_ = TcgCpu::kNoReentry;
       Skip(self, address);
@@ -664,7 +664,7 @@ struct TcgCallbacks {
   // The instruction hook's work at a boundary (one hook a block: at the
   // block's first instruction, TcgCpu::HooklessStart).
   [[gnu::always_inline]] static inline void AtBoundary(TcgCpu* self, uint64_t address) {
-    if (!self->insn_hook_ && !self->exec_bp_mask_ && !self->debug_code_) {
+    if (!self->insn_hook_ && !self->exec_bp_hook_mask_ && !self->debug_code_) {
       // Lingering: only counted, and a run that must end before this
       // instruction (the timer's deadline) ends here; it runs, and is
       // counted, when the next run starts with it.
@@ -695,7 +695,7 @@ struct TcgCallbacks {
       // the hook last reported runs unreported (the one before it did not
       // transfer control), unless something must happen at this boundary.
       bool skip = self->skipped_ < self->skip_limit_ && !self->deliver_now_ && !self->stop_requested_ &&
-                  !self->time_up_.load(std::memory_order_relaxed) && !self->exec_bp_mask_ && !self->unskip_next_ &&
+                  !self->time_up_.load(std::memory_order_relaxed) && !self->exec_bp_hook_mask_ && !self->unskip_next_ &&
                   !(self->DebugChecked() && self->DebugStopsAt(address));
       self->unskip_next_ = false;
       if (skip && self->block_start_) {
@@ -2993,9 +2993,12 @@ void TcgCpu::UpdateBreakpoints() {
     if (((dr7 >> (2 * i)) & 3) != 0 && ((dr7 >> (16 + 4 * i)) & 3) == 0) mask |= 1u << i;
   }
   exec_bp_mask_ = mask;
-  // Their bounded code hooks follow between runs (SyncGuestExecHooks); the
-  // catch-all code hook, where it runs, checks at once.
-  if (t_running == this && !insn_hook_ && !debug_code_ && !GuestExecHooked(GuestExecAddrs())) RequestStop();
+  // QEMU's breakpoints for them follow between runs (SyncGuestExecHooks);
+  // until then the code hook checks them before every instruction
+  // (exec_bp_hook_mask_: blocks leave the mode with one hook), and a run of
+  // this engine ends at its next block start so that they come sooner.
+  UpdateExecBpHookMask();
+  if (t_running == this && !debug_code_ && exec_bp_hook_mask_) RequestStop();
 }
 
 bool TcgCpu::GuestExecHooked(const std::vector<uint64_t>& want) const {
@@ -3023,18 +3026,27 @@ void TcgCpu::SyncGuestExecHooks() {
   // catch-all code hook runs (the tracer's instruction hook, a debugger's
   // step) it checks the breakpoints: then there are none.
   std::vector<uint64_t> want;
-  if (!insn_hook_ && !debug_code_) {
+  if (!debug_code_) {
     want = GuestExecAddrs();
-    if (GuestExecHooked(want)) return;
+    if (GuestExecHooked(want)) {
+      UpdateExecBpHookMask();
+      return;
+    }
     std::vector<uint64_t> keep = guest_exec_addrs_;
     if (keep.size() + want.size() > kMaxGuestExecHooks) keep.clear();  // past the bound, the old ones go
     std::vector<uint64_t> merged;
     std::set_union(keep.begin(), keep.end(), want.begin(), want.end(), std::back_inserter(merged));
     want = std::move(merged);
   }
-  if (want == guest_exec_addrs_) return;
-  SetQemuBreakpoints(guest_exec_addrs_, std::move(want), uabi::kBpCpu);
-  stats_.guest_exec_hook_syncs++;
+  if (want != guest_exec_addrs_) {
+    SetQemuBreakpoints(guest_exec_addrs_, std::move(want), uabi::kBpCpu);
+    stats_.guest_exec_hook_syncs++;
+  }
+  UpdateExecBpHookMask();
+}
+
+void TcgCpu::UpdateExecBpHookMask() {
+  exec_bp_hook_mask_ = exec_bp_mask_ != 0 && !GuestExecHooked(GuestExecAddrs()) ? exec_bp_mask_ : 0;
 }
 
 void TcgCpu::SetQemuBreakpoints(std::vector<uint64_t>& have, std::vector<uint64_t> want, int flags,
@@ -3126,8 +3138,8 @@ std::optional<uint64_t> TcgCpu::ReportedByInstruction(uint64_t linear) {
 bool TcgCpu::HooklessAllowed() const {
   // The data-access hook's and the watched accesses that need the boundary
   // after their instruction run it again alone (RunAloneUnlessSeen).
-  return config_.hook_per_block && insn_hook_ && code_hook_ != 0 && skipping_ && !exec_bp_mask_ && !debug_code_ &&
-         debug_bps_.empty() && guest_exec_addrs_.empty() && !deliver_now_ && !stop_requested_ &&
+  return config_.hook_per_block && insn_hook_ && code_hook_ != 0 && skipping_ && !exec_bp_hook_mask_ && !debug_code_ &&
+         debug_bps_.empty() && !deliver_now_ && !stop_requested_ &&
          skipped_ + kHooklessMinRoom <= skip_limit_;
 }
 
@@ -3175,7 +3187,7 @@ void TcgCpu::HooklessStart(uint64_t address, uintptr_t ra) {
   const HooklessHit* hit = HooklessLookup(ra);
   // A block without a record (made with the hook before every instruction
   // and chained to from one of this kind), or one the mode cannot follow.
-  if (hit == nullptr || hit->first != address || !block_start_ || !insn_hook_ || exec_bp_mask_ || DebugChecked()) {
+  if (hit == nullptr || hit->first != address || !block_start_ || !insn_hook_ || exec_bp_hook_mask_ || DebugChecked()) {
     hookless_not_at_ = address;  // not straight back into the mode here
     LeaveHookless(address, /*handled=*/false);
   }
@@ -3188,7 +3200,7 @@ void TcgCpu::HooklessStart(uint64_t address, uintptr_t ra) {
   stats_.hookless_blocks++;
   if (n == 1) return;
   if (!(env_->hflags & uabi::kHfHookless) || !skipping_ || deliver_now_ || stop_requested_ ||
-      skipped_ + (n - 1) > skip_limit_ || exec_bp_mask_ || DebugChecked())
+      skipped_ + (n - 1) > skip_limit_ || exec_bp_hook_mask_ || DebugChecked())
     LeaveHookless(address, /*handled=*/true);  // the rest, one hook an instruction
   open_ = hit->tb;
   open_idx_ = 0;
@@ -3499,7 +3511,7 @@ absl::StatusOr<TcgStop> TcgCpu::Run(uint64_t timeout_us) {
   if (!hookless_reentry_ || reenter_at_ != env_->segs[uabi::kCs].base + env_->eip) reenter_at_ = kNoReentry;
   hookless_reentry_ = false;
   TcgCallbacks::RestoreHiddenHook();
-  if (!config_.hook_per_block || !insn_hook_ || code_hook_ == 0 || exec_bp_mask_ || DebugChecked())
+  if (!config_.hook_per_block || !insn_hook_ || code_hook_ == 0 || exec_bp_hook_mask_ || DebugChecked())
     env_->hflags &= ~uabi::kHfHookless;
   debug_stop_ = DebugStop{};
   debug_first_ = true;

@@ -643,6 +643,12 @@ class TcgCpu {
   uint64_t last_observed_ = 0;  // the last address the instruction hook reported
   bool own_single_step_ = false;
   uint8_t exec_bp_mask_ = 0;  // DR0-DR3 enabled as instruction breakpoints
+  // ... those the code hook must check before every instruction: none where
+  // QEMU has them as its own breakpoints (guest_exec_addrs_), which end a
+  // block before them with a debug exit (TcgCallbacks::GuestExecExit), also
+  // while the tracer's hook runs once a block.
+  uint8_t exec_bp_hook_mask_ = 0;
+  void UpdateExecBpHookMask();
   // The guest's instruction breakpoints as QEMU's own (BP_CPU) at their
   // linear addresses (sorted, unique; those of breakpoints enabled before
   // stay, up to kMaxGuestExecHooks), so that only those instructions leave
