@@ -170,6 +170,13 @@ void StateFromKvm(const kvm_regs& r, const kvm_sregs& s, CpuState* st) {
   st->ss = FromKvm(s.ss);
   st->tr = FromKvm(s.tr);
   st->ldtr = FromKvm(s.ldt);
+  // A conforming code segment runs at the caller's CPL (SDM vol. 3A
+  // 5.8.1.2): KVM reports the descriptor's DPL in CS and the CPL in SS.DPL
+  // (VMX defines the CPL so; KVM's SVM code reports it there); vbts keeps the
+  // CPL in CS.DPL (CpuState::cpl()), as its completion engine and the TCG
+  // engine do.  (A ring-3 RETF out of one was completed as a return to an
+  // outer level before, and faulted: image conforming_cpl_pm32.)
+  if ((s.cr0 & kCr0Pe) && !(r.rflags & kRflagsVm) && st->cs.s && (st->cs.type & 0xC) == 0xC) st->cs.dpl = st->ss.dpl;
   st->gdtr = {s.gdt.base, s.gdt.limit};
   st->idtr = {s.idt.base, s.idt.limit};
   st->cr0 = s.cr0;
