@@ -583,10 +583,11 @@ RunResult Machine::Finish(RunEnd end, int status, std::string message) {
                           "code buffer emptied %u times\n"
                           "tcg: corrected QEMU 5.0: %u instructions performed by vbts (%u translated as UD2), %u "
                           "#SS for #GP, %u branch faults moved, %u SSE instructions translated with their alignment check "
-                          "(%u #GP); %u restarts after a store into the running block\n",
+                          "(%u #GP); %u restarts after a store into the running block; %u task switches into a "
+                          "conforming CS with DPL below RPL\n",
                           t.runs, t.exceptions, t.port_io, t.mmio, t.msr, t.cpuid, t.halts, t.code_hook_adds,
                           t.code_hook_removals, t.data_hook_adds, t.data_hook_removals, t.code_reclaims, t.performed, t.substituted, t.stack_faults, t.branch_faults,
-                          t.alignment_checks, t.alignment_faults, t.restarts);
+                          t.alignment_checks, t.alignment_faults, t.restarts, t.task_conforming_cs);
     absl::StrAppendFormat(&r.details,
                           "tcg: one hook a block: %u blocks, entered %u times, left %u times, %u instructions found "
                           "inside a block, records dropped %u times, %u blocks searched for\n",
