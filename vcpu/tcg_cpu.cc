@@ -57,6 +57,12 @@ thread_local uintptr_t t_access_ra = 0;
 // makes itself (FXSAVE's stores, a far CALL's pushes: cpu_*_mmuidx_ra), for
 // TcgCallbacks::RunAloneUnlessSeen only.
 thread_local uintptr_t t_helper_ra = 0;
+// While vbts's wrapper of a QEMU helper runs the original not as a tail call
+// (IRET and far RET: TcgCallbacks::KeepFsGsBases), the return address in the
+// translated code of the wrapper's call: the helper's own GETPC points into
+// the wrapper, where QEMU cannot place the instruction; t_helper_ra takes
+// this one instead (its guest accesses' instruction is the IRET or RET).
+thread_local uintptr_t t_wrapper_ra = 0;
 // The access the running load or store helper makes, as the instruction (or
 // QEMU's helper) asked for it: QEMU splits an unaligned one into aligned
 // parts before its watchpoint check (cpu_check_watchpoint).
@@ -943,6 +949,7 @@ struct TcgCallbacks {
   static void ForgetAccess() {
     t_access_ra = 0;
     t_helper_ra = 0;
+    t_wrapper_ra = 0;
     t_access_size = 0;
   }
   static void RestoreHiddenHook() {
@@ -1696,7 +1703,7 @@ VBTS_LOAD_HELPER(helper_le_ldsl_mmu, 4)
   type name##_x86_64(void* env, uint64_t addr, int mmu_idx, uintptr_t ra) {              \
     using Fn = type (*)(void*, uint64_t, int, uintptr_t);                                \
     static const auto original = vbts::vcpu::Original<Fn>(#name "_x86_64");             \
-    const uintptr_t outer = std::exchange(vbts::vcpu::t_helper_ra, ra);                 \
+    const uintptr_t outer = std::exchange(vbts::vcpu::t_helper_ra, vbts::vcpu::t_wrapper_ra ? vbts::vcpu::t_wrapper_ra : ra);                 \
     vbts::vcpu::t_access_addr = addr;                                                    \
     vbts::vcpu::t_access_size = size;                                                    \
     const type v = original(env, addr, mmu_idx, ra);                                     \
@@ -1715,7 +1722,7 @@ VBTS_HELPER_LOAD(cpu_ldq_mmuidx_ra, uint64_t, 8)
 uint32_t cpu_ldl_mmuidx_ra_x86_64(void* env, uint64_t addr, int mmu_idx, uintptr_t ra) {
   using Fn = uint32_t (*)(void*, uint64_t, int, uintptr_t);
   static const auto original = vbts::vcpu::Original<Fn>("cpu_ldl_mmuidx_ra_x86_64");
-  const uintptr_t outer = std::exchange(vbts::vcpu::t_helper_ra, ra);
+  const uintptr_t outer = std::exchange(vbts::vcpu::t_helper_ra, vbts::vcpu::t_wrapper_ra ? vbts::vcpu::t_wrapper_ra : ra);
   vbts::vcpu::t_access_addr = addr;
   vbts::vcpu::t_access_size = 4;
   uint32_t v = original(env, addr, mmu_idx, ra);
@@ -1729,7 +1736,7 @@ uint32_t cpu_ldl_mmuidx_ra_x86_64(void* env, uint64_t addr, int mmu_idx, uintptr
   void name##_x86_64(void* env, uint64_t addr, type val, int mmu_idx, uintptr_t ra) {    \
     using Fn = void (*)(void*, uint64_t, type, int, uintptr_t);                          \
     static const auto original = vbts::vcpu::Original<Fn>(#name "_x86_64");             \
-    const uintptr_t outer = std::exchange(vbts::vcpu::t_helper_ra, ra);                 \
+    const uintptr_t outer = std::exchange(vbts::vcpu::t_helper_ra, vbts::vcpu::t_wrapper_ra ? vbts::vcpu::t_wrapper_ra : ra);                 \
     vbts::vcpu::t_access_addr = addr;                                                    \
     vbts::vcpu::t_access_size = size;                                                    \
     original(env, addr, val, mmu_idx, ra);                                               \
@@ -1813,7 +1820,9 @@ void helper_iret_protected_x86_64(void* env, int shift, int next_eip) {
   static const auto original = vbts::vcpu::Original<Fn>("helper_iret_protected_x86_64");
   vbts::vcpu::TcgCpu* self = TcgCallbacks::Running(env);
   if (self != nullptr) TcgCallbacks::ArmTaskReturn(self);
+  vbts::vcpu::t_wrapper_ra = reinterpret_cast<uintptr_t>(__builtin_return_address(0));
   TcgCallbacks::KeepFsGsBases(env, original, shift, next_eip);
+  vbts::vcpu::t_wrapper_ra = 0;
 }
 
 // Far JMP and CALL in protected mode: a TSS or a task gate target switches
@@ -1835,7 +1844,9 @@ void helper_lcall_protected_x86_64(void* env, uint64_t new_cs, uint64_t new_eip,
 void helper_lret_protected_x86_64(void* env, int shift, int addend) {
   using Fn = void (*)(void*, int, int);
   static const auto original = vbts::vcpu::Original<Fn>("helper_lret_protected_x86_64");
+  vbts::vcpu::t_wrapper_ra = reinterpret_cast<uintptr_t>(__builtin_return_address(0));
   TcgCallbacks::KeepFsGsBases(env, original, shift, addend);
+  vbts::vcpu::t_wrapper_ra = 0;
 }
 
 // QEMU's TLB flushes (MOV to CR0/CR3/CR4, INVLPG, EFER, SMM, Unicorn's own

@@ -2475,6 +2475,47 @@ TEST_F(TcgLatencyLoadTest, WithOneHookABlockTheInstructionRunsAgainAloneAndTakes
   EXPECT_EQ(offers_.size(), 121u);
 }
 
+TEST_F(TcgLatencyLoadTest, AnIretWhoseFrameLoadIsSlowRunsAgainAlone) {
+  // A load QEMU's IRET helper makes (vbts wraps that helper, not as a tail
+  // call: its pops' return address is vbts's) can be placed all the same, at
+  // the IRETD: it runs again alone instead of counting at the access
+  // (AccessOwner::kCountNow). 40 iterations of
+  //   105: pushfd | 106: push cs | 107: push 10DH | 10C: iretd | 10D: dec ecx
+  //   | 10E: jnz 105
+  // IRETD pops EIP first, from 8FF4H (ESP 9000H less the three pushes); the
+  // 31st offer of that load, in bulk, needs its instruction.
+  Code(kCodeRip, {0xb9, 40, 0, 0, 0,             // mov ecx, 40
+                  0x9c, 0x0e,                    // pushfd; push cs
+                  0x68, 0x0d, 0x01, 0, 0,        // push 10DH
+                  0xcf,                          // iretd
+                  0x49, 0x75, 0xf5,              // dec ecx; jnz 105H
+                  0xf4});
+  int loads = 0;
+  std::vector<TcgCpu::AccessOwner> owners;
+  cpu_->SetDataAccessHook([&](uint64_t pa, uint32_t, uint8_t, bool write, TcgCpu::AccessOwner owner) {
+    if (pa != 0x8ff4 || write) return TcgCpu::AccessVerdict{};
+    if (++loads >= 31) owners.push_back(owner);
+    if (owner == TcgCpu::AccessOwner::kInBulk && loads == 31) return TcgCpu::AccessVerdict{.needs_instruction = true};
+    return TcgCpu::AccessVerdict{};
+  });
+  uint64_t executed = 0;
+  cpu_->SetInstructionHook([&](uint64_t) {
+    executed += Take().count + 1;
+    cpu_->SkipSequential(UINT64_MAX, /*across=*/false, /*ends=*/false);
+  });
+  CpuState st = RunFrom(Pm32(0));
+  executed += Take().count;
+  EXPECT_EQ(st.rip, 0x111u);
+  EXPECT_EQ(st.gpr[kRcx], 0u);
+  using O = TcgCpu::AccessOwner;
+  ASSERT_GE(owners.size(), 2u);
+  EXPECT_EQ(owners[0], O::kInBulk);
+  EXPECT_EQ(owners[1], O::kObserved);  // the IRETD alone
+  EXPECT_EQ(cpu_->stats().latency_reruns, 1u);
+  EXPECT_EQ(cpu_->stats().latency_counted_at_access, 0u);
+  EXPECT_EQ(executed, 1u + 40 * 6 + 1);  // each instruction once: MOV, 40 x 6, HLT
+}
+
 TEST_F(TcgLatencyLoadTest, WhileTheCodeHookSkipsTheBoundaryAfterTheInstructionIsReported) {
   // Blocks run with the code hook, skipping (no one hook a block): the
   // load is taken again at once, kObserved, and the next boundary, the
