@@ -24,10 +24,7 @@ main:
         PERFMON_REQUIRE 2, 1, .skip
         SET_HANDLER 0x41, handler_41
         GATE_DPL 0x41, 3
-        mov esi, rt_gdt
-        mov edi, gdt
-        mov ecx, (rt_gdt_end - rt_gdt) / 4
-        rep movsd
+        RT_GDT_COPY gdt
         mov dword [gdt + SEL_CONF0], 0x0000FFFF
         mov dword [gdt + SEL_CONF0 + 4], 0x00CF9E00
         lgdt [gdt_desc]

@@ -1,5 +1,6 @@
 ; lbr_loop_pm32: the LBR-only traced-throughput workload of docs/benchmarks.md (the loop of
-; traced_loop_pm32 with only DEBUGCTL.LBR on: no BTS, no counters), with its exact results.
+; traced_loop_pm32 with only DEBUGCTL.LBR on: no BTS, no counters), with its exact results
+; (debug32.inc's LBR_LOOP_CHECKED, which lbr_xbp_pm32 runs too).
 ; ITER = 1 000 000 iterations of
 ;   .loop: add edi, ebp | call leaf -> leaf: add edi, 3 | ret | xor edi, 0x55 | test ebp, 1
 ;          | jz .even | inc edi (odd EBP only) | .even: dec ebp | jnz .loop
@@ -13,50 +14,9 @@
 %include "rt.inc"
 %include "debug32.inc"
 
-%define ITER    1000000
-
 main:
         LBR_REQUIRE
-        mov ecx, 0x1C9
-        rdmsr
-        mov [tos0], eax
-        WRMSR32 MSR_DEBUGCTL, DBG_LBR
-        mov ebp, ITER
-        xor edi, edi
-.loop:
-        add edi, ebp
-        call leaf
-.back:  xor edi, 0x55
-        test ebp, 1
-        jz .even
-        inc edi
-.even:
-        dec ebp
-        jnz .loop
-        WRMSR32 MSR_DEBUGCTL, 0
-        CHECK_EQ edi, 0x6aae1200, "checksum"
-        mov ecx, 0x1C9
-        rdmsr
-        mov [tos], eax
-        mov edx, [tos0]
-        add edx, 15
-        and edx, 15
-        CHECK_EQ eax, edx, "LBR TOS advanced by 3 499 999 taken branches modulo 16"
-        mov ecx, [tos]
-        add ecx, 0x680
-        rdmsr
-        CHECK_EQ eax, leaf.ret, "LBR FROM[TOS] = leaf's RET"
-        mov ecx, [tos]
-        add ecx, 0x6C0
-        rdmsr
-        CHECK_EQ eax, main.back, "LBR TO[TOS] = the instruction after the CALL"
+        LBR_LOOP_CHECKED
         ret
-
-leaf:   add edi, 3
-.ret:   ret
-
-section .bss
-tos0:   resd 1
-tos:    resd 1
 
 %include "end.inc"

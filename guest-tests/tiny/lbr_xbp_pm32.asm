@@ -15,8 +15,6 @@
 %include "rt.inc"
 %include "debug32.inc"
 
-%define ITER    1000000
-
 main:
         LBR_REQUIRE
         SET_HANDLER 1, db_handler
@@ -26,39 +24,7 @@ main:
         mov dr1, eax
         mov eax, (1 << 0) | (1 << 2)            ; L0 | L1, instruction breakpoints
         mov dr7, eax
-        mov ecx, 0x1C9
-        rdmsr
-        mov [tos0], eax
-        WRMSR32 MSR_DEBUGCTL, DBG_LBR
-        mov ebp, ITER
-        xor edi, edi
-.loop:
-        add edi, ebp
-        call leaf
-.back:  xor edi, 0x55
-        test ebp, 1
-        jz .even
-        inc edi
-.even:
-        dec ebp
-        jnz .loop
-        WRMSR32 MSR_DEBUGCTL, 0
-        CHECK_EQ edi, 0x6aae1200, "checksum"
-        mov ecx, 0x1C9
-        rdmsr
-        mov [tos], eax
-        mov edx, [tos0]
-        add edx, 15
-        and edx, 15
-        CHECK_EQ eax, edx, "LBR TOS advanced by 3 499 999 taken branches modulo 16"
-        mov ecx, [tos]
-        add ecx, 0x680
-        rdmsr
-        CHECK_EQ eax, leaf.ret, "LBR FROM[TOS] = leaf's RET"
-        mov ecx, [tos]
-        add ecx, 0x6C0
-        rdmsr
-        CHECK_EQ eax, main.back, "LBR TO[TOS] = the instruction after the CALL"
+        LBR_LOOP_CHECKED
         CHECK_EQ dword [hits], 0, "no #DB in the loop (DR0's `never` not reached)"
         xor eax, eax
         call target
@@ -69,9 +35,6 @@ main:
         xor eax, eax
         mov dr7, eax
         ret
-
-leaf:   add edi, 3
-.ret:   ret
 
 never:  ret
 
@@ -92,8 +55,6 @@ db_handler:
         ret
 
 section .bss
-tos0:   resd 1
-tos:    resd 1
 hits:   resd 1
 db_eip: resd 1
 db_dr6: resd 1

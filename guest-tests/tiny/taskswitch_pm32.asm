@@ -37,10 +37,7 @@
 
 main:
         ; the runtime's GDT, then ours
-        mov esi, rt_gdt
-        mov edi, gdt
-        mov ecx, (rt_gdt_end - rt_gdt) / 4
-        rep movsd
+        RT_GDT_COPY gdt
         mov dword [gdt + SEL_CONF0], 0x0000FFFF
         mov dword [gdt + SEL_CONF0 + 4], 0x00CF9E00
         mov dword [gdt + SEL_GATE_RT], SEL_TSS32 << 16
