@@ -395,24 +395,30 @@ struct VirtualPmu::State {
   const netburst::Escr* NbEscr(int i) const {
     return netburst::EscrFor(i, static_cast<int>((nb[i].cccr >> netburst::kCccrEscrSelectShift) & 7));
   }
+  // An ESCR's value and its fields (pmu/netburst.h): event select, event
+  // mask, and whether its T0_OS/T0_USR let it count at `cpl`.
+  uint64_t EscrAt(uint32_t msr) const { return escr[msr - netburst::kMsrEscrFirst]; }
+  static uint32_t EscrEvent(uint64_t v) { return (v >> netburst::kEscrEventSelectShift) & 0x3F; }
+  static uint32_t EscrMask(uint64_t v) { return (v >> netburst::kEscrEventMaskShift) & 0xFFFF; }
+  static bool EscrAtCpl(uint64_t v, uint8_t cpl) { return v & (cpl == 0 ? netburst::kEscrOs : netburst::kEscrUsr); }
   // Events counter i's ESCR selects in one retired instruction `b` at CPL
   // `cpl`, after the ESCR's T0_OS/T0_USR qualification; -1 for an event vbts
   // does not count (the counter stays as it is).  instr_retired (02H on
-  // CRU_ESCR0/1): NBOGUSNTAG counts every retired instruction: vbts has no
-  // speculation (nothing bogus) and no uop tagging (nothing tagged).
-  // branch_retired (06H on CRU_ESCR2/3): every branch instruction, taken
-  // (MMTP) or not taken (MMNP); vbts predicts every branch, so the
-  // mispredicted bits (MMNM, MMTM) count nothing.
+  // CRU_ESCR0/1): NBOGUSNTAG counts every retired instruction none of whose
+  // µops the front end tagged, NBOGUSTAG the others; vbts has no speculation
+  // (nothing bogus).  branch_retired (06H on CRU_ESCR2/3): every branch
+  // instruction, taken (MMTP) or not taken (MMNP); vbts predicts every
+  // branch, so the mispredicted bits (MMNM, MMTM) count nothing.
+  // front_end_event and replay_event (08H, 09H on CRU_ESCR2/3): NbTaggedUops,
+  // NbReplayUops.
   int NbEvents(int i, const Branch& b, uint8_t cpl) const {
     const netburst::Escr* e = NbEscr(i);
     if (!e) return -1;
-    const uint64_t v = escr[e->msr - netburst::kMsrEscrFirst];
-    const uint32_t event = (v >> netburst::kEscrEventSelectShift) & 0x3F;
-    const uint32_t mask = (v >> netburst::kEscrEventMaskShift) & 0xFFFF;
+    const uint64_t v = EscrAt(e->msr);
+    const uint32_t event = EscrEvent(v);
+    const uint32_t mask = EscrMask(v);
     int n;
     if (e->unit == netburst::Unit::kCru01 && event == netburst::kEventInstrRetired) {
-      // NBOGUSNTAG: instructions none of whose µops the front end tagged;
-      // NBOGUSTAG: those with a tagged µop (uop_type below).
       const bool tagged = NbTaggedUops(b, cpl) > 0;
       n = (mask & (tagged ? netburst::kMaskNbogusTag : netburst::kMaskNbogusNtag)) ? 1 : 0;
     } else if (e->unit == netburst::Unit::kCru23 && event == netburst::kEventBranchRetired) {
@@ -424,7 +430,7 @@ struct VirtualPmu::State {
     } else {
       return -1;
     }
-    if (!(v & (cpl == 0 ? netburst::kEscrOs : netburst::kEscrUsr))) n = 0;
+    if (!EscrAtCpl(v, cpl)) n = 0;
     return n;
   }
   // Counter i is enabled and counts an event vbts models.
@@ -437,14 +443,15 @@ struct VirtualPmu::State {
   // events).  Not taggable (SDM vol. 3B, "At-Retirement Counting": "I/O,
   // uncacheable and locked accesses, returns, and far transfers"): a locked
   // or I/O instruction (Branch::mem bit 2), RET, and every far transfer.
+  static bool Untaggable(const Branch& b) {
+    return (b.mem & kMemUntaggable) || b.kind == BranchKind::kRet || IsFarBranch(b.kind);
+  }
   int NbTaggedUops(const Branch& b, uint8_t cpl) const {
-    if ((b.mem & kMemUntaggable) || b.kind == BranchKind::kRet || IsFarBranch(b.kind)) return 0;
+    if (Untaggable(b)) return 0;
     uint32_t tags = 0;
     for (const uint32_t msr : {netburst::kMsrRatEscr0, netburst::kMsrRatEscr1}) {
-      const uint64_t v = escr[msr - netburst::kMsrEscrFirst];
-      if (((v >> netburst::kEscrEventSelectShift) & 0x3F) != netburst::kEventUopType) continue;
-      if (!(v & (cpl == 0 ? netburst::kEscrOs : netburst::kEscrUsr))) continue;
-      tags |= static_cast<uint32_t>(v >> netburst::kEscrEventMaskShift);
+      const uint64_t v = EscrAt(msr);
+      if (EscrEvent(v) == netburst::kEventUopType && EscrAtCpl(v, cpl)) tags |= EscrMask(v);
     }
     return ((tags & netburst::kMaskTagLoads) && (b.mem & 1) ? 1 : 0) +
            ((tags & netburst::kMaskTagStores) && (b.mem & 2) ? 1 : 0);
@@ -462,18 +469,15 @@ struct VirtualPmu::State {
   // nothing; neither do untaggable instructions (NbTaggedUops).
   bool NbSaat(uint32_t event, uint8_t cpl) const {
     for (const uint32_t msr : {netburst::kMsrSaatEscr0, netburst::kMsrSaatEscr1}) {
-      const uint64_t v = escr[msr - netburst::kMsrEscrFirst];
-      if (((v >> netburst::kEscrEventSelectShift) & 0x3F) == event &&
-          ((v >> netburst::kEscrEventMaskShift) & netburst::kMaskSplitLdSt) &&
-          (v & (cpl == 0 ? netburst::kEscrOs : netburst::kEscrUsr)))
-        return true;
+      const uint64_t v = EscrAt(msr);
+      if (EscrEvent(v) == event && (EscrMask(v) & netburst::kMaskSplitLdSt) && EscrAtCpl(v, cpl)) return true;
     }
     return false;
   }
   int NbReplayUops(const Branch& b, uint8_t cpl) const {
     const uint64_t pe = nb_pebs_enable;
     if (!(pe & netburst::kPebsEnableUopTag)) return 0;
-    if ((b.mem & kMemUntaggable) || b.kind == BranchKind::kRet || IsFarBranch(b.kind)) return 0;
+    if (Untaggable(b)) return 0;
     const bool load = (nb_matrix_vert & netburst::kVertLoads) && (b.mem & 1) &&
                       (((pe & netburst::kReplay1stL) && nb_load_l1_miss) ||
                        ((pe & netburst::kReplay2ndL) && nb_load_l2_miss) ||
@@ -494,19 +498,18 @@ struct VirtualPmu::State {
       if (NbCountsEvent(i, netburst::kEventReplay)) return true;
     return false;
   }
-  // Counter i is enabled and its CRU_ESCR2/3 selects `event`.
-  bool NbCountsEvent(int i, uint32_t event) const {
+  // Counter i is enabled and its ESCR, one of `unit`'s, selects `event`.
+  bool NbCountsEvent(int i, uint32_t event, netburst::Unit unit = netburst::Unit::kCru23) const {
     if (!NbEnabled(i)) return false;
     const netburst::Escr* e = NbEscr(i);
-    if (!e || e->unit != netburst::Unit::kCru23) return false;
-    return ((escr[e->msr - netburst::kMsrEscrFirst] >> netburst::kEscrEventSelectShift) & 0x3F) == event;
+    return e && e->unit == unit && EscrEvent(EscrAt(e->msr)) == event;
   }
   // Some RAT ESCR tags µops (uop_type with TAGLOADS or TAGSTORES).
   bool NbTagging() const {
     for (const uint32_t msr : {netburst::kMsrRatEscr0, netburst::kMsrRatEscr1}) {
-      const uint64_t v = escr[msr - netburst::kMsrEscrFirst];
-      if (((v >> netburst::kEscrEventSelectShift) & 0x3F) == netburst::kEventUopType &&
-          ((v >> netburst::kEscrEventMaskShift) & (netburst::kMaskTagLoads | netburst::kMaskTagStores)))
+      const uint64_t v = EscrAt(msr);
+      if (EscrEvent(v) == netburst::kEventUopType &&
+          (EscrMask(v) & (netburst::kMaskTagLoads | netburst::kMaskTagStores)))
         return true;
     }
     return false;
@@ -524,19 +527,14 @@ struct VirtualPmu::State {
     const bool tagging = NbTagging();
     for (int i = 0; i < nb_count(); i++) {
       if (NbPebsEvent(i)) return true;  // front_end_event, replay_event
-      if (!tagging || !NbEnabled(i)) continue;
-      const netburst::Escr* e = NbEscr(i);
-      if (e && e->unit == netburst::Unit::kCru01 &&
-          ((escr[e->msr - netburst::kMsrEscrFirst] >> netburst::kEscrEventSelectShift) & 0x3F) ==
-              netburst::kEventInstrRetired)
-        return true;
+      if (tagging && NbCountsEvent(i, netburst::kEventInstrRetired, netburst::Unit::kCru01)) return true;
     }
     return false;
   }
   // NetBurst PEBS (docs/pmu-model.md, "NetBurst PEBS"): DS with MISC_ENABLE's
   // PEBS-unavailable bit clear; on with MSR_PEBS_ENABLE.ENABLE_PEBS_MY_THR and
   // MSR_IQ_COUNTER4 counting an event that supports PEBS (of those vbts
-  // counts, front_end_event).
+  // counts, front_end_event and replay_event).
   bool nb_pebs() const { return nb_on() && pmu.ds && !(pmu.misc_enable & kMiscPebsUnavailable); }
   bool NbPebsOn() const {
     return nb_pebs() && (nb_pebs_enable & netburst::kPebsEnableMyThr) && NbPebsEvent(netburst::kPebsCounter);
@@ -1262,7 +1260,7 @@ MsrResult VirtualPmu::ReadMsr(uint32_t msr) const {
     if (msr >= netburst::kMsrCccr0 && msr < netburst::kMsrCccr0 + netburst::kCounters)
       return ok(s.nb[msr - netburst::kMsrCccr0].cccr);
     if (msr >= netburst::kMsrEscrFirst && msr <= netburst::kMsrEscrLast)
-      return netburst::FindEscr(msr) ? ok(s.escr[msr - netburst::kMsrEscrFirst]) : gp;
+      return netburst::FindEscr(msr) ? ok(s.EscrAt(msr)) : gp;
     if (msr == netburst::kMsrPebsEnable) return s.nb_pebs() ? ok(s.nb_pebs_enable) : gp;
     if (msr == netburst::kMsrPebsMatrixVert) return s.nb_pebs() ? ok(s.nb_matrix_vert) : gp;
   }

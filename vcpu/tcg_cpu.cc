@@ -63,6 +63,8 @@ thread_local uintptr_t t_helper_ra = 0;
 // the wrapper, where QEMU cannot place the instruction; t_helper_ra takes
 // this one instead (its guest accesses' instruction is the IRET or RET).
 thread_local uintptr_t t_wrapper_ra = 0;
+// The return address a helper's guest access is placed by (t_helper_ra).
+uintptr_t HelperRa(uintptr_t ra) { return t_wrapper_ra != 0 ? t_wrapper_ra : ra; }
 // The access the running load or store helper makes, as the instruction (or
 // QEMU's helper) asked for it: QEMU splits an unaligned one into aligned
 // parts before its watchpoint check (cpu_check_watchpoint).
@@ -1317,12 +1319,16 @@ struct TcgCallbacks {
   }
   // Runs QEMU's IRET or far RET (`ret`), then gives FS and GS back the bases
   // it zeroed when it made their selectors null (helper_iret_protected).
-  static void KeepFsGsBases(void* env, void (*ret)(void*, int, int), int a, int b) {
+  // `caller_ra`: the wrapper's return address in the translated code, where
+  // the helper's guest accesses are placed (t_wrapper_ra).
+  static void KeepFsGsBases(void* env, void (*ret)(void*, int, int), int a, int b, uintptr_t caller_ra) {
     TcgCpu* self = Running(env);
     auto* e = static_cast<uabi::EnvPrefix*>(env);
     const uint64_t fs = e->segs[uabi::kFs].base, gs = e->segs[uabi::kGs].base;
     const uint32_t fs_sel = e->segs[uabi::kFs].selector, gs_sel = e->segs[uabi::kGs].selector;
+    t_wrapper_ra = caller_ra;
     ret(env, a, b);
+    t_wrapper_ra = 0;
     if (self == nullptr || !(e->efer & kEferLma)) return;
     if (fs_sel != 0 && e->segs[uabi::kFs].selector == 0) e->segs[uabi::kFs].base = fs;
     if (gs_sel != 0 && e->segs[uabi::kGs].selector == 0) e->segs[uabi::kGs].base = gs;
@@ -1703,7 +1709,7 @@ VBTS_LOAD_HELPER(helper_le_ldsl_mmu, 4)
   type name##_x86_64(void* env, uint64_t addr, int mmu_idx, uintptr_t ra) {              \
     using Fn = type (*)(void*, uint64_t, int, uintptr_t);                                \
     static const auto original = vbts::vcpu::Original<Fn>(#name "_x86_64");             \
-    const uintptr_t outer = std::exchange(vbts::vcpu::t_helper_ra, vbts::vcpu::t_wrapper_ra ? vbts::vcpu::t_wrapper_ra : ra);                 \
+    const uintptr_t outer = std::exchange(vbts::vcpu::t_helper_ra, vbts::vcpu::HelperRa(ra));                 \
     vbts::vcpu::t_access_addr = addr;                                                    \
     vbts::vcpu::t_access_size = size;                                                    \
     const type v = original(env, addr, mmu_idx, ra);                                     \
@@ -1722,7 +1728,7 @@ VBTS_HELPER_LOAD(cpu_ldq_mmuidx_ra, uint64_t, 8)
 uint32_t cpu_ldl_mmuidx_ra_x86_64(void* env, uint64_t addr, int mmu_idx, uintptr_t ra) {
   using Fn = uint32_t (*)(void*, uint64_t, int, uintptr_t);
   static const auto original = vbts::vcpu::Original<Fn>("cpu_ldl_mmuidx_ra_x86_64");
-  const uintptr_t outer = std::exchange(vbts::vcpu::t_helper_ra, vbts::vcpu::t_wrapper_ra ? vbts::vcpu::t_wrapper_ra : ra);
+  const uintptr_t outer = std::exchange(vbts::vcpu::t_helper_ra, vbts::vcpu::HelperRa(ra));
   vbts::vcpu::t_access_addr = addr;
   vbts::vcpu::t_access_size = 4;
   uint32_t v = original(env, addr, mmu_idx, ra);
@@ -1736,7 +1742,7 @@ uint32_t cpu_ldl_mmuidx_ra_x86_64(void* env, uint64_t addr, int mmu_idx, uintptr
   void name##_x86_64(void* env, uint64_t addr, type val, int mmu_idx, uintptr_t ra) {    \
     using Fn = void (*)(void*, uint64_t, type, int, uintptr_t);                          \
     static const auto original = vbts::vcpu::Original<Fn>(#name "_x86_64");             \
-    const uintptr_t outer = std::exchange(vbts::vcpu::t_helper_ra, vbts::vcpu::t_wrapper_ra ? vbts::vcpu::t_wrapper_ra : ra);                 \
+    const uintptr_t outer = std::exchange(vbts::vcpu::t_helper_ra, vbts::vcpu::HelperRa(ra));                 \
     vbts::vcpu::t_access_addr = addr;                                                    \
     vbts::vcpu::t_access_size = size;                                                    \
     original(env, addr, val, mmu_idx, ra);                                               \
@@ -1820,9 +1826,7 @@ void helper_iret_protected_x86_64(void* env, int shift, int next_eip) {
   static const auto original = vbts::vcpu::Original<Fn>("helper_iret_protected_x86_64");
   vbts::vcpu::TcgCpu* self = TcgCallbacks::Running(env);
   if (self != nullptr) TcgCallbacks::ArmTaskReturn(self);
-  vbts::vcpu::t_wrapper_ra = reinterpret_cast<uintptr_t>(__builtin_return_address(0));
-  TcgCallbacks::KeepFsGsBases(env, original, shift, next_eip);
-  vbts::vcpu::t_wrapper_ra = 0;
+  TcgCallbacks::KeepFsGsBases(env, original, shift, next_eip, reinterpret_cast<uintptr_t>(__builtin_return_address(0)));
 }
 
 // Far JMP and CALL in protected mode: a TSS or a task gate target switches
@@ -1844,9 +1848,7 @@ void helper_lcall_protected_x86_64(void* env, uint64_t new_cs, uint64_t new_eip,
 void helper_lret_protected_x86_64(void* env, int shift, int addend) {
   using Fn = void (*)(void*, int, int);
   static const auto original = vbts::vcpu::Original<Fn>("helper_lret_protected_x86_64");
-  vbts::vcpu::t_wrapper_ra = reinterpret_cast<uintptr_t>(__builtin_return_address(0));
-  TcgCallbacks::KeepFsGsBases(env, original, shift, addend);
-  vbts::vcpu::t_wrapper_ra = 0;
+  TcgCallbacks::KeepFsGsBases(env, original, shift, addend, reinterpret_cast<uintptr_t>(__builtin_return_address(0)));
 }
 
 // QEMU's TLB flushes (MOV to CR0/CR3/CR4, INVLPG, EFER, SMM, Unicorn's own
@@ -2693,63 +2695,66 @@ void TcgCpu::DeliverInstead(int vector, bool fault) {
   delivering_ = -1;
 }
 
+std::optional<Descriptor> TcgCpu::TableDescriptor(uint64_t base, uint32_t limit, uint32_t offset) {
+  if (uint64_t{offset} + 7 > limit) return std::nullopt;
+  Descriptor d;
+  absl::StatusOr<pmu::AccessFault> f = ReadLinear(base + offset, absl::MakeSpan(reinterpret_cast<uint8_t*>(&d.lo), 8));
+  if (!f.ok() || !f->ok()) return std::nullopt;
+  return d;
+}
+
+bool TcgCpu::TasksSwitch() const {
+  // Protected mode outside virtual-8086 and IA-32e mode (no task switches there).
+  return (env_->cr[0] & kCr0Pe) && !(env_->eflags & kRflagsVm) && !(env_->efer & kEferLma);
+}
+
 void TcgCpu::ArmTaskSwitch(uint16_t tss_selector) {
   t_task_cs = -1;
-  if ((tss_selector & 0xFFFC) == 0 || (tss_selector & 4)) return;  // a TSS is in the GDT (QEMU faults otherwise)
-  uint32_t d[2] = {};
-  if ((tss_selector | 7u) > env_->gdt.limit) return;
-  absl::StatusOr<pmu::AccessFault> f =
-      ReadLinear(env_->gdt.base + (tss_selector & ~7u), absl::MakeSpan(reinterpret_cast<uint8_t*>(d), 8));
-  if (!f.ok() || !f->ok()) return;
-  const uint32_t type = (d[1] >> 8) & 0x1F;  // S and type
-  if (type != 0x01 && type != 0x03 && type != 0x09 && type != 0x0B) return;  // 16-/32-bit TSS
-  const uint64_t base = (d[0] >> 16) | ((d[1] & 0xFF) << 16) | (d[1] & 0xFF000000u);
+  if (SelectorIsNull(tss_selector) || SelectorTi(tss_selector)) return;  // a TSS is in the GDT (QEMU faults otherwise)
+  const std::optional<Descriptor> d = TableDescriptor(env_->gdt.base, env_->gdt.limit, tss_selector & ~7u);
+  if (!d || d->s()) return;
+  const uint8_t type = d->type();
+  if (type != kTss16Available && type != kTss16Busy && type != kTss32Available && type != kTss32Busy) return;
   uint16_t cs = 0;
-  f = ReadLinear(base + ((type & 8) ? 0x4C : 0x2E), absl::MakeSpan(reinterpret_cast<uint8_t*>(&cs), 2));
+  const bool tss32 = type == kTss32Available || type == kTss32Busy;
+  absl::StatusOr<pmu::AccessFault> f =
+      ReadLinear(d->base32() + (tss32 ? 0x4C : 0x2E), absl::MakeSpan(reinterpret_cast<uint8_t*>(&cs), 2));
   if (!f.ok() || !f->ok()) return;
   t_task_cs = cs;
 }
 
 void TcgCpu::ArmFarTransfer(uint16_t selector) {
   t_task_cs = -1;
-  if (!(env_->cr[0] & 1) || (env_->eflags & (1u << 17)) || (env_->efer & kEferLma) || (selector & 0xFFFC) == 0) return;
-  const uabi::SegCache& table = (selector & 4) ? env_->ldt : env_->gdt;
-  if ((selector | 7u) > table.limit) return;
-  uint32_t d[2] = {};
-  absl::StatusOr<pmu::AccessFault> f =
-      ReadLinear(table.base + (selector & ~7u), absl::MakeSpan(reinterpret_cast<uint8_t*>(d), 8));
-  if (!f.ok() || !f->ok()) return;
-  const uint32_t type = (d[1] >> 8) & 0x1F;
-  if (type == 0x05) ArmTaskSwitch(static_cast<uint16_t>(d[0] >> 16));  // a task gate: its TSS
-  else if (type == 0x01 || type == 0x09) ArmTaskSwitch(selector);      // an available TSS
+  if (!TasksSwitch() || SelectorIsNull(selector)) return;
+  const uabi::SegCache& table = SelectorTi(selector) ? env_->ldt : env_->gdt;
+  const std::optional<Descriptor> d = TableDescriptor(table.base, table.limit, selector & ~7u);
+  if (!d || d->s()) return;
+  if (d->type() == kTaskGate) ArmTaskSwitch(d->gate_selector());  // a task gate: its TSS
+  else if (d->type() == kTss16Available || d->type() == kTss32Available) ArmTaskSwitch(selector);
 }
 
 void TcgCpu::ArmTaskGate(int vector) {
   t_task_cs = -1;
-  if (!(env_->cr[0] & 1) || (env_->eflags & (1u << 17)) || (env_->efer & kEferLma) || vector < 0 || vector > 255) return;
-  if (static_cast<uint32_t>(vector) * 8 + 7 > env_->idt.limit) return;
-  uint32_t d[2] = {};
-  absl::StatusOr<pmu::AccessFault> f =
-      ReadLinear(env_->idt.base + vector * 8, absl::MakeSpan(reinterpret_cast<uint8_t*>(d), 8));
-  if (!f.ok() || !f->ok()) return;
-  if (((d[1] >> 8) & 0x1F) == 0x05) ArmTaskSwitch(static_cast<uint16_t>(d[0] >> 16));
+  if (!TasksSwitch() || vector < 0 || vector > 255) return;
+  const std::optional<Descriptor> d = TableDescriptor(env_->idt.base, env_->idt.limit, static_cast<uint32_t>(vector) * 8);
+  if (d && !d->s() && d->type() == kTaskGate) ArmTaskSwitch(d->gate_selector());
 }
 
 uint32_t TcgCpu::TaskCsDescriptor(uint64_t linear, uint32_t high_word) {
   const auto sel = static_cast<uint16_t>(t_task_cs);
-  if ((sel & 0xFFFC) == 0) return high_word;
+  if (SelectorIsNull(sel)) return high_word;
   // QEMU loads the new task's LDTR before its segments.
-  const uabi::SegCache& table = (sel & 4) ? env_->ldt : env_->gdt;
+  const uabi::SegCache& table = SelectorTi(sel) ? env_->ldt : env_->gdt;
   if (((table.base + (sel & ~7u) + 4) & 0xFFFFFFFFull) != (linear & 0xFFFFFFFFull)) return high_word;
   t_task_cs = -1;
-  constexpr uint32_t kS = 1u << 12, kCode = 1u << 11, kConforming = 1u << 10;
-  if ((high_word & (kS | kCode | kConforming)) != (kS | kCode | kConforming)) return high_word;
-  const uint8_t dpl = (high_word >> 13) & 3, rpl = sel & 3;
-  if (dpl >= rpl) return high_word;  // DPL = RPL passes QEMU's check; DPL > RPL is #TS on hardware too
+  const Descriptor d{uint64_t{high_word} << 32};
+  const int rpl = SelectorRpl(sel);
+  // DPL = RPL passes QEMU's check; DPL > RPL is #TS on hardware too.
+  if (!d.conforming() || d.dpl() >= rpl) return high_word;
   // The CS QEMU loads then holds DPL = RPL = the new CPL: vbts's convention
   // for a conforming CS (CpuState::cpl(), GetState).
   stats_.task_conforming_cs++;
-  return (high_word & ~(3u << 13)) | (uint32_t{rpl} << 13);
+  return (high_word & ~(3u << 13)) | (static_cast<uint32_t>(rpl) << 13);
 }
 
 void TcgCpu::FaultAtTheBranch() {

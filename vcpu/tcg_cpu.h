@@ -35,6 +35,7 @@
 #include "vcpu/cpu_state.h"
 #include "vcpu/data_breakpoints.h"
 #include "vcpu/decoder.h"
+#include "vcpu/descriptors.h"
 
 struct uc_struct;
 
@@ -531,6 +532,11 @@ class TcgCpu {
   void ArmFarTransfer(uint16_t selector);  // JMP/CALL to `selector`: a TSS or a task gate
   void ArmTaskGate(int vector);            // a delivery of `vector`: its IDT gate
   uint32_t TaskCsDescriptor(uint64_t linear, uint32_t high_word);
+  // The 8-byte descriptor at `offset` in the table (GDT, LDT, IDT) at
+  // linear `base` with `limit`, through the guest's paging; none beyond the
+  // limit or where the read faults.
+  std::optional<Descriptor> TableDescriptor(uint64_t base, uint32_t limit, uint32_t offset);
+  bool TasksSwitch() const;
   struct BlockSpan {  // a translated block: its first linear address and its bytes
     uint64_t start = 0;
     uint32_t size = 0;

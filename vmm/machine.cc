@@ -186,22 +186,24 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
   entry_ = img.entry;
   uint64_t kernel_end = 0;
   for (const GpaRange& r : img.ranges) kernel_end = std::max(kernel_end, r.end);
-  // The ACPI tables where firmware puts them, unless the image or the boot
-  // information page (after an image that covers 0x9000) is there.
+  // The ACPI and SMBIOS tables where firmware puts them, each unless the
+  // image or the boot information page (after an image that covers 0x9000)
+  // is on its page.
+  const auto firmware_page_free = [&](uint64_t gpa, uint64_t size) {
+    return std::none_of(img.ranges.begin(), img.ranges.end(),
+                        [&](const GpaRange& r) { return r.Overlaps(gpa, gpa + size); }) &&
+           MultibootInfoPage(img.ranges) != gpa;
+  };
   uint64_t rsdp = 0;
-  if (std::none_of(img.ranges.begin(), img.ranges.end(),
-                   [](const GpaRange& r) { return r.Overlaps(kAcpiTablesGpa, kAcpiTablesGpa + kAcpiTablesSize); }) &&
-      MultibootInfoPage(img.ranges) != kAcpiTablesGpa && kAcpiTablesGpa + kAcpiTablesSize <= ram_->size()) {
+  if (firmware_page_free(kAcpiTablesGpa, kAcpiTablesSize) && kAcpiTablesGpa + kAcpiTablesSize <= ram_->size()) {
     VBTS_RETURN_IF_ERROR(WriteAcpiTables(
         *ram_, AcpiOptions{.dmar = config_.HasDevice("intel-iommu"), .pci_root = config_.HasDevice("edu")}));
     rsdp = kAcpiTablesGpa;
     acpi_tables_ = true;
   }
-  // The SMBIOS tables likewise, in the page after them.
-  if (std::none_of(img.ranges.begin(), img.ranges.end(),
-                   [](const GpaRange& r) { return r.Overlaps(kSmbiosGpa, kSmbiosGpa + kSmbiosSize); }) &&
-      MultibootInfoPage(img.ranges) != kSmbiosGpa) {
-    SmbiosInfo smbios{VBTS_VERSION, model_->name, {}, model_->Cpuid(1, 0).eax, model_->Cpuid(1, 0).edx,
+  if (firmware_page_free(kSmbiosGpa, kSmbiosSize)) {  // (WriteSmbiosTables: nothing where RAM ends before)
+    const pmu::CpuidResult id = model_->Cpuid(1, 0);
+    SmbiosInfo smbios{VBTS_VERSION, model_->name, {}, id.eax, id.edx,
                       (model_->Cpuid(0x80000001, 0).edx & (1u << 29)) != 0};
     for (uint32_t leaf = 0x80000002; leaf <= 0x80000004; leaf++) {
       const pmu::CpuidResult r = model_->Cpuid(leaf, 0);
