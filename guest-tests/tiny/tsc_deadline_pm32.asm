@@ -3,9 +3,12 @@
 ;   1. LVT timer mode 10b reads back; a deadline already passed (the TSC just read) fires at once:
 ;      the handler has run once by the instruction after a serializing CPUID that follows the
 ;      WRMSR (kvm-unit-tests apic.c, "tsc deadline timer"), and IA32_TSC_DEADLINE reads 0 again.
-;   2. A deadline 200 000 TSC ticks ahead reads back while armed; HLT waits for it; the handler's
-;      RDTSC is at or past it; the MSR then reads 0.
-;   3. A write of 0 disarms an armed deadline: no interrupt 10 M ticks past it, the MSR reads 0.
+;   2. A deadline 10^8 TSC ticks ahead reads back while armed (that far, so that the host
+;      descheduling vbts between the WRMSR and the RDMSR cannot let the guest's TSC, which runs
+;      on host time here, pass it first: 200 000 ticks, ~77 us, did under a loaded CI run);
+;      HLT waits for it; the handler's RDTSC is at or past it; the MSR then reads 0.
+;   3. A write of 0 disarms an armed deadline (10^8 ticks ahead): no interrupt 10 M ticks past
+;      it, the MSR reads 0.
 ;   4. In the mode, the initial count ignores writes (reads 0) and the current count reads 0.
 ;   5. Leaving the mode (to one-shot) disarms an armed deadline; outside it the MSR reads 0 and
 ;      ignores writes; back in the mode it is still disarmed.
@@ -56,7 +59,7 @@ main:
 
         ; 2. A deadline ahead; HLT until it fires.
         rdtsc
-        add eax, 200000
+        add eax, 100000000
         adc edx, 0
         mov [deadline], eax
         mov [deadline + 4], edx
@@ -82,9 +85,11 @@ main:
         call read_deadline
         CHECK_EQ eax, 0, "IA32_TSC_DEADLINE reads 0 after the wake-up"
 
-        ; 3. Writing 0 disarms: no interrupt comes for the deadline written before it.
+        ; 3. Writing 0 disarms: no interrupt comes for the deadline written before it
+        ; (10^8 ticks ahead, as in 2: the disarming WRMSR comes first even when the host
+        ; deschedules vbts between the two).
         rdtsc
-        add eax, 100000
+        add eax, 100000000
         adc edx, 0
         mov esi, eax
         mov ebx, edx
