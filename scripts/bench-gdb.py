@@ -2,6 +2,7 @@
 """bench-gdb.py: what GDB's breakpoints, watchpoints and branch trace cost a guest.
 
     bench-gdb.py --vbts build/vbts --image build/guest-tests/gdb_demo.elf [--spins N] [--runs R] [--only TEXT]
+                 [--vbts-arg ARG ...]
 
 Each case starts `vbts run --gdb=127.0.0.1:0 --gdb-wait IMAGE`, attaches
 `gdb -batch -nx`, sets `spin_limit` to N (spin() then runs N iterations of its
@@ -29,7 +30,8 @@ CASES = [
 
 
 def session(args, spins, setup):
-    vbts = subprocess.Popen([args.vbts, "run", "--gdb=127.0.0.1:0", "--gdb-wait", "--timeout=600", args.image],
+    vbts = subprocess.Popen([args.vbts, "run", "--gdb=127.0.0.1:0", "--gdb-wait", "--timeout=600", *args.vbts_arg,
+                             args.image],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     port = None
     for line in vbts.stderr:
@@ -62,6 +64,7 @@ def main():
     p.add_argument("--spins", type=int, default=100_000_000)
     p.add_argument("--runs", type=int, default=1)
     p.add_argument("--only", default="", help="the cases whose name holds this text")
+    p.add_argument("--vbts-arg", action="append", default=[], help="another argument of vbts run (repeatable)")
     args = p.parse_args()
     print("| what GDB has set | time (s) | guest instructions/s in the loop |")
     print("|---|---|---|")

@@ -311,6 +311,10 @@ struct TcgCallbacks {
   static inline thread_local TcgCpu::HooklessTb* t_translating_tb = nullptr;
   static inline thread_local uabi::HookPrefix* t_translating_hook = nullptr;
   static inline thread_local uabi::HookPrefix* t_hidden_hook = nullptr;
+  // A block made for one call a block: the code hook is hidden at every
+  // instruction, and the block hook for the whole translation.
+  static inline thread_local bool t_hide_every = false;
+  static inline thread_local uabi::HookPrefix* t_hidden_block_hook = nullptr;
   static void Intr(uc_engine* uc, uint32_t intno, void* user) {
     auto* self = static_cast<TcgCpu*>(user);
     RestoreHiddenHook();  // (a fault while translating left QEMU's translator by longjmp)
@@ -799,7 +803,7 @@ struct TcgCallbacks {
       self->allow_delivery_ = true;
       cpu_loop_exit_x86_64(self->cpu_);
     }
-    if (!(self->env_->hflags & uabi::kHfHookless)) self->MaybeEnterHookless(address);
+    if (!(self->env_->hflags & (uabi::kHfHookless | uabi::kHfCountCall))) self->MaybeEnterHookless(address);
   }
   // Every block start (a hook that costs a few ns per block): where runs
   // end and queued events are noticed.  Unicorn 2.0.1 cannot be stopped
@@ -938,13 +942,55 @@ struct TcgCallbacks {
     RestoreHiddenHook();
     ForgetAccess();  // no helper runs while QEMU translates
     if (self == nullptr || self->cpu_ != cpu) return;
+    if (At<uint32_t>(const_cast<void*>(tb), uabi::kTbFlags) & uabi::kHfCountCall) {
+      BeginCountCallTranslation(self, tb);
+      return;
+    }
     if (!(self->env_->hflags & uabi::kHfHookless) || self->code_hook_ == 0) return;
     t_translating_tb = &self->hookless_tbs_[tb];
     t_translating_tb->pcs.clear();
     t_translating_hook = reinterpret_cast<uabi::HookPrefix*>(self->code_hook_);
   }
-  static void EndTranslation() {
+  // One call a block (TcgCpu::CountCallStart): where Unicorn puts the block
+  // hook's call, before QEMU's check of its exit request at the block's
+  // start, a direct call of CountCall with the block's record (which the
+  // translator fills with each instruction's address) as its first argument;
+  // neither Unicorn hook is compiled in.  A block made for the mode always
+  // has the call: its instructions are counted there or nowhere.
+  static void BeginCountCallTranslation(TcgCpu* self, const void* tb) {
+    TcgCpu::HooklessTb* record = &self->hookless_tbs_[tb];
+    record->pcs.clear();
+    t_translating_tb = record;
+    t_translating_hook = reinterpret_cast<uabi::HookPrefix*>(self->code_hook_);
+    t_hide_every = true;
+    auto* block_hook = reinterpret_cast<uabi::HookPrefix*>(self->block_hook_);
+    if (block_hook != nullptr && !block_hook->to_delete) {
+      block_hook->to_delete = true;  // read by the translator only: restored by EndTranslation
+      t_hidden_block_hook = block_hook;
+    }
+    void* ctx = self->tcg_ctx_;
+    auto temp = [ctx](void* tcgv) { return static_cast<void*>(static_cast<char*>(ctx) + reinterpret_cast<uintptr_t>(tcgv)); };
+    void* args[4] = {
+        temp(tcg_const_i64_x86_64(ctx, static_cast<int64_t>(reinterpret_cast<uintptr_t>(record)))),
+        temp(tcg_const_i64_x86_64(ctx, static_cast<int64_t>(At<uint64_t>(const_cast<void*>(tb), uabi::kTbPc)))),
+        temp(tcg_const_i32_x86_64(ctx, 0)),
+        temp(tcg_const_i64_x86_64(ctx, static_cast<int64_t>(reinterpret_cast<uintptr_t>(self)))),
+    };
+    uc_add_inline_hook_x86_64(self->uc_, self->count_call_hook_, args, 4);
+    for (void* a : args) tcg_temp_free_internal_x86_64(ctx, a);
+  }
+  static void CountCall(uc_engine* record, uint64_t address, uint32_t, void* user) {
+    static_cast<TcgCpu*>(user)->CountCallStart(reinterpret_cast<const TcgCpu::HooklessTb*>(record), address);
+  }
+  static void EndTranslation(const void* db) {
     RestoreHiddenHook();
+    if (t_translating_tb != nullptr) {
+      const auto* base = static_cast<const uabi::DisasContextBasePrefix*>(db);
+      t_translating_tb->bytes = static_cast<uint32_t>(base->pc_next - base->pc_first);
+    }
+    if (t_hidden_block_hook != nullptr) t_hidden_block_hook->to_delete = false;
+    t_hidden_block_hook = nullptr;
+    t_hide_every = false;
     t_translating_tb = nullptr;
     t_translating_hook = nullptr;
   }
@@ -1065,7 +1111,7 @@ struct TcgCallbacks {
     }
     if (TcgCpu::HooklessTb* h = t_translating_tb) {
       h->pcs.push_back(pc);
-      if (h->pcs.size() > 1 && !t_translating_hook->to_delete) {
+      if ((h->pcs.size() > 1 || t_hide_every) && t_translating_hook != nullptr && !t_translating_hook->to_delete) {
         t_translating_hook->to_delete = true;  // read by the translator only: restored below
         t_hidden_hook = t_translating_hook;
       }
@@ -1972,7 +2018,7 @@ void translator_loop_x86_64(const void* ops, void* db, void* cpu, void* tb, int 
   vbts::vcpu::CodeWorkTimer timer;
   TcgCallbacks::BeginTranslation(cpu, tb);
   original(&wrapped, db, cpu, tb, max_insns);
-  TcgCallbacks::EndTranslation();
+  TcgCallbacks::EndTranslation(db);
   // The block's pc and size where unicorn_abi.h pins them (LastLookupBlock):
   // translator_loop has just set them from the context's first and next pc.
   const auto* base = static_cast<const vbts::vcpu::uabi::DisasContextBasePrefix*>(db);
@@ -2187,6 +2233,14 @@ absl::Status TcgCpu::Init() {
   if (e == UC_ERR_OK) {
     e = uc_hook_add(uc_, &h, UC_HOOK_BLOCK, reinterpret_cast<void*>(&TcgCallbacks::Block), this, 1, 0);
     block_hook_ = h;
+    // The record Unicorn's inline-call generator reads for one call a block
+    // (its type and callback: uc_add_inline_hook).
+    static_assert(sizeof(uabi::HookPrefix) <= sizeof(count_call_hook_));
+    uabi::HookPrefix count_hook{};
+    count_hook.type = UC_HOOK_CODE;
+    count_hook.callback = reinterpret_cast<void*>(&TcgCallbacks::CountCall);
+    count_hook.user_data = this;
+    std::memcpy(count_call_hook_, &count_hook, sizeof count_hook);
     // Runs leave it out through its to_delete flag (SyncBlockHook): only where
     // the handle shows the layout unicorn_abi.h pins.
     if (e == UC_ERR_OK && !CatchAllHookAsPinned(h, UC_HOOK_BLOCK, reinterpret_cast<void*>(&TcgCallbacks::Block), this))
@@ -2269,6 +2323,16 @@ absl::Status TcgCpu::SelfCheck() {
     return fail("stop_interrupt");
   }
   if (At<void*>(uc_, uabi::kUcMemRedirect) != nullptr) return fail("mem_redirect");
+  // CPUState.icount_decr_ptr, right after env_ptr: QEMU's X86CPU puts its
+  // IcountDecr last in `neg`, just before CPUX86State, with no exit
+  // requested at rest.  Otherwise: no one call a block (CountCallAllowedForRun).
+  {
+    const auto env_at = reinterpret_cast<uintptr_t>(env_);
+    const uintptr_t p = At<uintptr_t>(cpu_, uabi::kCpuIcountDecrPtr);
+    const bool ok = p >= env_at - 64 && p < env_at && p % 4 == 0 && *reinterpret_cast<const int32_t*>(p) == 0;
+    icount_decr_ = ok ? reinterpret_cast<const volatile int32_t*>(p) : nullptr;
+  }
+
   // QEMU's CPU reset leaves cflags_next_tb at -1 (no request), next to
   // interrupt_request (TcgCallbacks::RunAloneUnlessSeen stores 1 there).
   if (At<int32_t>(cpu_, uabi::kCpuCflagsNextTb) != -1) return fail("cflags_next_tb");
@@ -3159,14 +3223,118 @@ bool TcgCpu::HooklessAllowed() const {
          skipped_ + kHooklessMinRoom <= skip_limit_;
 }
 
+bool TcgCpu::CountCallAllowedForRun() const {
+  // Nothing that a Unicorn hook in the translations serves (the debugger's
+  // checks and breakpoint hooks, watched ranges, the data-access hook, a
+  // rerun alone), and a code hook that stays in Unicorn's list.
+  return config_.count_call && config_.hook_per_block && icount_decr_ != nullptr && tcg_ctx_ != nullptr && insn_hook_ &&
+         code_hook_ != 0 && block_hook_ != 0 && !code_hook_deleted_ && !exec_bp_hook_mask_ && !DebugChecked() &&
+         debug_bp_hooks_.empty() && debug_watches_.empty() && guest_watch_regs_[4] == 0 && data_mem_hook_ == 0 &&
+         !alone_pending_ && alone_skip_ == 0;
+}
+
+bool TcgCpu::CountCallAllowed() const {
+  // Skipping across blocks (the ends kept or not): every instruction counts
+  // alike, so a block is its number of instructions, and its end is where
+  // it began.
+  return skip_across_ && CountCallAllowedForRun() && HooklessAllowed();
+}
+
+void TcgCpu::CountCallStart(const HooklessTb* tb, uint64_t address) {
+  // EIP is where an earlier block left it (Unicorn lists a code hook, so
+  // QEMU does not set it at an exit before a block): here it is the block's.
+  env_->eip = address - env_->segs[uabi::kCs].base;
+  // QEMU leaves for its loop right after this call (an exit request made on
+  // this thread: an A20 change, say): the block has not started.
+  if (*icount_decr_ < 0) return;
+  // What the block hook does at a block start (TcgCallbacks::Block), without
+  // the reruns alone, which the mode excludes.
+  CloseBlock();  // the block before ran to its end
+  block_start_ = true;
+  current_block_ = {address, tb->bytes};
+  blocks_in_run_++;
+  if (kick_.load(std::memory_order_relaxed) || time_up_.load(std::memory_order_relaxed)) {
+    if (stop_requested_ || time_up_.load(std::memory_order_relaxed)) skipping_ = false;
+    Boundary(address);
+  }
+  const uint64_t n = tb->pcs.size();
+  // The common case first: the block skipped whole, across the boundary
+  // before it (its end kept where ends are), as TcgCallbacks::AtBoundary
+  // and HooklessStart below would skip it.
+  if (n != 0 && tb->pcs.front() == address && reenter_at_ != address && skipping_ &&
+      skip_across_ && insn_hook_ && !deliver_now_ && !stop_requested_ && !unskip_next_ && !exec_bp_hook_mask_ &&
+      !DebugChecked() && skipped_ + n <= skip_limit_ && SkipFlags(env_) == skip_hflags_ &&
+      env_->segs[uabi::kCs].selector == skip_cs_ &&
+      (!skip_block_ends_ ||
+       (block_ends_n_ < kMaxBlockEnds && (env_->hflags & kHfSs32) == skip_ss32_ &&
+        env_->segs[uabi::kCs].base == skip_ends_.cs.base &&
+        g_paging_generation.load(std::memory_order_relaxed) == skip_ends_.generations.paging &&
+        g_code_bytes_generation.load(std::memory_order_relaxed) == skip_ends_.generations.bytes)) &&
+      (address != last_start_ || !IsRepString(address))) {  // (a REP string instruction's next iteration: below)
+    reenter_at_ = kNoReentry;
+    hookless_reentry_ = false;
+    if (skip_block_ends_) block_ends_[block_ends_n_++] = {last_start_, address, skipped_};
+    TcgCallbacks::Skip(this, address);
+    stats_.count_call_blocks++;
+    if (n == 1) return;
+    open_ = tb;
+    open_idx_ = 0;
+    open_prev_ = prev_start_;
+    open_skipped_ = last_start_skipped_;
+    Pretend(n - 1, tb->pcs[n - 2], tb->pcs[n - 1]);
+    return;
+  }
+  // Otherwise what the code hook at the first instruction of a block made
+  // with one hook does (HooklessStart), with the block's record in hand.
+  if (n == 0 || tb->pcs.front() != address || !insn_hook_ || exec_bp_hook_mask_ || DebugChecked())
+    LeaveCountCall(address, /*handled=*/false);
+  // Where the first instruction would run unreported, the whole block must
+  // fit under the limit: otherwise it runs with the hook before every
+  // instruction, from its start.
+  if (reenter_at_ != address && skipping_ && skipped_ + n > skip_limit_) LeaveCountCall(address, /*handled=*/false);
+  TcgCallbacks::AtBoundary(this, address);  // skips or reports the first instruction (or leaves the block)
+  stats_.count_call_blocks++;
+  if (n == 1) return;
+  if (!(env_->hflags & uabi::kHfCountCall) || !skipping_ || !skip_across_ || deliver_now_ || stop_requested_ ||
+      skipped_ + (n - 1) > skip_limit_ || exec_bp_hook_mask_ || DebugChecked())
+    LeaveCountCall(address, /*handled=*/true);  // the rest, one hook an instruction (or one hook a block)
+  open_ = tb;
+  open_idx_ = 0;
+  open_prev_ = prev_start_;
+  open_skipped_ = last_start_skipped_;
+  Pretend(n - 1, tb->pcs[n - 2], tb->pcs[n - 1]);
+}
+
+void TcgCpu::LeaveCountCall(uint64_t address, bool handled) {
+  // The block runs again from its start made with the code hook: where
+  // `handled`, without a second report of its first instruction; otherwise
+  // that hook reports or skips it, and the mode is not entered again right
+  // there (MaybeEnterHookless).
+  env_->hflags &= ~uabi::kHfCountCall;
+  stats_.count_call_leaves++;
+  if (handled) {
+    reenter_at_ = address;
+    hookless_reentry_ = true;
+  } else {
+    hookless_not_at_ = address;
+  }
+  env_->eip = address - env_->segs[uabi::kCs].base;
+  cpu_loop_exit_x86_64(cpu_);
+}
+
 void TcgCpu::MaybeEnterHookless(uint64_t address) {
-  if ((env_->hflags & uabi::kHfHookless) || !HooklessAllowed()) return;
+  if ((env_->hflags & (uabi::kHfHookless | uabi::kHfCountCall)) || !HooklessAllowed()) return;
   if (address == hookless_not_at_) {
     hookless_not_at_ = kNoReentry;
     return;
   }
-  env_->hflags |= uabi::kHfHookless;
-  stats_.hookless_enters++;
+  if (CountCallAllowed()) {
+    env_->hflags |= uabi::kHfCountCall;
+    stats_.count_call_enters++;
+  } else {
+    env_->hflags |= uabi::kHfHookless;
+    stats_.hookless_enters++;
+  }
   reenter_at_ = address;  // reported or skipped already
   hookless_reentry_ = true;
   env_->eip = address - env_->segs[uabi::kCs].base;
@@ -3214,6 +3382,10 @@ void TcgCpu::HooklessStart(uint64_t address, uintptr_t ra) {
   if (reenter_at_ != address && skipping_ && skipped_ + n > skip_limit_) LeaveHookless(address, /*handled=*/false);
   TcgCallbacks::AtBoundary(this, address);  // skips or reports the first instruction (or leaves the block)
   stats_.hookless_blocks++;
+  // Skipping across blocks now (the observer changed at this report): on
+  // with one call a block from the next boundary.
+  if (skip_across_ && config_.count_call && CountCallAllowed())
+    LeaveHookless(address, /*handled=*/true);
   if (n == 1) return;
   if (!(env_->hflags & uabi::kHfHookless) || !skipping_ || deliver_now_ || stop_requested_ ||
       skipped_ + (n - 1) > skip_limit_ || exec_bp_hook_mask_ || DebugChecked())
@@ -3381,7 +3553,7 @@ void TcgCpu::AnnounceEvent(std::optional<uint64_t> soft_linear) {
 void TcgCpu::SetInstructionHook(std::function<void(uint64_t)> hook) {
   insn_hook_ = std::move(hook);
   CloseBlock();
-  if (!insn_hook_) env_->hflags &= ~uabi::kHfHookless;  // (between runs, or leaving no block of the other kind behind)
+  if (!insn_hook_) env_->hflags &= ~(uabi::kHfHookless | uabi::kHfCountCall);  // (between runs, or leaving no block of the other kind behind)
   observed_valid_ = false;
   skipping_ = false;
   skipped_ = 0;
@@ -3466,6 +3638,7 @@ bool TcgCpu::SyncCodeHook() {
   deliver_now_ = CodeHookActive() && (At<uint32_t>(cpu_, uabi::kCpuInterruptRequest) != 0 || pending_exception_);
   // Hooks are compiled into the translations: retranslate.
   FlushCode();
+  SyncCountCallMode();
   return true;
 }
 
@@ -3529,6 +3702,7 @@ absl::StatusOr<TcgStop> TcgCpu::Run(uint64_t timeout_us) {
   TcgCallbacks::RestoreHiddenHook();
   if (!config_.hook_per_block || !insn_hook_ || code_hook_ == 0 || exec_bp_hook_mask_ || DebugChecked())
     env_->hflags &= ~uabi::kHfHookless;
+  if (!CountCallAllowedForRun()) env_->hflags &= ~uabi::kHfCountCall;
   debug_stop_ = DebugStop{};
   debug_first_ = true;
   debug_progress_ = false;
@@ -3671,6 +3845,7 @@ void TcgCpu::SyncDataHook() {
       stats_.data_hook_adds++;
     }
     FlushCode();  // memory hooks are compiled into the translations
+    SyncCountCallMode();
     return;
   }
   if (data_mem_hook_ == 0) return;
@@ -3722,6 +3897,18 @@ void TcgCpu::SyncGuestWatches() {
   guest_watch_regs_ = want;
   tlb_flush_x86_64(cpu_);
   stats_.guest_watch_syncs++;
+  // (From MOV DRn in a run: QEMU ends the block after it and looks up the
+  // next one by the flags.)
+  SyncCountCallMode();
+}
+
+void TcgCpu::SyncCountCallMode() {
+  // What one call a block cannot serve arrived in a run (watched ranges,
+  // whose hits run an instruction again alone; a memory or code hook): the
+  // next block is looked up without the mode's flag.  Only where QEMU looks
+  // it up, not chains it: after an instruction that ends its block (MOV
+  // DRn, WRMSR) or after every translation was invalidated (FlushCode).
+  if ((env_->hflags & uabi::kHfCountCall) && !CountCallAllowedForRun()) env_->hflags &= ~uabi::kHfCountCall;
 }
 
 

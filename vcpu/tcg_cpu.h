@@ -180,6 +180,9 @@ struct TcgStats {
   // Their per-block records dropped with all translations (a million kept at most).
   uint64_t hookless_record_drops = 0;
   uint64_t hookless_lookups = 0;  // blocks found by QEMU's search (tcg_tb_lookup), not in the cache
+  // One call a block (Config::count_call): blocks counted by vbts's own call
+  // at their start, with no Unicorn hook; switches into and out of that mode.
+  uint64_t count_call_blocks = 0, count_call_enters = 0, count_call_leaves = 0;
   // Runs without the block hook (nothing observed: stops and interrupts
   // through QEMU's exit request at the next block start), and the times the
   // block hook was compiled into the translations and taken out of them.
@@ -215,6 +218,11 @@ class TcgCpu {
     // ... the per-block records it keeps for that at most; past them a run's
     // start drops them with all translations.
     size_t hook_per_block_records = size_t{1} << 20;
+    // ... and while only counters count (skipping across blocks with no ends
+    // kept, nothing watched), translations with no Unicorn hook that call
+    // vbts once at their start to count the whole block (docs/tcg-engine.md,
+    // "One call a block"). False: one hook a block there too.
+    bool count_call = true;
     // While no Unicorn code or memory hook exists, run without the block hook
     // too: a stop, a time limit or an interrupt then ends QEMU's block
     // through its own exit request, which it checks at every block start
@@ -722,6 +730,7 @@ class TcgCpu {
   // (a PMU access), the instruction it is at is found (Settle).
   struct HooklessTb {
     std::vector<uint64_t> pcs;  // the linear address of each instruction
+    uint32_t bytes = 0;         // the block's size
   };
   // By QEMU's TranslationBlock (the pointers are unique until the code
   // buffer is emptied), and by the hook call's return address in the
@@ -744,6 +753,22 @@ class TcgCpu {
   bool hookless_reentry_ = false;     // reenter_at_ was set leaving or entering the mode (kept across runs)
   uint64_t hookless_not_at_ = ~0ull;  // a block start the mode could not follow: not entered there next
   bool HooklessAllowed() const;
+  // One call a block (Config::count_call): while env->hflags has
+  // kHfCountCall, QEMU makes translations with neither the block hook nor
+  // the code hook, which call CountCallStart before their first instruction
+  // (where the block hook's call is) with the block's record; the call
+  // does what HooklessStart does there (TcgCallbacks::AtBoundary), or leaves the mode.
+  bool CountCallAllowed() const;        // ... by what observes and is watched now
+  bool CountCallAllowedForRun() const;  // ... by what stays for a whole run
+  void CountCallStart(const HooklessTb* tb, uint64_t address);
+  [[noreturn]] void LeaveCountCall(uint64_t address, bool handled);
+  void SyncCountCallMode();  // the flag off where the run no longer allows the mode
+  // QEMU's icount_decr (its exit request at block starts: negative when set),
+  // found by SelfCheck through CPUState.icount_decr_ptr; null: no such mode.
+  const volatile int32_t* icount_decr_ = nullptr;
+  // A copy of the code hook's Unicorn record with CountCallStart as its
+  // callback, which Unicorn's inline-call generator reads.
+  alignas(8) unsigned char count_call_hook_[64] = {};
   const HooklessHit* HooklessLookup(uintptr_t ra);
   // The first (only) hook of a block translated with one hook.
   void HooklessStart(uint64_t address, uintptr_t ra);

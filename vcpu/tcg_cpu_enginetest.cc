@@ -101,10 +101,11 @@ class TcgCpuTest : public CompleterTest {
   // A new engine whose unused code hook lingers for `linger` (0 for the
   // tests below but the one of the lingering: a hook let go goes at once).
   void Recreate(std::chrono::milliseconds linger, bool hook_per_block = true, size_t records = size_t{1} << 20,
-                bool drop_block_hook = true) {
+                bool drop_block_hook = true, bool count_call = true) {
     cpu_.reset();
     TcgCpu::Config config{mem_.bytes().data(), mem_.bytes().size(), UC_CPU_X86_WESTMERE, &devices_, linger};
     config.hook_per_block = hook_per_block;
+    config.count_call = count_call;
     config.drop_block_hook = drop_block_hook;
     config.hook_per_block_records = records;
     auto cpu = TcgCpu::Create(config);
@@ -1678,8 +1679,17 @@ TEST_F(TcgSkipTest, BlockEndsAreTakenBeforeAStoreChangesTheirCode) {
   EXPECT_EQ(mem_.bytes()[0x140], 0x90);
 }
 
-// One hook a block (docs/tcg-engine.md): the same reports, counts and kept
-// ends as with the hook before every instruction.
+// How the engine calls vbts while whole blocks run unreported: the hook
+// before every instruction, one hook a block, one call a block (Config).
+enum class Hooks { kInstruction, kBlock, kCall };
+struct HookRun {
+  std::vector<std::pair<uint64_t, uint64_t>> reports;  // (at, count)
+  std::vector<uint64_t> at_rdmsr;
+  TcgStats stats;
+};
+
+// One hook a block and one call a block (docs/tcg-engine.md): the same
+// reports, counts and kept ends as with the hook before every instruction.
 TEST_F(TcgSkipTest, OneHookABlockReportsAndCountsAsAHookBeforeEveryInstruction) {
   // mov ebx, 3000 / L: nop / mov ecx, 0x1d9 / rdmsr / nop / dec ebx / jnz L / hlt:
   // 3000 blocks of six instructions with an RDMSR (a machine MSR: a device
@@ -1703,8 +1713,8 @@ TEST_F(TcgSkipTest, OneHookABlockReportsAndCountsAsAHookBeforeEveryInstruction) 
     std::vector<uint64_t> at_rdmsr;
     TcgStats stats;
   };
-  auto run = [this](bool per_block) {
-    Recreate(std::chrono::milliseconds(0), per_block);
+  auto run = [this](Hooks hooks) {
+    Recreate(std::chrono::milliseconds(0), hooks != Hooks::kInstruction, size_t{1} << 20, true, hooks == Hooks::kCall);
     devices_.skipped_at_rdmsr.clear();
     kept_.clear();
     Outcome o;
@@ -1720,14 +1730,15 @@ TEST_F(TcgSkipTest, OneHookABlockReportsAndCountsAsAHookBeforeEveryInstruction) 
     o.stats = cpu_->stats();
     return o;
   };
-  const Outcome each = run(false), block = run(true);
+  const Outcome each = run(Hooks::kInstruction), block = run(Hooks::kBlock), call = run(Hooks::kCall);
   EXPECT_EQ(each.stats.hookless_blocks, 0u);
   EXPECT_GE(block.stats.hookless_blocks, 2900u);  // most blocks ran with one hook
+  EXPECT_EQ(block.stats.count_call_blocks, 0u);
+  EXPECT_GE(call.stats.count_call_blocks, 2900u);  // ... with one call
   ASSERT_EQ(block.reports.size(), each.reports.size());
   ASSERT_EQ(block.reports.size(), 4u);
-  for (size_t i = 0; i < each.reports.size(); i++) {
-    EXPECT_EQ(block.reports[i], each.reports[i]) << i;
-  }
+  EXPECT_EQ(block.reports, each.reports);
+  EXPECT_EQ(call.reports, each.reports);
   EXPECT_EQ(each.reports[0].first, kCodeRip);
   EXPECT_EQ(each.reports[1].first, kCodeRip + 5);  // L, after iteration 1025
   EXPECT_EQ(each.reports[1].second, 6 * 1025u);     // nop..jnz of 1025 iterations, after the mov
@@ -1736,16 +1747,163 @@ TEST_F(TcgSkipTest, OneHookABlockReportsAndCountsAsAHookBeforeEveryInstruction) 
   EXPECT_EQ(each.reports[3].first, kCodeRip + 18);    // after the HLT, at the end of the run
   EXPECT_EQ(each.reports[3].second, 6 * 950u);        // 950 iterations, less the reported L, and the HLT
   ASSERT_EQ(block.ends.size(), each.ends.size());
+  ASSERT_EQ(call.ends.size(), each.ends.size());
   ASSERT_EQ(each.ends.size(), 2998u);
   for (size_t i = 0; i < each.ends.size(); i++) {
-    ASSERT_EQ(block.ends[i].from, each.ends[i].from) << i;
-    ASSERT_EQ(block.ends[i].to, each.ends[i].to) << i;
-    ASSERT_EQ(block.ends[i].skipped, each.ends[i].skipped) << i;
+    for (const Outcome* o : {&block, &call}) {
+      ASSERT_EQ(o->ends[i].from, each.ends[i].from) << i;
+      ASSERT_EQ(o->ends[i].to, each.ends[i].to) << i;
+      ASSERT_EQ(o->ends[i].skipped, each.ends[i].skipped) << i;
+    }
   }
   ASSERT_EQ(block.at_rdmsr.size(), 3000u);
   EXPECT_EQ(block.at_rdmsr, each.at_rdmsr);
+  EXPECT_EQ(call.at_rdmsr, each.at_rdmsr);
   EXPECT_EQ(each.at_rdmsr[0], 3u);
   EXPECT_EQ(each.at_rdmsr[1], 9u);
+}
+
+// One call a block (docs/tcg-engine.md): while only counters count (across
+// blocks, no ends kept), blocks made with no Unicorn hook count themselves
+// through one call at their start; the reports and counts are those of the
+// hook before every instruction and of one hook a block.
+TEST_F(TcgSkipTest, OneCallABlockCountsAsTheHooksDo) {
+  // The loop of OneHookABlockReportsAndCountsAsAHookBeforeEveryInstruction
+  // (3000 blocks of six instructions, an RDMSR in each, which asks the engine
+  // how many started unreported), counted across blocks with no ends kept
+  // and a limit of 10 000: 10 000 instructions skipped, then one reported
+  // (near the limit the blocks run with the hook before every instruction).
+  // The MOV first (reported), then 3000 iterations of nop, mov, rdmsr, nop,
+  // dec, jnz and the HLT: reported are the MOV and the 10 001st instruction
+  // after it (10 001 = 6 * 1666 + 5: the DEC of iteration 1667), and the
+  // run's end counts the 18 001 - 10 001 after that DEC, the HLT included.
+  // The RDMSR of iteration k is instruction 6k - 3 after the MOV:
+  // skipped() there counts it and those before it since the last report.
+  Code(kCodeRip, {0xbb, 0xb8, 0x0b, 0x00, 0x00,  // mov ebx, 3000
+                  0x90,                          // L: nop
+                  0xb9, 0xd9, 0x01, 0x00, 0x00,  // mov ecx, 0x1d9
+                  0x0f, 0x32,                    // rdmsr
+                  0x90,                          // nop
+                  0x4b,                          // dec ebx
+                  0x75, 0xf4,                    // jnz L
+                  0xf4});                        // hlt
+  auto run = [this](Hooks hooks) {
+    Recreate(std::chrono::milliseconds(0), hooks != Hooks::kInstruction, size_t{1} << 20, true, hooks == Hooks::kCall);
+    devices_.skipped_at_rdmsr.clear();
+    HookRun o;
+    cpu_->SetInstructionHook([this, &o](uint64_t la) {
+      o.reports.push_back({la, Take().count});
+      cpu_->SkipSequential(10000, /*across=*/true, /*ends=*/false);
+    });
+    CpuState st = RunFrom(Pm32(0));
+    EXPECT_EQ(st.gpr[kRbx], 0u);
+    o.reports.push_back({st.pc_linear(), Take().count});
+    o.at_rdmsr = devices_.skipped_at_rdmsr;
+    o.stats = cpu_->stats();
+    return o;
+  };
+  const HookRun each = run(Hooks::kInstruction), block = run(Hooks::kBlock), call = run(Hooks::kCall);
+  EXPECT_EQ(block.stats.count_call_blocks, 0u);
+  EXPECT_GE(call.stats.count_call_blocks, 2900u);  // most blocks counted with one call
+  EXPECT_EQ(call.stats.hookless_blocks, 0u);
+  ASSERT_EQ(each.reports.size(), 3u);
+  EXPECT_EQ(each.reports[0], (std::pair<uint64_t, uint64_t>{kCodeRip, 0}));
+  EXPECT_EQ(each.reports[1], (std::pair<uint64_t, uint64_t>{kCodeRip + 14, 10000}));
+  EXPECT_EQ(each.reports[2], (std::pair<uint64_t, uint64_t>{kCodeRip + 18, 8000}));
+  EXPECT_EQ(block.reports, each.reports);
+  EXPECT_EQ(call.reports, each.reports);
+  ASSERT_EQ(each.at_rdmsr.size(), 3000u);
+  for (size_t k = 1; k <= 3000; k++) {
+    const uint64_t i = 6 * k - 3;  // the RDMSR's number after the MOV
+    ASSERT_EQ(each.at_rdmsr[k - 1], i <= 10000 ? i : i - 10001) << k;
+  }
+  EXPECT_EQ(block.at_rdmsr, each.at_rdmsr);
+  EXPECT_EQ(call.at_rdmsr, each.at_rdmsr);
+}
+
+TEST_F(TcgSkipTest, OneCallABlockCountsARepStringInstructionOnce) {
+  // mov ebx, 200 / L: mov ecx, 7 / rep stosb / dec ebx / jnz L / hlt, with
+  // EDI at 0x3000: QEMU runs each of the 7 iterations of REP STOSB as a
+  // block of its own (and once more with ECX = 0); each REP is one
+  // instruction. The first MOV reported, then 1 + 200 * 4 + 1 (the HLT).
+  Code(kCodeRip, {0xbb, 0xc8, 0x00, 0x00, 0x00,  // mov ebx, 200
+                  0xbf, 0x00, 0x30, 0x00, 0x00,  // mov edi, 0x3000
+                  0xb9, 0x07, 0x00, 0x00, 0x00,  // L: mov ecx, 7
+                  0xf3, 0xaa,                    // rep stosb
+                  0x4b,                          // dec ebx
+                  0x75, 0xf6,                    // jnz L
+                  0xf4});                        // hlt
+  for (Hooks hooks : {Hooks::kInstruction, Hooks::kBlock, Hooks::kCall}) {
+    Recreate(std::chrono::milliseconds(0), hooks != Hooks::kInstruction, size_t{1} << 20, true, hooks == Hooks::kCall);
+    std::vector<std::pair<uint64_t, uint64_t>> reports;
+    cpu_->SetInstructionHook([this, &reports](uint64_t la) {
+      reports.push_back({la, Take().count});
+      cpu_->SkipSequential(UINT64_MAX, /*across=*/true, /*ends=*/false);
+    });
+    CpuState st = RunFrom(Pm32(0));
+    EXPECT_EQ(st.gpr[kRdi], 0x3000u + 200 * 7) << static_cast<int>(hooks);
+    reports.push_back({st.pc_linear(), Take().count});
+    ASSERT_EQ(reports.size(), 2u) << static_cast<int>(hooks);
+    EXPECT_EQ(reports[1].second, 1 + 200 * 4 + 1u) << static_cast<int>(hooks);
+    if (hooks == Hooks::kCall) EXPECT_GE(cpu_->stats().count_call_blocks, 1000u);
+  }
+}
+
+TEST_F(TcgSkipTest, AFaultInsideAOneCallBlockCountsWhatStartedUpToIt) {
+  // AFaultInsideAOneHookBlockCountsWhatStartedUpToIt counting only: the #DE
+  // at the DIV comes after 3 * 100 + 4 instructions unreported; the NOPs
+  // after it never ran.
+  Gate32(0, MakeGate(kIntGate32, kCode32K, 0x600, 0));
+  Code(0x600, {0xf4});
+  Code(kCodeRip, {0xbb, 0x64, 0x00, 0x00, 0x00,  // mov ebx, 100
+                  0x90,                          // L: nop
+                  0x4b,                          // dec ebx
+                  0x75, 0xfc,                    // jnz L
+                  0x31, 0xd2,                    // xor edx, edx
+                  0x31, 0xc9,                    // xor ecx, ecx
+                  0x90,                          // nop
+                  0xf7, 0xf1,                    // div ecx
+                  0x90, 0x90, 0xf4});            // nop, nop, hlt
+  constexpr uint64_t kDiv = kCodeRip + 14;
+  for (Hooks hooks : {Hooks::kInstruction, Hooks::kCall}) {
+    Recreate(std::chrono::milliseconds(0), hooks != Hooks::kInstruction, size_t{1} << 20, true, hooks == Hooks::kCall);
+    std::vector<TcgCpu::Skipped> at_event;
+    cpu_->SetInstructionHook([this](uint64_t) {
+      Take();
+      cpu_->SkipSequential(UINT64_MAX, /*across=*/true, /*ends=*/false);
+    });
+    cpu_->SetEventHook([this, &at_event](std::optional<uint64_t>) { at_event.push_back(Take()); });
+    CpuState st = RunFrom(Pm32(0));
+    EXPECT_EQ(st.rip, 0x601u);
+    EXPECT_EQ(Read32(kKernelStack - 12), kDiv);  // the #DE's frame: at the DIV
+    ASSERT_EQ(at_event.size(), 1u);
+    EXPECT_EQ(at_event[0].last, kDiv);
+    EXPECT_EQ(at_event[0].count, 3 * 100 + 4u);
+    if (hooks == Hooks::kCall) {
+      EXPECT_GE(cpu_->stats().count_call_blocks, 90u);
+      EXPECT_GE(cpu_->stats().hookless_settles, 1u);
+    }
+  }
+}
+
+TEST_F(TcgSkipTest, AJmpToANonCanonicalAddressFaultsAtTheBranchInAOneCallBlock) {
+  // AJmpOrCallToANonCanonicalAddressFaultsAtTheBranch with the instructions
+  // counted across blocks: the block (mov rax, 0xaaaaaaaaaaaaaaaa; jmp rax)
+  // runs with one call, which gives the engine the block's place and size
+  // (the branch is its last instruction): #GP(0) with the frame's RIP at the
+  // JMP, kCodeRip + 10.
+  Gate64(13, MakeGate(kIntGate32, kCode64K, 0x800, 0));
+  Code(0x800, {0xf4});
+  Code(kCodeRip, {0x48, 0xb8, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa, 0xff, 0xe0, 0xf4});
+  cpu_->SetInstructionHook([this](uint64_t) {
+    Take();
+    cpu_->SkipSequential(UINT64_MAX, /*across=*/true, /*ends=*/false);
+  });
+  const CpuState st = RunFrom(Lm64(0));
+  EXPECT_EQ(st.rip, 0x801u);
+  EXPECT_EQ(Read64(kKernelStack - 40), kCodeRip + 10);
+  EXPECT_EQ(cpu_->stats().branch_faults, 1u);
+  EXPECT_GE(cpu_->stats().count_call_blocks, 1u);
 }
 
 TEST_F(TcgSkipTest, OneHookBlockRecordsAreDroppedWithTheTranslationsAtTheirLimit) {
@@ -1755,19 +1913,30 @@ TEST_F(TcgSkipTest, OneHookBlockRecordsAreDroppedWithTheTranslationsAtTheirLimit
   LoadLoop();
   // Blocks run with one hook in each run: the second's are new translations
   // with new records (without them no block could run so).
-  Recreate(std::chrono::milliseconds(0), /*hook_per_block=*/true, /*records=*/2);
-  uint64_t blocks[2] = {};
-  for (int run = 0; run < 2; run++) {
-    const uint64_t before = cpu_->stats().hookless_blocks;
-    const std::vector<Report> r = RunSkipping(UINT64_MAX, /*across=*/true, /*ends=*/true);
-    ASSERT_EQ(r.size(), 2u) << run;
-    EXPECT_EQ(r[1].skipped.count, 21u) << run;  // as BlockEndsKeepEveryBoundaryPassed
-    EXPECT_EQ(r[1].skipped.ends.size, 5u) << run;
-    blocks[run] = cpu_->stats().hookless_blocks - before;
+  // The same with one call a block, whose translations call vbts with their
+  // record's address: the records go only with every translation.
+  for (bool count_call : {false, true}) {
+    Recreate(std::chrono::milliseconds(0), /*hook_per_block=*/true, /*records=*/2, true, count_call);
+    auto blocks_so_far = [this, count_call] {
+      return count_call ? cpu_->stats().count_call_blocks : cpu_->stats().hookless_blocks;
+    };
+    uint64_t blocks[2] = {};
+    for (int run = 0; run < 2; run++) {
+      const uint64_t before = blocks_so_far();
+      const std::vector<Report> r = RunSkipping(UINT64_MAX, /*across=*/true, /*ends=*/true);
+      ASSERT_EQ(r.size(), 2u) << run;
+      EXPECT_EQ(r[1].skipped.count, 21u) << run;  // as BlockEndsKeepEveryBoundaryPassed
+      EXPECT_EQ(r[1].skipped.ends.size, 5u) << run;
+      blocks[run] = blocks_so_far() - before;
+    }
+    EXPECT_EQ(cpu_->stats().hookless_record_drops, 1u) << count_call;
+    // The first block (entered at its report), L four times and the HLT's;
+    // the second run starts in the mode the first ended in, whose call at
+    // the first block reports the MOV.
+    EXPECT_EQ(blocks[0], 6u) << count_call;
+    EXPECT_EQ(blocks[1], 6u) << count_call;
+    EXPECT_EQ(cpu_->stats().count_call_leaves, 0u) << count_call;
   }
-  EXPECT_EQ(cpu_->stats().hookless_record_drops, 1u);
-  EXPECT_GE(blocks[0], 5u);  // L five times (the first block was entered at its report)
-  EXPECT_EQ(blocks[1], blocks[0]);
 }
 
 TEST_F(TcgSkipTest, AFaultInsideAOneHookBlockCountsWhatStartedUpToIt) {
@@ -1790,7 +1959,7 @@ TEST_F(TcgSkipTest, AFaultInsideAOneHookBlockCountsWhatStartedUpToIt) {
                   0x90, 0x90, 0xf4});            // nop, nop, hlt
   constexpr uint64_t kDiv = kCodeRip + 14;
   for (bool per_block : {false, true}) {
-    Recreate(std::chrono::milliseconds(0), per_block);
+    Recreate(std::chrono::milliseconds(0), per_block, size_t{1} << 20, true, /*count_call=*/false);
     kept_.clear();
     std::vector<TcgCpu::Skipped> at_event;
     cpu_->SetInstructionHook([this](uint64_t) {

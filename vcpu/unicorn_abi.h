@@ -43,6 +43,9 @@ inline constexpr size_t kCpuInterruptRequest = 0x1c;
 // precise self-modifying-code path stores 1 there: one instruction).
 inline constexpr size_t kCpuCflagsNextTb = 0x18;
 inline constexpr size_t kCpuEnvPtr = 0x128;
+// icount_decr_ptr, after env_ptr: QEMU's IcountDecr (negative while an exit
+// is requested at the next block start), just before CPUX86State.
+inline constexpr size_t kCpuIcountDecrPtr = 0x130;
 // struct TranslationBlock (include/exec/exec-all.h): pc (the linear address of
 // its first instruction), cs_base, flags, size (bytes of guest code).  Checked
 // on a translation: the first the engine sees (translator_loop).
@@ -120,6 +123,9 @@ inline constexpr uint32_t kHf2Nmi = 1u << 2;
 // (TcgCpu's "one hook a block"), so that QEMU keeps them apart from those
 // with the hook before every instruction.
 inline constexpr uint32_t kHfHookless = 1u << 31;
+// Another such bit, for translations with no Unicorn hook at all that call
+// vbts once at their start to count the block (TcgCpu's "one call a block").
+inline constexpr uint32_t kHfCountCall = 1u << 30;
 inline constexpr uint32_t kDescP = 1u << 15;
 
 // QEMU's exception numbers beyond the architectural vectors.
@@ -188,6 +194,14 @@ void x86_cpu_do_interrupt_x86_64(void* cpu);
 void do_interrupt_x86_hardirq_x86_64(void* env, int intno, int is_hw);
 int x86_cpu_pending_interrupt_x86_64(void* cpu, int interrupt_request);
 void cpu_exit(void* cpu);
+// TCG code generation (tcg/tcg.c, tcg/tcg-op.c of QEMU 5.0): a constant in a
+// new temporary (TCGv_i32/TCGv_i64: its TCGTemp's offset from the context),
+// a temporary freed, and Unicorn's direct call of a hook's callback from the
+// translated code (args: TCGTemp pointers of uc, pc, size, user_data).
+void* tcg_const_i32_x86_64(void* tcg_ctx, int32_t value);
+void* tcg_const_i64_x86_64(void* tcg_ctx, int64_t value);
+void tcg_temp_free_internal_x86_64(void* tcg_ctx, void* temp);
+void uc_add_inline_hook_x86_64(void* uc, void* hook, void** args, int n_args);
 [[noreturn]] void cpu_loop_exit_x86_64(void* cpu);
 // QEMU's restart of the current instruction from a new block (vbts defines
 // it around libunicorn's: TcgCallbacks::Restarted).

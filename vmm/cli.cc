@@ -164,7 +164,7 @@ int CliMain(int argc, char** argv) {
   std::string sandbox = "on";
 #endif
   // The options of `vbts run`, which `vbts record` takes too.
-  std::string tcg_hooks = "block";
+  std::string tcg_hooks = "call";
   std::string clock = "host";
   auto add_run_options = [&config, &mem, &sandbox, &tcg_hooks, &clock](CLI::App* cmd) {
     cmd->add_option("--mem", mem, "guest RAM size (bytes, or with K/M/G suffix)")->capture_default_str();
@@ -189,10 +189,11 @@ int CliMain(int argc, char** argv) {
         ->check(CLI::IsMember({"auto", "kvm", "tcg", "kvm-tcg"}))
         ->capture_default_str();
     cmd->add_option("--tcg-hooks", tcg_hooks,
-                    "TCG engine: block (call vbts once per translated block where whole blocks run unreported) or "
-                    "instruction (before every instruction while tracing; slower, for comparisons). "
-                    "docs/tcg-engine.md")
-        ->check(CLI::IsMember({"block", "instruction"}))
+                    "TCG engine: call (where whole blocks run unreported, one Unicorn hook per translated block, "
+                    "and while only counters count, one direct call per block instead), block (the hook where call "
+                    "would make the direct call too) or instruction (a hook before every instruction while tracing; "
+                    "slower, for comparisons). docs/tcg-engine.md")
+        ->check(CLI::IsMember({"call", "block", "instruction"}))
         ->capture_default_str();
     cmd->add_option("--clock", clock,
                     "the guest's time on the TCG engine: host (the host's clock, as under KVM, while nothing is "
@@ -284,7 +285,8 @@ int CliMain(int argc, char** argv) {
     return rc == 0 ? 0 : kExitUsage;
   }
   config.sandbox = sandbox == "on";
-  config.tcg_hook_per_block = tcg_hooks == "block";
+  config.tcg_hook_per_block = tcg_hooks != "instruction";
+  config.tcg_count_call = tcg_hooks == "call";
   config.instruction_clock = clock == "instructions";
   if (config.gdb_wait && config.gdb.empty()) {
     PrintError("vbts: --gdb-wait needs --gdb=[HOST:]PORT");

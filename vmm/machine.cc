@@ -595,6 +595,8 @@ RunResult Machine::Finish(RunEnd end, int status, std::string message) {
                           "inside a block, records dropped %u times, %u blocks searched for\n",
                           t.hookless_blocks, t.hookless_enters, t.hookless_leaves, t.hookless_settles,
                           t.hookless_record_drops, t.hookless_lookups);
+    absl::StrAppendFormat(&r.details, "tcg: one call a block: %u blocks, entered %u times, left %u times\n",
+                          t.count_call_blocks, t.count_call_enters, t.count_call_leaves);
     absl::StrAppendFormat(&r.details,
                           "tcg: %u runs without the block hook; block hook put into the translations %u times, "
                           "taken out %u times\n",
@@ -765,6 +767,7 @@ absl::Status Machine::CreateTcg() {
   vcpu::TcgCpu::Config tcg_config{ram_->host_base(), ram_->size(), vcpu::TcgCpu::UnicornModelFor(config_.cpu_model),
                                    this};
   tcg_config.hook_per_block = config_.tcg_hook_per_block;
+  tcg_config.count_call = config_.tcg_count_call;
   VBTS_ASSIGN_OR_RETURN(tcg_, vcpu::TcgCpu::Create(tcg_config));
   const uint32_t cpuid1_ecx = model_->Cpuid(1, 0).ecx;
   vcpu::LapicConfig lapic_config;
