@@ -3276,12 +3276,7 @@ void TcgCpu::CountCallStart(const HooklessTb* tb, uint64_t address) {
     if (skip_block_ends_) block_ends_[block_ends_n_++] = {last_start_, address, skipped_};
     TcgCallbacks::Skip(this, address);
     stats_.count_call_blocks++;
-    if (n == 1) return;
-    open_ = tb;
-    open_idx_ = 0;
-    open_prev_ = prev_start_;
-    open_skipped_ = last_start_skipped_;
-    Pretend(n - 1, tb->pcs[n - 2], tb->pcs[n - 1]);
+    if (n > 1) OpenBlock(tb, n - 1, tb->pcs[n - 2], tb->pcs[n - 1]);
     return;
   }
   // Otherwise what the code hook at the first instruction of a block made
@@ -3298,11 +3293,7 @@ void TcgCpu::CountCallStart(const HooklessTb* tb, uint64_t address) {
   if (!(env_->hflags & uabi::kHfCountCall) || !skipping_ || !skip_across_ || deliver_now_ || stop_requested_ ||
       skipped_ + (n - 1) > skip_limit_ || exec_bp_hook_mask_ || DebugChecked())
     LeaveCountCall(address, /*handled=*/true);  // the rest, one hook an instruction (or one hook a block)
-  open_ = tb;
-  open_idx_ = 0;
-  open_prev_ = prev_start_;
-  open_skipped_ = last_start_skipped_;
-  Pretend(n - 1, tb->pcs[n - 2], tb->pcs[n - 1]);
+  OpenBlock(tb, n - 1, tb->pcs[n - 2], tb->pcs[n - 1]);
 }
 
 void TcgCpu::LeaveCountCall(uint64_t address, bool handled) {
@@ -3310,16 +3301,8 @@ void TcgCpu::LeaveCountCall(uint64_t address, bool handled) {
   // `handled`, without a second report of its first instruction; otherwise
   // that hook reports or skips it, and the mode is not entered again right
   // there (MaybeEnterHookless).
-  env_->hflags &= ~uabi::kHfCountCall;
-  stats_.count_call_leaves++;
-  if (handled) {
-    reenter_at_ = address;
-    hookless_reentry_ = true;
-  } else {
-    hookless_not_at_ = address;
-  }
-  env_->eip = address - env_->segs[uabi::kCs].base;
-  cpu_loop_exit_x86_64(cpu_);
+  if (!handled) hookless_not_at_ = address;
+  LeaveBlockMode(uabi::kHfCountCall, address, handled);
 }
 
 void TcgCpu::MaybeEnterHookless(uint64_t address) {
@@ -3341,9 +3324,11 @@ void TcgCpu::MaybeEnterHookless(uint64_t address) {
   cpu_loop_exit_x86_64(cpu_);
 }
 
-void TcgCpu::LeaveHookless(uint64_t address, bool handled) {
-  env_->hflags &= ~uabi::kHfHookless;
-  stats_.hookless_leaves++;
+void TcgCpu::LeaveHookless(uint64_t address, bool handled) { LeaveBlockMode(uabi::kHfHookless, address, handled); }
+
+void TcgCpu::LeaveBlockMode(uint32_t flag, uint64_t address, bool handled) {
+  env_->hflags &= ~flag;
+  (flag == uabi::kHfCountCall ? stats_.count_call_leaves : stats_.hookless_leaves)++;
   if (handled) {
     reenter_at_ = address;
     hookless_reentry_ = true;
@@ -3390,11 +3375,15 @@ void TcgCpu::HooklessStart(uint64_t address, uintptr_t ra) {
   if (!(env_->hflags & uabi::kHfHookless) || !skipping_ || deliver_now_ || stop_requested_ ||
       skipped_ + (n - 1) > skip_limit_ || exec_bp_hook_mask_ || DebugChecked())
     LeaveHookless(address, /*handled=*/true);  // the rest, one hook an instruction
-  open_ = hit->tb;
+  OpenBlock(hit->tb, n - 1, hit->before_last, hit->last);  // (from the cache entry, not behind it)
+}
+
+void TcgCpu::OpenBlock(const HooklessTb* tb, uint64_t tail, uint64_t before_last, uint64_t last) {
+  open_ = tb;
   open_idx_ = 0;
   open_prev_ = prev_start_;
   open_skipped_ = last_start_skipped_;
-  Pretend(n - 1, hit->before_last, hit->last);  // (from the cache entry, not behind it)
+  Pretend(tail, before_last, last);
 }
 
 void TcgCpu::Pretend(uint64_t tail, uint64_t before_last, uint64_t last) {
@@ -3906,8 +3895,9 @@ void TcgCpu::SyncCountCallMode() {
   // What one call a block cannot serve arrived in a run (watched ranges,
   // whose hits run an instruction again alone; a memory or code hook): the
   // next block is looked up without the mode's flag.  Only where QEMU looks
-  // it up, not chains it: after an instruction that ends its block (MOV
-  // DRn, WRMSR) or after every translation was invalidated (FlushCode).
+  // it up, not chains it: after MOV DRn (QEMU ends its block with an exit
+  // to its loop) or after every translation was invalidated (FlushCode,
+  // which unlinks every chain).
   if ((env_->hflags & uabi::kHfCountCall) && !CountCallAllowedForRun()) env_->hflags &= ~uabi::kHfCountCall;
 }
 

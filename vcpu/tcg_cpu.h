@@ -778,6 +778,10 @@ class TcgCpu {
   // `address` was reported or skipped already (re-entered without that).
   void MaybeEnterHookless(uint64_t address);
   [[noreturn]] void LeaveHookless(uint64_t address, bool handled);
+  [[noreturn]] void LeaveBlockMode(uint32_t flag, uint64_t address, bool handled);  // (either mode's flag)
+  // `tb` is the block whose first instruction started: its last `tail`
+  // instructions count as started (Pretend).
+  void OpenBlock(const HooklessTb* tb, uint64_t tail, uint64_t before_last, uint64_t last);
   // open_'s last `tail` instructions (the last but one and the last at
   // `before_last` and `last`) count as started.
   void Pretend(uint64_t tail, uint64_t before_last, uint64_t last);
