@@ -2,7 +2,7 @@
 """run-linux.py: boot Debian's kernel with guest-tests/linux/init.c as PID 1.
 
     run-linux.py (--vbts PATH | --qemu PATH) --kernel VMLINUX --initrd CPIO [--cpu MODEL]
-                 [--record-max N] [--perf-tool] [--perf-test] [--perf-shell] [--iommu]
+                 [--record-max N] [--perf-tool] [--perf-test] [--perf-shell] [--iommu] [--watchdog]
 
 The kernel is not ours: scripts/fetch-linux.sh puts Debian's cloud kernel
 (linux-image-cloud-amd64) there; without it the test is skipped (77) with a
@@ -47,6 +47,12 @@ lines in IOMMU_LINES, among them the two faults as Linux decodes the unit's
 fault records (reason 5 for the write, 6 for the read), and in
 IOMMU_MODE_LINES: remapping in xAPIC format on westmere, in x2APIC format (EIM)
 with the x2APIC in cluster mode on skylake.
+With --watchdog the command line keeps Linux's NMI watchdog on (no
+`nmi_watchdog=0`) with `watchdog_thresh=1` (WATCHDOG_APPEND), and init runs
+watchdog.sh from linux-watchdog.cpio: the kernel's line that the watchdog is
+enabled (WATCHDOG_LINE), one or two NMIs over a 3 G-instruction loop, exact
+counts from perf stat beside it: three PASS lines (WATCHDOG_CHECKS) and
+"SUMMARY: 3 passed, 0 failed".
 Under QEMU's TCG (no PMU): status 155 and init's (or perf-tool.sh's) SKIP line.
 Exit status: 0 as expected, 1 not, 77 no kernel.
 """
@@ -77,6 +83,11 @@ PERF_TEST_CHECKS = ("Read samples using the mmap interface", "User space counter
                     "Breakpoint overflow sampling", "Breakpoint accounting", "Read Only Watchpoint",
                     "Write Only Watchpoint", "Read / Write Watchpoint", "Modify Watchpoint", "TSC support",
                     "Perf time to TSC", "x86 bp modify", "Sigtrap", "Software clock events period values")
+
+
+WATCHDOG_CHECKS = ("watchdog on", "watchdog NMI", "perf stat beside the watchdog")
+WATCHDOG_APPEND = "console=ttyS0 panic=-1 pti=off watchdog_thresh=1"
+WATCHDOG_LINE = "NMI watchdog: Enabled. Permanently consumes one hw-PMU counter."
 
 
 PERF_SHELL_CHECKS = ("test_brstack.sh", "record.sh", "record.sh register capture", "stat.sh", "stat+shadow_stat.sh",
@@ -126,6 +137,8 @@ def main():
                     help="the initramfs of perf-shell.sh: check Debian perf's shell tests (PERF_SHELL_CHECKS)")
     ap.add_argument("--perf-shell-data-symbol", action="store_true",
                     help="with --perf-shell: test_data_symbol.sh too (~35 s more: label heavy)")
+    ap.add_argument("--watchdog", action="store_true",
+                    help="the initramfs of watchdog.sh, with the NMI watchdog on (WATCHDOG_APPEND): WATCHDOG_CHECKS")
     ap.add_argument("--iommu", action="store_true",
                     help="--device=intel-iommu,edu and the initramfs of iommu.sh: IOMMU_CHECKS, IOMMU_LINES")
     a = ap.parse_args()
@@ -133,17 +146,19 @@ def main():
         print("SKIP: no kernel at %s: run scripts/fetch-linux.sh %s (scripts/test.sh does)"
               % (a.kernel, os.path.dirname(a.kernel)))
         return 77
-    if (a.perf_tool or a.perf_test or a.perf_shell) and not os.path.exists(a.initrd):
+    if (a.perf_tool or a.perf_test or a.perf_shell or a.watchdog) and not os.path.exists(a.initrd):
         print("SKIP: no %s: the build found no `perf` (Debian's linux-perf; scripts/setup.sh installs it)"
               % a.initrd)
         return 77
     script = ("/perf-tool.sh" if a.perf_tool else "/perf-test.sh" if a.perf_test else
-              "/perf-shell.sh" if a.perf_shell else "/iommu.sh" if a.iommu else "")
+              "/perf-shell.sh" if a.perf_shell else "/iommu.sh" if a.iommu else
+              "/watchdog.sh" if a.watchdog else "")
     if a.perf_shell and a.perf_shell_data_symbol:
         script += " data_symbol"
-    append = APPEND + (" -- run /bin/sh " + script if script else "")
+    append = (WATCHDOG_APPEND if a.watchdog else APPEND) + (" -- run /bin/sh " + script if script else "")
     checks = (PERF_TOOL_CHECKS if a.perf_tool else PERF_TEST_CHECKS if a.perf_test else
-              PERF_SHELL_CHECKS if a.perf_shell else IOMMU_CHECKS if a.iommu else INIT_CHECKS)
+              PERF_SHELL_CHECKS if a.perf_shell else IOMMU_CHECKS if a.iommu else
+              WATCHDOG_CHECKS if a.watchdog else INIT_CHECKS)
     if a.perf_shell and a.perf_shell_data_symbol:
         checks = checks + ("test_data_symbol.sh",)
     # Limits, not timings: the sanitizer build (scripts/test.sh) runs perf-tool.sh
@@ -176,7 +191,8 @@ def main():
         if summary not in lines:
             errors.append("no '%s' line" % summary)
         iommu_lines = list(IOMMU_LINES) + list(IOMMU_MODE_LINES.get(a.cpu, ())) if a.iommu else []
-        for want in [PMU_LINES.get(a.cpu)] + iommu_lines:
+        watchdog_lines = [WATCHDOG_LINE] if a.watchdog else []
+        for want in [PMU_LINES.get(a.cpu)] + iommu_lines + watchdog_lines:
             if want and not any(l.endswith("] " + want) for l in out):
                 errors.append("the kernel did not say %r" % want)
         if a.record_max:
