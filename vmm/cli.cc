@@ -190,9 +190,9 @@ int CliMain(int argc, char** argv) {
         ->capture_default_str();
     cmd->add_option("--tcg-hooks", tcg_hooks,
                     "TCG engine: call (where whole blocks run unreported, one Unicorn hook per translated block, "
-                    "and while only counters count, one direct call per block instead), block (the hook where call "
-                    "would make the direct call too) or instruction (a hook before every instruction while tracing; "
-                    "slower, for comparisons). docs/tcg-engine.md")
+                    "and while whole blocks are skipped across, as for counters, LBRs and recordings, one direct "
+                    "call per block instead), block (the hook there too) or instruction (a hook before every "
+                    "instruction while tracing; slower, for comparisons). docs/tcg-engine.md")
         ->check(CLI::IsMember({"call", "block", "instruction"}))
         ->capture_default_str();
     cmd->add_option("--clock", clock,
