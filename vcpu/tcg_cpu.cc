@@ -939,7 +939,11 @@ struct TcgCallbacks {
   // first instruction, and each instruction's address is kept.
   static void BeginTranslation(void* cpu, const void* tb) {
     TcgCpu* self = t_running;
+    // (What a translation left by longjmp, a fault fetching its code, kept.)
     RestoreHiddenHook();
+    t_translating_tb = nullptr;
+    t_translating_hook = nullptr;
+    t_hide_every = false;
     ForgetAccess();  // no helper runs while QEMU translates
     if (self == nullptr || self->cpu_ != cpu) return;
     if (At<uint32_t>(const_cast<void*>(tb), uabi::kTbFlags) & uabi::kHfCountCall) {
@@ -965,7 +969,7 @@ struct TcgCallbacks {
     t_hide_every = true;
     auto* block_hook = reinterpret_cast<uabi::HookPrefix*>(self->block_hook_);
     if (block_hook != nullptr && !block_hook->to_delete) {
-      block_hook->to_delete = true;  // read by the translator only: restored by EndTranslation
+      block_hook->to_delete = true;  // read by the translator only: restored after the first instruction
       t_hidden_block_hook = block_hook;
     }
     void* ctx = self->tcg_ctx_;
@@ -988,8 +992,6 @@ struct TcgCallbacks {
       const auto* base = static_cast<const uabi::DisasContextBasePrefix*>(db);
       t_translating_tb->bytes = static_cast<uint32_t>(base->pc_next - base->pc_first);
     }
-    if (t_hidden_block_hook != nullptr) t_hidden_block_hook->to_delete = false;
-    t_hidden_block_hook = nullptr;
     t_hide_every = false;
     t_translating_tb = nullptr;
     t_translating_hook = nullptr;
@@ -1003,6 +1005,10 @@ struct TcgCallbacks {
   static void RestoreHiddenHook() {
     if (t_hidden_hook != nullptr) t_hidden_hook->to_delete = false;
     t_hidden_hook = nullptr;
+    // The block hook too: its call is made (or not) before the first
+    // instruction, so after it the translator no longer looks at it.
+    if (t_hidden_block_hook != nullptr) t_hidden_block_hook->to_delete = false;
+    t_hidden_block_hook = nullptr;
   }
   static void TbAllocated(TcgCpu* self, const void* tb) {
     // QEMU allocates blocks upwards in its code buffer until it empties it.

@@ -1835,6 +1835,51 @@ TEST_F(TcgSkipTest, OneCallABlockCountsARepStringInstructionOnce) {
   }
 }
 
+TEST_F(TcgSkipTest, AFaultWhileTranslatingAOneCallBlockLeavesTheHooksAsTheyWere) {
+  // Paged32AtHighPage, counting across blocks (one call a block): a JMP to
+  // linear 0x40000ffe, where MOV EAX, imm32 runs into the page at 0x40001000,
+  // which is not present: QEMU's translator faults fetching the instruction's
+  // third byte and leaves the translation by longjmp, a #PF with CR2 =
+  // 0x40001000, error code 0 (not present, read, supervisor) and EIP = the
+  // MOV.  The translation had the block hook hidden, and the code hook at
+  // every instruction.  At the fault the observer turns on a data-access
+  // hook (as a WRMSR that enables a memory event would), which ends the mode
+  // there, and then reports every block start (no skipping across): its
+  // handler at 0x600 is LoadLoop's code, whose block starts are reported as
+  // in InsideBlocksTheHookSeesOnlyBlockStarts: 0x600, L four times, HLT.
+  // With the hooks left hidden from the faulting translation, the handler's
+  // first block would be made with neither and run unreported.
+  Write32(kPt + 4, 0);                          // PTE 1: not present
+  Code(0x100000, {0xe9, 0xf9, 0x0f, 0x00, 0x00});  // jmp 0x40000ffe
+  Code(0x100ffe, {0xb8, 0x11});                 // mov eax, 0x44332211 (runs into the next page)
+  Gate32(14, MakeGate(kIntGate32, kCode32K, 0x600, 0));
+  Code(0x600, {0xb9, 0x05, 0x00, 0x00, 0x00,  // mov ecx, 5
+               0x90, 0x90,                    // L: nop; nop
+               0x49,                          // dec ecx
+               0x75, 0xfb,                    // jnz L
+               0xf4});                        // hlt
+  Recreate(Hooks::kCall);
+  bool faulted = false;
+  std::vector<uint64_t> after;
+  cpu_->SetInstructionHook([this, &faulted, &after](uint64_t la) {
+    Take();
+    if (faulted) after.push_back(la);
+    cpu_->SkipSequential(UINT64_MAX, /*across=*/!faulted, /*ends=*/false);
+  });
+  cpu_->SetEventHook([this, &faulted](std::optional<uint64_t>) {
+    Take();
+    faulted = true;
+    cpu_->SetDataAccessHook([](uint64_t, uint32_t, uint8_t, bool, TcgCpu::AccessOwner) { return TcgCpu::AccessVerdict{}; });
+  });
+  const CpuState st = RunFrom(Paged32AtHighPage());
+  EXPECT_EQ(st.rip, 0x60bu);
+  EXPECT_EQ(st.cr2, 0x40001000u);
+  EXPECT_EQ(Read32(kKernelStack - 16), 0u);           // error code
+  EXPECT_EQ(Read32(kKernelStack - 12), 0x40000ffeu);  // EIP of the MOV
+  EXPECT_GE(cpu_->stats().count_call_blocks, 1u);     // the JMP's block
+  EXPECT_EQ(after, (std::vector<uint64_t>{0x600, 0x605, 0x605, 0x605, 0x605, 0x60a}));
+}
+
 TEST_F(TcgSkipTest, AJmpToANonCanonicalAddressFaultsAtTheBranchInAOneCallBlock) {
   // AJmpOrCallToANonCanonicalAddressFaultsAtTheBranch with the instructions
   // counted across blocks: the block (mov rax, 0xaaaaaaaaaaaaaaaa; jmp rax)
