@@ -222,7 +222,7 @@ class TcgCpu {
     // kept, nothing watched), translations with no Unicorn hook that call
     // vbts once at their start to count the whole block (docs/tcg-engine.md,
     // "One call a block"). False: one hook a block there too.
-    bool count_call = false;
+    bool count_call = true;
     // While no Unicorn code or memory hook exists, run without the block hook
     // too: a stop, a time limit or an interrupt then ends QEMU's block
     // through its own exit request, which it checks at every block start

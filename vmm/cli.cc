@@ -164,7 +164,7 @@ int CliMain(int argc, char** argv) {
   std::string sandbox = "on";
 #endif
   // The options of `vbts run`, which `vbts record` takes too.
-  std::string tcg_hooks = "block";
+  std::string tcg_hooks = "call";
   std::string clock = "host";
   auto add_run_options = [&config, &mem, &sandbox, &tcg_hooks, &clock](CLI::App* cmd) {
     cmd->add_option("--mem", mem, "guest RAM size (bytes, or with K/M/G suffix)")->capture_default_str();
@@ -189,11 +189,10 @@ int CliMain(int argc, char** argv) {
         ->check(CLI::IsMember({"auto", "kvm", "tcg", "kvm-tcg"}))
         ->capture_default_str();
     cmd->add_option("--tcg-hooks", tcg_hooks,
-                    "TCG engine: block (where whole blocks run unreported, one Unicorn hook per translated block), "
-                    "call (as block, and while whole blocks are skipped across, as for counters, LBRs and "
-                    "recordings, one direct call per block instead: faster; a rare miscount under study) or "
-                    "instruction (a hook before every instruction while tracing; slower, for comparisons). "
-                    "docs/tcg-engine.md")
+                    "TCG engine: call (where whole blocks run unreported, one Unicorn hook per translated block, "
+                    "and while whole blocks are skipped across, as for counters, LBRs and recordings, one direct "
+                    "call per block instead), block (the hook there too) or instruction (a hook before every "
+                    "instruction while tracing; slower, for comparisons). docs/tcg-engine.md")
         ->check(CLI::IsMember({"call", "block", "instruction"}))
         ->capture_default_str();
     cmd->add_option("--clock", clock,

@@ -79,7 +79,7 @@ struct MachineConfig {
   // every instruction, as before 2026-11-27; for comparisons).
   // docs/tcg-engine.md, "One hook a block".
   bool tcg_hook_per_block = true;
-  bool tcg_count_call = false;  // --tcg-hooks=call (TcgCpu::Config::count_call)
+  bool tcg_count_call = true;  // --tcg-hooks=call (TcgCpu::Config::count_call)
   // --clock=instructions: the guest's time runs on retired instructions for
   // the whole run (one TSC tick each; a halted guest moves to its next timer
   // at once), as it does while vbts traces (docs/tcg-engine.md, "Guest
