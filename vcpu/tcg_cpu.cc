@@ -723,11 +723,7 @@ struct TcgCallbacks {
         if (skip && self->skip_block_ends_) {
           // Kept for the observer, who decodes `from` later: only while
           // nothing that decoding depends on has changed.
-          skip = self->block_ends_n_ < TcgCpu::kMaxBlockEnds &&
-                 (self->env_->hflags & kHfSs32) == self->skip_ss32_ &&
-                 self->env_->segs[uabi::kCs].base == self->skip_ends_.cs.base &&
-                 g_paging_generation.load(std::memory_order_relaxed) == self->skip_ends_.generations.paging &&
-                 g_code_bytes_generation.load(std::memory_order_relaxed) == self->skip_ends_.generations.bytes;
+          skip = self->CanKeepEnd();
           if (skip) self->block_ends_[self->block_ends_n_++] = {self->last_start_, address, self->skipped_};
         }
       }
@@ -814,10 +810,7 @@ struct TcgCallbacks {
   // QEMU's loop, which ends the run or takes the event.
   static void Block(uc_engine*, uint64_t address, uint32_t size, void* user) {
     auto* self = static_cast<TcgCpu*>(user);
-    self->CloseBlock();  // the block before ran to its end
-    self->block_start_ = true;
-    self->current_block_ = {address, size};
-    self->blocks_in_run_++;
+    self->StartBlock(address, size);
     if (self->alone_pending_) {
       // The first block after RunAloneUnlessSeen left one: the instruction
       // alone, unless something else runs first (an interrupt taken where a
@@ -849,10 +842,7 @@ struct TcgCallbacks {
     // step ended here would otherwise run one more instruction when resumed);
     // so does a watchpoint's stop, after the tracer saw the boundary.
     if ((self->debug_code_ || self->debug_stop_.kind == TcgCpu::DebugStop::kWatch) && self->CodeHookActive()) return;
-    // A run ended here resumes with this boundary reported, as when the
-    // code hook ends it (AtBoundary).
-    if (self->stop_requested_ || self->time_up_.load(std::memory_order_relaxed)) self->skipping_ = false;
-    self->Boundary(address);
+    self->EndRunAtBlockStart(address);
   }
   // QEMU's check for pending interrupts at a block boundary, for vbts's
   // events: a queued exception first, then NMI, then the LAPIC's interrupt.
@@ -2901,8 +2891,7 @@ bool TcgCpu::NeedsBlockHook() const {
   // code hook deleted since the last run stays listed in Unicorn until the
   // next run ends, and QEMU's exit at a block start leaves EIP stale while
   // one is listed.
-  return !config_.drop_block_hook || code_hook_ != 0 || code_hook_deleted_ ||
-         !debug_bp_hooks_.empty() || !debug_watches_.empty() || guest_watch_regs_[4] != 0 || data_mem_hook_ != 0;
+  return !config_.drop_block_hook || code_hook_ != 0 || code_hook_deleted_ || BlockHookServesMore();
 }
 
 void TcgCpu::SyncBlockHook() {
@@ -3235,8 +3224,7 @@ bool TcgCpu::CountCallAllowedForRun() const {
   // rerun alone), and a code hook that stays in Unicorn's list.
   return config_.count_call && config_.hook_per_block && icount_decr_ != nullptr && tcg_ctx_ != nullptr && insn_hook_ &&
          code_hook_ != 0 && block_hook_ != 0 && !code_hook_deleted_ && !exec_bp_hook_mask_ && !DebugChecked() &&
-         debug_bp_hooks_.empty() && debug_watches_.empty() && guest_watch_regs_[4] == 0 && data_mem_hook_ == 0 &&
-         !alone_pending_ && alone_skip_ == 0;
+         !BlockHookServesMore() && !alone_pending_ && alone_skip_ == 0;
 }
 
 bool TcgCpu::CountCallAllowed() const {
@@ -3255,14 +3243,8 @@ void TcgCpu::CountCallStart(const HooklessTb* tb, uint64_t address) {
   if (*icount_decr_ < 0) return;
   // What the block hook does at a block start (TcgCallbacks::Block), without
   // the reruns alone, which the mode excludes.
-  CloseBlock();  // the block before ran to its end
-  block_start_ = true;
-  current_block_ = {address, tb->bytes};
-  blocks_in_run_++;
-  if (kick_.load(std::memory_order_relaxed) || time_up_.load(std::memory_order_relaxed)) {
-    if (stop_requested_ || time_up_.load(std::memory_order_relaxed)) skipping_ = false;
-    Boundary(address);
-  }
+  StartBlock(address, tb->bytes);
+  if (kick_.load(std::memory_order_relaxed) || time_up_.load(std::memory_order_relaxed)) EndRunAtBlockStart(address);
   const uint64_t n = tb->pcs.size();
   // The common case first: the block skipped whole, across the boundary
   // before it (its end kept where ends are), as TcgCallbacks::AtBoundary
@@ -3271,11 +3253,7 @@ void TcgCpu::CountCallStart(const HooklessTb* tb, uint64_t address) {
       skip_across_ && insn_hook_ && !deliver_now_ && !stop_requested_ && !unskip_next_ && !exec_bp_hook_mask_ &&
       !DebugChecked() && skipped_ + n <= skip_limit_ && SkipFlags(env_) == skip_hflags_ &&
       env_->segs[uabi::kCs].selector == skip_cs_ &&
-      (!skip_block_ends_ ||
-       (block_ends_n_ < kMaxBlockEnds && (env_->hflags & kHfSs32) == skip_ss32_ &&
-        env_->segs[uabi::kCs].base == skip_ends_.cs.base &&
-        g_paging_generation.load(std::memory_order_relaxed) == skip_ends_.generations.paging &&
-        g_code_bytes_generation.load(std::memory_order_relaxed) == skip_ends_.generations.bytes)) &&
+      (!skip_block_ends_ || CanKeepEnd()) &&
       (address != last_start_ || !IsRepString(address))) {  // (a REP string instruction's next iteration: below)
     reenter_at_ = kNoReentry;
     hookless_reentry_ = false;
@@ -3375,13 +3353,41 @@ void TcgCpu::HooklessStart(uint64_t address, uintptr_t ra) {
   stats_.hookless_blocks++;
   // Skipping across blocks now (the observer changed at this report): on
   // with one call a block from the next boundary.
-  if (skip_across_ && config_.count_call && CountCallAllowed())
-    LeaveHookless(address, /*handled=*/true);
+  if (CountCallAllowed()) LeaveHookless(address, /*handled=*/true);
   if (n == 1) return;
   if (!(env_->hflags & uabi::kHfHookless) || !skipping_ || deliver_now_ || stop_requested_ ||
       skipped_ + (n - 1) > skip_limit_ || exec_bp_hook_mask_ || DebugChecked())
     LeaveHookless(address, /*handled=*/true);  // the rest, one hook an instruction
   OpenBlock(hit->tb, n - 1, hit->before_last, hit->last);  // (from the cache entry, not behind it)
+}
+
+void TcgCpu::StartBlock(uint64_t address, uint32_t size) {
+  CloseBlock();  // the block before ran to its end
+  block_start_ = true;
+  current_block_ = {address, size};
+  blocks_in_run_++;
+}
+
+void TcgCpu::EndRunAtBlockStart(uint64_t address) {
+  // A run ended here resumes with this boundary reported, as when the code
+  // hook ends it (TcgCallbacks::AtBoundary).
+  if (stop_requested_ || time_up_.load(std::memory_order_relaxed)) skipping_ = false;
+  Boundary(address);
+}
+
+bool TcgCpu::CanKeepEnd() const {
+  // Room among the kept ends, and nothing changed that decoding an end
+  // later depends on (SS's size, CS's base, the paging and the code bytes).
+  return block_ends_n_ < kMaxBlockEnds && (env_->hflags & kHfSs32) == skip_ss32_ &&
+         env_->segs[uabi::kCs].base == skip_ends_.cs.base &&
+         g_paging_generation.load(std::memory_order_relaxed) == skip_ends_.generations.paging &&
+         g_code_bytes_generation.load(std::memory_order_relaxed) == skip_ends_.generations.bytes;
+}
+
+bool TcgCpu::BlockHookServesMore() const {
+  // Unicorn hooks beside the code hook, and watched ranges, whose hits run
+  // an instruction again alone: both need the block hook's bookkeeping.
+  return !debug_bp_hooks_.empty() || !debug_watches_.empty() || guest_watch_regs_[4] != 0 || data_mem_hook_ != 0;
 }
 
 void TcgCpu::OpenBlock(const HooklessTb* tb, uint64_t tail, uint64_t before_last, uint64_t last) {

@@ -782,6 +782,10 @@ class TcgCpu {
   // `tb` is the block whose first instruction started: its last `tail`
   // instructions count as started (Pretend).
   void OpenBlock(const HooklessTb* tb, uint64_t tail, uint64_t before_last, uint64_t last);
+  void StartBlock(uint64_t address, uint32_t size);  // a block starts: the one before ran to its end
+  [[noreturn]] void EndRunAtBlockStart(uint64_t address);  // a stop, time limit or kick at a block start
+  bool CanKeepEnd() const;  // the end before this block start can be kept (skipping with ends)
+  bool BlockHookServesMore() const;  // what besides the code hook needs the block hook
   // open_'s last `tail` instructions (the last but one and the last at
   // `before_last` and `last`) count as started.
   void Pretend(uint64_t tail, uint64_t before_last, uint64_t last);

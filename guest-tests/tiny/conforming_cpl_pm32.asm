@@ -63,13 +63,7 @@ handler_41:
         call rt_return_to_kernel32
 
 section .data
-align 8
-gdt_desc:
-        dw gdt_end - gdt - 1
-        dd gdt
-align 8
-gdt:            times 0x68 db 0
-gdt_end:
+        RT_GDT_SPACE 0x68
 conf_ptr:       dd conf_fn
                 dw SEL_CONF0 | 3
 user_eax:       dd 0

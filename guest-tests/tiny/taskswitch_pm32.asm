@@ -142,13 +142,7 @@ task_c:
         iretd
 
 section .data
-align 8
-gdt_desc:
-        dw gdt_end - gdt - 1
-        dd gdt
-align 8
-gdt:            times 0x88 db 0
-gdt_end:
+        RT_GDT_SPACE 0x88
 align 16
 tss_a:          times 104 db 0
 tss_b:          times 104 db 0
