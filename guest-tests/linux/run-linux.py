@@ -50,8 +50,9 @@ with the x2APIC in cluster mode on skylake.
 With --watchdog the command line keeps Linux's NMI watchdog on (no
 `nmi_watchdog=0`) with `watchdog_thresh=1` (WATCHDOG_APPEND), and init runs
 watchdog.sh from linux-watchdog.cpio: the kernel's line that the watchdog is
-enabled (WATCHDOG_LINE), one or two NMIs over a 3 G-instruction loop: two
-PASS lines (WATCHDOG_CHECKS) and "SUMMARY: 2 passed, 0 failed".
+enabled (WATCHDOG_LINE), one or two NMIs over a 3 G-instruction loop, exact
+counts from perf stat beside it: three PASS lines (WATCHDOG_CHECKS) and
+"SUMMARY: 3 passed, 0 failed".
 Under QEMU's TCG (no PMU): status 155 and init's (or perf-tool.sh's) SKIP line.
 Exit status: 0 as expected, 1 not, 77 no kernel.
 """
@@ -84,7 +85,7 @@ PERF_TEST_CHECKS = ("Read samples using the mmap interface", "User space counter
                     "Perf time to TSC", "x86 bp modify", "Sigtrap", "Software clock events period values")
 
 
-WATCHDOG_CHECKS = ("watchdog on", "watchdog NMI")
+WATCHDOG_CHECKS = ("watchdog on", "watchdog NMI", "perf stat beside the watchdog")
 WATCHDOG_APPEND = "console=ttyS0 panic=-1 pti=off watchdog_thresh=1"
 WATCHDOG_LINE = "NMI watchdog: Enabled. Permanently consumes one hw-PMU counter."
 
