@@ -7,12 +7,13 @@
 
 #include "base/status_macros.h"
 #include "vmm/boot_bytes.h"
+#include "vmm/hpet.h"
 
 namespace vbts::vmm {
 namespace {
 
 constexpr uint64_t kRsdp = 0x000, kFacs = kAcpiFacsGpa - kAcpiTablesGpa, kDsdt = 0x080, kFadt = 0x100, kMadt = 0x200, kRsdt = 0x280,
-                   kXsdt = 0x2C0, kDmar = 0x320, kSsdt = 0x380;
+                   kXsdt = 0x2C0, kDmar = 0x320, kSsdt = 0x380, kHpet = 0x800;
 constexpr uint64_t kVtdBase = 0xFED90000;  // IntelIommu::kBase (vmm/intel_iommu.h)
 
 class Page {
@@ -189,8 +190,18 @@ absl::Status WriteAcpiTables(PhysMemory& ram, AcpiOptions options) {
     p.TableChecksum(kSsdt);
   }
 
-  // RSDT and XSDT: FADT, MADT (, DMAR) (, SSDT).
-  std::vector<uint64_t> tables = {kFadt, kMadt};
+  // HPET (IA-PC HPET spec 1.0a, 3.2.4): event timer block ID (GCAP_ID's
+  // low half), its base as a memory-space Generic Address Structure (width,
+  // offset and access size 0, as QEMU's), HPET number 0, minimum periodic
+  // tick 0, no page protection.
+  p.Put(kHpet + 36, Hpet::kBlockId, 4);
+  p.Put(kHpet + 40, 0, 4);  // system memory space, 0, 0, 0
+  p.Put(kHpet + 44, Hpet::kBase, 8);
+  p.Header(kHpet, "HPET", 56, 1);
+  p.TableChecksum(kHpet);
+
+  // RSDT and XSDT: FADT, MADT, HPET (, DMAR) (, SSDT).
+  std::vector<uint64_t> tables = {kFadt, kMadt, kHpet};
   if (dmar) tables.push_back(kDmar);
   if (options.pci_root) tables.push_back(kSsdt);
   const uint32_t n = static_cast<uint32_t>(tables.size());

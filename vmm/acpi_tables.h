@@ -1,5 +1,5 @@
 // acpi_tables.h: the ACPI tables vbts's PC describes itself with (RSDP, RSDT,
-// XSDT, FADT, FACS, DSDT, MADT; DMAR and SSDT with --device), in the BIOS area where firmware puts them.
+// XSDT, FADT, FACS, DSDT, MADT, HPET; DMAR and SSDT with --device), in the BIOS area where firmware puts them.
 #ifndef VBTS_VMM_ACPI_TABLES_H_
 #define VBTS_VMM_ACPI_TABLES_H_
 
@@ -45,7 +45,7 @@ inline constexpr uint64_t kAcpiFacsGpa = kAcpiTablesGpa + 0x40;
 //        base 0), the SCI's override (IRQ 9 -> GSI 9, level, active high), LINT1
 //        as NMI. ISA IRQs 0-15 are GSIs 0-15 (KVM's default routing, which
 //        vbts's own controllers follow): no other override.
-//  +280H RSDT, +2C0H XSDT: FADT and MADT (then the DMAR, then the SSDT).
+//  +280H RSDT, +2C0H XSDT: FADT, MADT and HPET (then the DMAR, then the SSDT).
 //  +320H DMAR, with `dmar` (--device=intel-iommu; Intel VT-d spec 8.1-8.3):
 //        host address width 39 bits, INTR_REMAP (not X2APIC_OPT_OUT: the
 //        unit remaps in x2APIC format too); one DRHD for segment 0 with
@@ -57,6 +57,8 @@ inline constexpr uint64_t kAcpiFacsGpa = kAcpiTablesGpa + 0x40;
 //        (above the largest RAM, below the I/O APIC), so that an OS scans bus
 //        0 and finds the devices and their BARs in a window. No _PRT: INTx is
 //        not routed through ACPI.
+//  +800H HPET (IA-PC HPET spec 1.0a 3.2.4): the timer block at
+//        Hpet::kBase (vmm/hpet.h), its ID 8086A201H, HPET number 0.
 inline constexpr uint16_t kIoapicSourceId = 0xFF00;  // bus FFH, device 0, function 0 (QEMU's Q35 choice)
 struct AcpiOptions {
   bool dmar = false;

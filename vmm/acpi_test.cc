@@ -48,12 +48,29 @@ TEST_F(AcpiTablesTest, RsdpPointsAtRsdtAndXsdtWithValidChecksums) {
   const uint64_t rsdt = R(rsdp + 16, 4), xsdt = R(rsdp + 24, 8);
   ExpectTable(rsdt, "RSDT");
   ExpectTable(xsdt, "XSDT");
-  EXPECT_EQ(R(rsdt + 4, 4), 44u);  // two entries
-  EXPECT_EQ(R(xsdt + 4, 4), 52u);
+  EXPECT_EQ(R(rsdt + 4, 4), 48u);  // three entries
+  EXPECT_EQ(R(xsdt + 4, 4), 60u);
   EXPECT_EQ(R(rsdt + 36, 4), R(xsdt + 36, 8));
   EXPECT_EQ(R(rsdt + 40, 4), R(xsdt + 44, 8));
+  EXPECT_EQ(R(rsdt + 44, 4), R(xsdt + 52, 8));
   ExpectTable(R(xsdt + 36, 8), "FACP");
   ExpectTable(R(xsdt + 44, 8), "APIC");
+  ExpectTable(R(xsdt + 52, 8), "HPET");
+}
+
+TEST_F(AcpiTablesTest, HpetTableNamesTheTimerBlock) {
+  // IA-PC HPET spec 1.0a 3.2.4: 56 bytes; the block ID is GCAP_ID's low half
+  // (vendor 8086H, LEG_RT_CAP, COUNT_SIZE_CAP, 3 timers, revision 1: the
+  // block vmm/hpet.h models); the base a memory-space GAS at 0xFED00000.
+  const uint64_t hpet = R(R(0xF0000 + 24, 8) + 52, 8);
+  EXPECT_EQ(R(hpet + 4, 4), 56u);
+  EXPECT_EQ(R(hpet + 8, 1), 1u);
+  EXPECT_EQ(R(hpet + 36, 4), 0x8086A201u);
+  EXPECT_EQ(R(hpet + 40, 4), 0u);  // space 0 (memory), width, offset, access size
+  EXPECT_EQ(R(hpet + 44, 8), 0xFED00000u);
+  EXPECT_EQ(R(hpet + 52, 1), 0u);  // HPET number
+  EXPECT_EQ(R(hpet + 53, 2), 0u);  // minimum periodic tick
+  EXPECT_EQ(R(hpet + 55, 1), 0u);  // no page protection
 }
 
 TEST_F(AcpiTablesTest, FadtDescribesThePmBlockAndTheResetLine) {
@@ -107,11 +124,11 @@ class AcpiDeviceTablesTest : public AcpiTablesTest {
 
 TEST_F(AcpiDeviceTablesTest, DmarDescribesTheRemappingUnitAndTheIoapicScope) {
   const uint64_t xsdt = R(0xF0000 + 24, 8);
-  EXPECT_EQ(R(xsdt + 4, 4), 36u + 4 * 8);  // FADT, MADT, DMAR, SSDT
+  EXPECT_EQ(R(xsdt + 4, 4), 36u + 5 * 8);  // FADT, MADT, HPET, DMAR, SSDT
   const uint64_t rsdt = R(0xF0000 + 16, 4);
-  EXPECT_EQ(R(rsdt + 4, 4), 36u + 4 * 4);
-  const uint64_t dmar = R(xsdt + 52, 8);
-  EXPECT_EQ(R(rsdt + 44, 4), dmar);
+  EXPECT_EQ(R(rsdt + 4, 4), 36u + 5 * 4);
+  const uint64_t dmar = R(xsdt + 60, 8);
+  EXPECT_EQ(R(rsdt + 48, 4), dmar);
   ExpectTable(dmar, "DMAR");
   // VT-d spec 8.1: 48-byte header then one 24-byte DRHD: 72 bytes.
   EXPECT_EQ(R(dmar + 4, 4), 72u);
@@ -125,7 +142,7 @@ TEST_F(AcpiDeviceTablesTest, DmarDescribesTheRemappingUnitAndTheIoapicScope) {
 }
 
 TEST_F(AcpiDeviceTablesTest, SsdtHoldsThePciRootInAml) {
-  const uint64_t ssdt = R(R(0xF0000 + 24, 8) + 60, 8);
+  const uint64_t ssdt = R(R(0xF0000 + 24, 8) + 68, 8);
   ExpectTable(ssdt, "SSDT");
   // Scope (\_SB) { Device (PCI0) { Name (_HID, EisaId ("PNP0A03")) ...: a
   // one-byte PkgLength for the scope would not hold the 76-byte _CRS, so it

@@ -4,12 +4,14 @@
 #include <signal.h>
 #include <sys/time.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 
 namespace vbts::vmm {
 namespace {
 std::atomic<kvm_run*> g_run{nullptr};
+int g_period_ms = 0;
 
 void OnAlarm(int) {
   kvm_run* run = g_run.load(std::memory_order_relaxed);
@@ -19,6 +21,7 @@ void OnAlarm(int) {
 
 absl::Status KickTimer::Start(kvm_run* run, int period_ms) {
   g_run.store(run);
+  g_period_ms = period_ms;
   struct sigaction sa = {};
   sa.sa_handler = OnAlarm;
   sigemptyset(&sa.sa_mask);
@@ -32,10 +35,23 @@ absl::Status KickTimer::Start(kvm_run* run, int period_ms) {
   return absl::OkStatus();
 }
 
+void KickTimer::KickIn(uint64_t ns) {
+  if (g_period_ms <= 0) return;
+  const uint64_t period_ns = static_cast<uint64_t>(g_period_ms) * 1'000'000;
+  const uint64_t first_us = std::max<uint64_t>(std::min(ns, period_ns) / 1000, 1);
+  itimerval it = {};
+  it.it_interval.tv_sec = g_period_ms / 1000;
+  it.it_interval.tv_usec = (g_period_ms % 1000) * 1000;
+  it.it_value.tv_sec = static_cast<time_t>(first_us / 1'000'000);
+  it.it_value.tv_usec = static_cast<suseconds_t>(first_us % 1'000'000);
+  setitimer(ITIMER_REAL, &it, nullptr);
+}
+
 void KickTimer::Stop() {
   itimerval it = {};
   setitimer(ITIMER_REAL, &it, nullptr);
   g_run.store(nullptr);
+  g_period_ms = 0;
 }
 
 }  // namespace vbts::vmm

@@ -5,6 +5,8 @@
 #ifndef VBTS_VMM_KICK_TIMER_H_
 #define VBTS_VMM_KICK_TIMER_H_
 
+#include <cstdint>
+
 #include "vcpu/kvm_uapi.h"
 
 #include "absl/status/status.h"
@@ -15,6 +17,9 @@ class KickTimer {
  public:
   // Arms a `period_ms` periodic timer that kicks `run` (one per process).
   static absl::Status Start(kvm_run* run, int period_ms);
+  // The next kick comes `ns` from now if that is sooner than the period
+  // (a device's timer, vmm/hpet.h), then periodically again.
+  static void KickIn(uint64_t ns);
   static void Stop();
 };
 

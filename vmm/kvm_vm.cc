@@ -168,7 +168,7 @@ absl::StatusOr<std::pair<std::array<vcpu::PitChannelState, 3>, bool>> Vm::GetPit
   return std::make_pair(ch, (k.flags & KVM_PIT_FLAGS_SPEAKER_DATA_ON) != 0);
 }
 
-absl::Status Vm::SetPit(const std::array<vcpu::PitChannelState, 3>& ch, bool speaker) {
+absl::Status Vm::SetPit(const std::array<vcpu::PitChannelState, 3>& ch, bool speaker, bool hpet_legacy) {
   kvm_pit_state2 k{};
   for (int i = 0; i < 3; i++) {
 #define VBTS_COPY(f) k.channels[i].f = ch[i].f;
@@ -176,7 +176,7 @@ absl::Status Vm::SetPit(const std::array<vcpu::PitChannelState, 3>& ch, bool spe
 #undef VBTS_COPY
   }
 #undef VBTS_PIT_FIELDS
-  k.flags = speaker ? KVM_PIT_FLAGS_SPEAKER_DATA_ON : 0;
+  k.flags = (speaker ? KVM_PIT_FLAGS_SPEAKER_DATA_ON : 0) | (hpet_legacy ? KVM_PIT_FLAGS_HPET_LEGACY : 0);
   return Ioctl(fd(), KVM_SET_PIT2, &k, "KVM_SET_PIT2").status();
 }
 

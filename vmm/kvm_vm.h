@@ -76,7 +76,10 @@ class Vm {
   // the speaker-data flag.
   absl::Status CreatePit();
   absl::StatusOr<std::pair<std::array<vcpu::PitChannelState, 3>, bool>> GetPit();
-  absl::Status SetPit(const std::array<vcpu::PitChannelState, 3>& ch, bool speaker);
+  // `hpet_legacy`: KVM_PIT_FLAGS_HPET_LEGACY, the HPET's legacy replacement
+  // mode, which keeps the PIT's channel 0 from interrupting (KVM stops it
+  // when the flag comes on, as QEMU's PIT does).
+  absl::Status SetPit(const std::array<vcpu::PitChannelState, 3>& ch, bool speaker, bool hpet_legacy = false);
   // The same for the in-kernel 8259 pair (master, then slave).
   absl::StatusOr<std::pair<vcpu::PicChipState, vcpu::PicChipState>> GetPic();
   absl::Status SetPic(const vcpu::PicChipState& master, const vcpu::PicChipState& slave);

@@ -289,6 +289,10 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
   VBTS_RETURN_IF_ERROR(pio_.Register(Uart16550::kCom1Port, Uart16550::kSize, uart_.get(), "COM1 16550"));
   VBTS_RETURN_IF_ERROR(pio_.Register(DebugExit::kPort, DebugExit::kSize, debug_exit_.get(), "isa-debug-exit"));
   acpi_pm_ = std::make_unique<AcpiPm>([this] { return in_tcg_ ? GuestNs() : NowNs(); });
+  hpet_ = std::make_unique<Hpet>([this](Hpet::Line line, bool level) {
+    if (line.isa) SetIsaLine(line.n, level);
+    else SetGsi(line.n, level);
+  });
   VBTS_RETURN_IF_ERROR(pio_.Register(kAcpiPmBase, AcpiPm::kSize, acpi_pm_.get(), "ACPI PM block"));
   cmos_rtc_ = std::make_unique<CmosRtc>();  // on the host's CLOCK_REALTIME, as QEMU's -rtc base=utc
   VBTS_RETURN_IF_ERROR(pio_.Register(CmosRtc::kPort, CmosRtc::kSize, cmos_rtc_.get(), "MC146818 RTC/CMOS"));
@@ -680,6 +684,7 @@ RunResult Machine::Run() {
                     TimeoutMessage(config_.timeout_seconds, output_.dropped()));
     absl::StatusOr<bool> exited = vcpu_->Run();
     if (!exited.ok()) return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + exited.status().ToString());
+    ServiceHpetOnKvm();
     if (!*exited) {
       // Kicked by the timer: is the vCPU halted for good (HLT with IF=0)?
       absl::StatusOr<uint32_t> mp = vcpu_->GetMpState();
@@ -730,6 +735,19 @@ void Machine::Mmio(uint64_t gpa, bool write, uint8_t* data, uint32_t len) {
       std::memcpy(data, &v, std::min<uint32_t>(len, 8));
     }
   };
+  if (gpa >= Hpet::kBase && gpa < Hpet::kBase + Hpet::kSize) {
+    const bool was_legacy = hpet_->legacy();
+    uint64_t v = 0;
+    if (write) {
+      std::memcpy(&v, data, std::min<uint32_t>(len, 8));
+      hpet_->Write(gpa - Hpet::kBase, static_cast<int>(len), v, HpetNs());
+    } else {
+      v = hpet_->Read(gpa - Hpet::kBase, static_cast<int>(len), HpetNs());
+      std::memcpy(data, &v, std::min<uint32_t>(len, 8));
+    }
+    HpetAccessed(was_legacy);
+    return;
+  }
   if (iommu_ && gpa >= IntelIommu::kBase && gpa < IntelIommu::kBase + IntelIommu::kSize) {
     device(*iommu_, gpa - IntelIommu::kBase);
     return;
@@ -751,7 +769,7 @@ void Machine::Mmio(uint64_t gpa, bool write, uint8_t* data, uint32_t len) {
       std::memcpy(data, at, len);
     return;
   }
-  // Nothing but RAM, the LAPIC and the IOAPIC is mapped: reads of anything
+  // Nothing but RAM, the LAPIC, the IOAPIC and the HPET is mapped: reads of anything
   // else return all ones, writes are dropped (as on an empty PC bus).
   if (write) {
     mmio_unclaimed_writes_++;
@@ -1164,6 +1182,41 @@ void Machine::SetIsaLine(uint32_t line, bool level) {
     std::fprintf(stderr, "vbts: warning: ISA IRQ line %u: %s\n", line, std::string(st.message()).c_str());
 }
 
+uint64_t Machine::HpetNs() const { return in_tcg_ ? GuestNs() : NowNs(); }
+
+void Machine::SetGsi(uint32_t gsi, bool level) {
+  if (in_tcg_) {
+    ioapic_->SetLine(gsi, level);
+    NotifyInterrupts();
+    return;
+  }
+  if (absl::Status st = vm_->SetIrqLine(gsi, level); !st.ok() && irq_errors_++ == 0)
+    std::fprintf(stderr, "vbts: warning: I/O APIC input %u: %s\n", gsi, std::string(st.message()).c_str());
+}
+
+void Machine::HpetAccessed(bool was_legacy) {
+  if (in_tcg_) {
+    TimerMoved();
+    return;
+  }
+  if (hpet_->legacy() != was_legacy) {
+    absl::StatusOr<std::pair<std::array<vcpu::PitChannelState, 3>, bool>> pit = vm_->GetPit();
+    absl::Status st = pit.ok() ? vm_->SetPit(pit->first, pit->second, hpet_->legacy()) : pit.status();
+    if (!st.ok() && irq_errors_++ == 0)
+      std::fprintf(stderr, "vbts: warning: the 8254 under the HPET's legacy mode: %s\n", std::string(st.message()).c_str());
+  }
+  ServiceHpetOnKvm();
+}
+
+void Machine::ServiceHpetOnKvm() {
+  const uint64_t now = NowNs();
+  hpet_->Advance(now);
+  const std::optional<uint64_t> next = hpet_->NextInterruptNs(now);
+  // One setitimer a new expiry: the periodic kick stands in for a later one.
+  if (next && next != kvm_kick_at_) KickTimer::KickIn(*next > now ? *next - now : 0);
+  kvm_kick_at_ = next;
+}
+
 std::optional<RunResult> Machine::GuestEnded() {
   if (std::optional<int> status = debug_exit_->exit_status()) return Finish(RunEnd::kGuestExit, *status, "");
   if (acpi_pm_->power_off_requested()) return Finish(RunEnd::kPowerOff, kExitPowerOff, "");
@@ -1377,6 +1430,7 @@ absl::Status Machine::TimeAndIrqchipsFromKvm() {
   const int64_t host_now = static_cast<int64_t>(NowNs()), guest_now = static_cast<int64_t>(GuestNs());
   for (vcpu::PitChannelState& c : pit.first) c.count_load_time = guest_now - (host_now - c.count_load_time);
   pit_->SetState(pit.first, static_cast<uint64_t>(guest_now));
+  hpet_->Rebase(static_cast<uint64_t>(host_now), static_cast<uint64_t>(guest_now));
   pit_->set_speaker_data_on(pit.second);
   return absl::OkStatus();
 }
@@ -1388,7 +1442,9 @@ absl::Status Machine::TimeAndIrqchipsToKvm() {
   std::array<vcpu::PitChannelState, 3> ch = pit_->GetState();
   const int64_t host_now = static_cast<int64_t>(NowNs()), guest_now = static_cast<int64_t>(GuestNs());
   for (vcpu::PitChannelState& c : ch) c.count_load_time = host_now - (guest_now - c.count_load_time);
-  return vm_->SetPit(ch, pit_->speaker_data_on());
+  hpet_->Rebase(static_cast<uint64_t>(guest_now), static_cast<uint64_t>(host_now));
+  kvm_kick_at_.reset();
+  return vm_->SetPit(ch, pit_->speaker_data_on(), hpet_->legacy());
 }
 
 void Machine::AfterLapicWrite(bool timer_moved) {
@@ -1495,15 +1551,17 @@ std::optional<uint64_t> Machine::TimerDeadlineTicks() const {
 }
 
 std::optional<uint64_t> Machine::NextTimerNs() const {
-  std::optional<uint64_t> lapic = lapic_->NextDeadline();
-  std::optional<uint64_t> pit = pit_->NextEdgeNs(GuestNs());
-  if (lapic && pit) return std::min(*lapic, *pit);
-  return lapic ? lapic : pit;
+  const uint64_t now = GuestNs();
+  std::optional<uint64_t> next = lapic_->NextDeadline();
+  for (std::optional<uint64_t> t : {pit_->NextEdgeNs(now), hpet_->NextInterruptNs(now)})
+    if (t && (!next || *t < *next)) next = t;
+  return next;
 }
 
 void Machine::AdvanceTimers(uint64_t guest_ns) {
   lapic_->Advance(guest_ns);
-  if (pit_->Advance(guest_ns)) {
+  hpet_->Advance(guest_ns);
+  if (pit_->Advance(guest_ns) && !hpet_->legacy()) {
     // A rising edge of channel 0's output on ISA line 0: a pulse, as KVM's
     // PIT gives it (edge-triggered in both controllers).
     for (bool level : {true, false}) {

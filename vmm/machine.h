@@ -34,6 +34,7 @@
 #include "vmm/debugger.h"
 #include "vmm/fw_cfg.h"
 #include "vmm/guest_output.h"
+#include "vmm/hpet.h"
 #include "vmm/pc_testdev.h"
 #include "vmm/guest_memory.h"
 #include "vmm/kvm_vm.h"
@@ -168,6 +169,18 @@ class Machine : private vcpu::TcgDevices, private PciPlatform {
   // Sets ISA interrupt line `line` (pc-testdev's lines, COM1's IRQ 4) in the
   // interrupt controllers of the engine that holds the vCPU.
   void SetIsaLine(uint32_t line, bool level);
+  // Sets I/O APIC input `gsi` alone (the HPET's routes, 16-23).
+  void SetGsi(uint32_t gsi, bool level);
+  // The HPET's time: the guest clock in TCG, the host's under KVM (as the
+  // ACPI PM timer's and the 8254's).
+  uint64_t HpetNs() const;
+  // After a guest access to the HPET: its legacy replacement mode cuts the
+  // 8254 off KVM's interrupt controllers (KVM_PIT_FLAGS_HPET_LEGACY) when it
+  // changed; its next interrupt may have moved (TimerMoved, ServiceHpetOnKvm).
+  void HpetAccessed(bool was_legacy);
+  // On the KVM engine: the HPET's interrupts due by now, and a kick of
+  // KVM_RUN at its next one (KickTimer::KickIn).
+  void ServiceHpetOnKvm();
   // The guest asked for ACPI S3: sleeps until the RTC alarm and resumes at the
   // FACS waking vector in real mode (nullopt), or ends the run (no wake
   // event, --timeout first at `deadline`, no waking vector).
@@ -203,11 +216,12 @@ class Machine : private vcpu::TcgDevices, private PciPlatform {
   uint64_t RetiredNow() const;
   uint64_t GuestNs() const { return clock_->Ns(ClockNow()); }
   std::optional<uint64_t> TimerDeadlineTicks() const;
-  // The next LAPIC timer expiry or PIT channel-0 edge, in guest ns.
+  // The next LAPIC timer expiry, PIT channel-0 edge or HPET interrupt, in guest ns.
   std::optional<uint64_t> NextTimerNs() const;
   // Guest ns from `guest_now` to NextTimerNs(), at least 1 us (a run's limit).
   std::optional<uint64_t> NsToNextTimer(uint64_t guest_now) const;
-  // Both timers up to `guest_ns` (the PIT's edges pulse ISA line 0).
+  // The timers up to `guest_ns` (the PIT's edges pulse ISA line 0 unless
+  // the HPET's legacy replacement mode has cut it off).
   void AdvanceTimers(uint64_t guest_ns);
   // The guest moved a timer's next expiry (LAPIC timer, TSC deadline, PIT):
   // the current TCG run ends at it (RequestStop on instruction time,
@@ -339,6 +353,8 @@ class Machine : private vcpu::TcgDevices, private PciPlatform {
   uint64_t dma_faults_ = 0;            // DMA refused (no RAM, IOMMU fault)
   std::unique_ptr<CmosRtc> cmos_rtc_;
   std::unique_ptr<AcpiPm> acpi_pm_;
+  std::unique_ptr<Hpet> hpet_;
+  std::optional<uint64_t> kvm_kick_at_;  // the HPET interrupt ServiceHpetOnKvm last armed a kick for (host ns)
   bool acpi_tables_ = false;  // WriteAcpiTables wrote them (the image left the page free)
   std::unique_ptr<FwCfg> fw_cfg_;
   std::unique_ptr<TestdevIo> testdev_io_;

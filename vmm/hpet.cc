@@ -1,0 +1,244 @@
+// hpet.cc: the HPET's registers, counter and comparators (vmm/hpet.h).
+#include "vmm/hpet.h"
+
+#include <algorithm>
+#include <limits>
+#include <utility>
+
+namespace vbts::vmm {
+namespace {
+
+constexpr uint64_t kLow32 = 0xFFFFFFFFull;
+constexpr uint64_t kCaps = (uint64_t{Hpet::kPeriodFs} << 32) | Hpet::kBlockId;
+constexpr uint64_t kTimerCaps = Hpet::kTnPeriodicCap | Hpet::kTnSizeCap | (uint64_t{Hpet::kRouteCap} << 32);
+constexpr uint64_t kTimerWritable =
+    Hpet::kTnLevel | Hpet::kTnIntEnable | Hpet::kTnPeriodic | Hpet::kTnValSet | Hpet::kTn32Bit | Hpet::kTnRouteMask;
+
+}  // namespace
+
+Hpet::Hpet(SetLine set_line) : set_line_(std::move(set_line)) { Reset(); }
+
+void Hpet::Reset() {
+  for (Timer& t : timers_) {
+    if (t.asserted) set_line_(t.asserted_line, false);
+    t = Timer{};
+  }
+  config_ = status_ = counter_ = enable_ns_ = processed_ = 0;
+}
+
+uint64_t Hpet::Counter(uint64_t now_ns) const {
+  if (!enabled() || now_ns <= enable_ns_) return counter_;
+  return counter_ + (now_ns - enable_ns_) / kTickNs;
+}
+
+void Hpet::Rebase(uint64_t old_now_ns, uint64_t new_now_ns) {
+  if (!enabled()) return;
+  counter_ = Counter(old_now_ns);
+  enable_ns_ = new_now_ns;
+}
+
+std::optional<Hpet::Line> Hpet::Route(int n) const {
+  if (legacy() && n < 2) return Line{.isa = true, .n = kLegacyLine[n]};
+  const uint32_t r = static_cast<uint32_t>((timers_[n].config & kTnRouteMask) >> kTnRouteShift);
+  if (!((kRouteCap >> r) & 1)) return std::nullopt;
+  return Line{.isa = false, .n = r};
+}
+
+bool Hpet::Match(Timer& t, uint64_t from, uint64_t to) {
+  const uint64_t elapsed = to - from;
+  const bool periodic = (t.config & kTnPeriodic) != 0;
+  if (t.config & kTn32Bit) {
+    // Only the low halves compare: the first match is 1 to 2^32 ticks on.
+    const uint64_t c = t.cmp & kLow32;
+    uint64_t first = (c - from) & kLow32;
+    if (first == 0) first = kLow32 + 1;
+    bool hit = elapsed >= first;
+    if (hit && periodic) {
+      const uint64_t p = t.period & kLow32;
+      const uint64_t k = p ? 1 + (elapsed - first) / p : 1;
+      t.cmp = (c + k * p) & kLow32;
+    }
+    // One-shot: the low half's wrap to 0 interrupts too (the spec).
+    if (!periodic && (to >> 32) != (from >> 32)) hit = true;
+    return hit;
+  }
+  if (!(from < t.cmp && t.cmp <= to)) return false;
+  if (periodic && t.period) t.cmp += (1 + (to - t.cmp) / t.period) * t.period;
+  return true;
+}
+
+std::optional<uint64_t> Hpet::NextMatch(const Timer& t, uint64_t from) {
+  constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
+  if (t.config & kTn32Bit) {
+    uint64_t first = ((t.cmp & kLow32) - from) & kLow32;
+    if (first == 0) first = kLow32 + 1;
+    if (from > kMax - first) return std::nullopt;
+    uint64_t next = from + first;
+    if (!(t.config & kTnPeriodic) && (from >> 32) < (kMax >> 32)) next = std::min(next, ((from >> 32) + 1) << 32);
+    return next;
+  }
+  if (t.cmp > from) return t.cmp;
+  return std::nullopt;  // behind the counter: not before it wraps at 2^64
+}
+
+void Hpet::Fire(int n) {
+  Timer& t = timers_[n];
+  if (t.config & kTnLevel) {
+    // Set even with the interrupt disabled (the spec, Tn_INT_ENB_CNF: the
+    // timer "will still operate and generate appropriate status bits").
+    status_ |= uint64_t{1} << n;
+    return;
+  }
+  if (!(t.config & kTnIntEnable)) return;
+  if (std::optional<Line> line = Route(n)) {
+    set_line_(*line, true);
+    set_line_(*line, false);
+  }
+}
+
+void Hpet::SyncLevels() {
+  for (int n = 0; n < kTimers; n++) {
+    Timer& t = timers_[n];
+    std::optional<Line> want;
+    if ((t.config & kTnLevel) && (t.config & kTnIntEnable) && ((status_ >> n) & 1) && enabled()) want = Route(n);
+    if (t.asserted && (!want || *want != t.asserted_line)) {
+      set_line_(t.asserted_line, false);
+      t.asserted = false;
+    }
+    if (want && !t.asserted) {
+      set_line_(*want, true);
+      t.asserted = true;
+      t.asserted_line = *want;
+    }
+  }
+}
+
+void Hpet::Advance(uint64_t now_ns) {
+  if (!enabled()) return;
+  const uint64_t to = Counter(now_ns);
+  if (to <= processed_) return;
+  const uint64_t from = std::exchange(processed_, to);
+  for (int n = 0; n < kTimers; n++)
+    if (Match(timers_[n], from, to)) Fire(n);
+  SyncLevels();
+}
+
+std::optional<uint64_t> Hpet::NextInterruptNs(uint64_t now_ns) const {
+  (void)now_ns;
+  if (!enabled()) return std::nullopt;
+  std::optional<uint64_t> best;
+  for (int n = 0; n < kTimers; n++) {
+    const Timer& t = timers_[n];
+    // A level already set, or no interrupt to raise: its matches can wait
+    // for the next access (Advance catches them up).
+    if (!(t.config & kTnIntEnable) || !Route(n)) continue;
+    if ((t.config & kTnLevel) && ((status_ >> n) & 1)) continue;
+    std::optional<uint64_t> m = NextMatch(t, processed_);
+    if (!m || *m < counter_) continue;
+    const uint64_t ticks = *m - counter_;
+    if (ticks > (std::numeric_limits<uint64_t>::max() - enable_ns_) / kTickNs) continue;
+    const uint64_t at = enable_ns_ + ticks * kTickNs;
+    if (!best || at < *best) best = at;
+  }
+  return best;
+}
+
+uint64_t Hpet::Register(uint64_t reg, uint64_t now_ns) const {
+  switch (reg) {
+    case kCapId:
+      return kCaps;
+    case kConfig:
+      return config_;
+    case kIntStatus:
+      return status_;
+    case kCounter:
+      return Counter(now_ns);
+    default:
+      break;
+  }
+  if (reg < kTimer0 || reg >= kTimer0 + kTimers * kTimerStride) return 0;
+  const Timer& t = timers_[(reg - kTimer0) / kTimerStride];
+  switch ((reg - kTimer0) % kTimerStride) {
+    case 0x00:
+      return t.config | kTimerCaps;
+    case 0x08:
+      return t.cmp;
+    case 0x10:
+      return t.fsb;
+    default:
+      return 0;
+  }
+}
+
+void Hpet::SetRegister(uint64_t reg, uint64_t value, uint64_t mask, uint64_t now_ns) {
+  const auto merge = [&](uint64_t old, uint64_t writable) { return (old & ~(mask & writable)) | (value & mask & writable); };
+  switch (reg) {
+    case kConfig: {
+      const uint64_t c = merge(config_, kEnable | kLegacy);
+      if ((c & kEnable) && !enabled()) {
+        enable_ns_ = now_ns;  // on from the value it stopped at
+        processed_ = counter_;
+      } else if (!(c & kEnable) && enabled()) {
+        counter_ = processed_ = Counter(now_ns);
+      }
+      config_ = c;
+      SyncLevels();
+      return;
+    }
+    case kIntStatus:
+      status_ &= ~(value & mask & ((uint64_t{1} << kTimers) - 1));
+      SyncLevels();
+      return;
+    case kCounter:
+      if (!enabled()) counter_ = processed_ = merge(counter_, ~0ull);
+      return;
+    default:
+      break;
+  }
+  if (reg < kTimer0 || reg >= kTimer0 + kTimers * kTimerStride) return;
+  const int n = static_cast<int>((reg - kTimer0) / kTimerStride);
+  Timer& t = timers_[n];
+  switch ((reg - kTimer0) % kTimerStride) {
+    case 0x00: {
+      const uint64_t c = merge(t.config, kTimerWritable);
+      if (!(c & kTnLevel)) status_ &= ~(uint64_t{1} << n);  // edge: the bit means nothing
+      if ((c & kTn32Bit) && !(t.config & kTn32Bit)) {
+        t.cmp &= kLow32;
+        t.period &= kLow32;
+      }
+      t.config = c;
+      SyncLevels();
+      return;
+    }
+    case 0x08: {
+      const uint64_t m = (t.config & kTn32Bit) ? mask & kLow32 : mask;
+      if (!(t.config & kTnPeriodic) || (t.config & kTnValSet)) t.cmp = (t.cmp & ~m) | (value & m);
+      if (t.config & kTnPeriodic) t.period = (t.period & ~m) | (value & m);
+      t.config &= ~kTnValSet;
+      return;
+    }
+    case 0x10:
+      t.fsb = merge(t.fsb, ~0ull);
+      return;
+    default:
+      return;
+  }
+}
+
+uint64_t Hpet::Read(uint64_t offset, int size, uint64_t now_ns) {
+  Advance(now_ns);  // a periodic comparator shows where it stands
+  const uint64_t byte = offset & 7;
+  const int n = std::clamp(size, 1, static_cast<int>(8 - byte));
+  const uint64_t v = Register(offset - byte, now_ns) >> (8 * byte);
+  return n == 8 ? v : v & ((uint64_t{1} << (8 * n)) - 1);
+}
+
+void Hpet::Write(uint64_t offset, int size, uint64_t value, uint64_t now_ns) {
+  Advance(now_ns);  // the matches so far under the old settings
+  const uint64_t byte = offset & 7;
+  const int n = std::clamp(size, 1, static_cast<int>(8 - byte));
+  const uint64_t bits = n == 8 ? ~0ull : (uint64_t{1} << (8 * n)) - 1;
+  SetRegister(offset - byte, value << (8 * byte), bits << (8 * byte), now_ns);
+}
+
+}  // namespace vbts::vmm
