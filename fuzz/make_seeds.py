@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""make_seeds.py: regenerates the seed corpora of vpmu_fuzz, completer_fuzz and
-pci_fuzz (fuzz/corpus/vpmu/, fuzz/corpus/completer/, fuzz/corpus/pci/) in the input encodings those
+"""make_seeds.py: regenerates the seed corpora of vpmu_fuzz, completer_fuzz,
+pci_fuzz and hpet_fuzz (fuzz/corpus/vpmu/, fuzz/corpus/completer/, fuzz/corpus/pci/,
+fuzz/corpus/hpet/) in the input encodings those
 targets decode (fuzz/fuzz_input.h: little-endian fields, zeros past the end):
 guest programming that reaches each part of the virtual PMU (BTS, PEBS, LBR,
 counters, BTF, paging, pointers beyond RAM) and each instruction the completer
@@ -182,6 +183,31 @@ PCI = {
 }
 
 
+# ---- hpet_fuzz: operations (op byte % 5: 0 write, 1 read, 2/3 time, 4 rebase);
+# a register as its index in hpet_fuzz.cc's kRegisters (0 caps, 1 config,
+# 2 status, 3 counter, 4 + 3n + k timer n's config/comparator/FSB route) with
+# bit 4 for the high half; sizes as log2.
+H_CONF, H_STS, H_CTR = 1, 2, 3
+def h_timer(n, k): return 4 + 3 * n + k
+def h_w(reg, v, size=4, high=False): return u8(0) + u8(reg | (16 if high else 0)) + u8({1: 0, 2: 1, 4: 2, 8: 3}[size]) + val(v)
+def h_r(reg, size=4, high=False): return u8(1) + u8(reg | (16 if high else 0)) + u8({1: 0, 2: 1, 4: 2, 8: 3}[size])
+def h_time(ns): return u8(2) + u8(2) + u32(ns)          # a 32-bit step
+def h_rebase(ns): return u8(4) + u64(ns)
+INT, PERIODIC, VALSET, BIT32, LEVEL = 1 << 2, 1 << 3, 1 << 6, 1 << 8, 1 << 1
+HPET = {
+    # Linux's hpet_set_periodic in legacy replacement mode, then ticks.
+    'legacy_periodic': h_w(h_timer(0, 0), INT | PERIODIC | VALSET | BIT32) + h_w(h_timer(0, 1), 100000) +
+                       h_w(h_timer(0, 1), 100000) + h_w(H_CONF, 3) + h_time(5000000) + h_r(h_timer(0, 1)) +
+                       h_time(3000000) + h_r(H_CTR, 8),
+    # A level timer on input 16, its status read and cleared, the block halted.
+    'level_route': h_w(h_timer(1, 0), LEVEL | INT | 16 << 9) + h_w(h_timer(1, 1), 1000, 8) + h_w(H_CONF, 1) +
+                   h_time(20000) + h_r(H_STS) + h_w(H_STS, 2) + h_w(H_CONF, 0) + h_r(H_CTR),
+    # The counter just before the wrap of its low half, a 32-bit one-shot timer, a move between clocks.
+    'wrap_rebase': h_w(H_CTR, 0xFFFFF000) + h_w(h_timer(2, 0), INT | BIT32 | 23 << 9) + h_w(h_timer(2, 1), 0x800) +
+                   h_w(H_CONF, 1) + h_rebase(1 << 40) + h_time(50000) + h_time(50000) + h_r(H_CTR, 4, high=True),
+}
+
+
 def write(kind, seeds):
     d = os.path.join(HERE, 'corpus', kind)
     os.makedirs(d, exist_ok=True)
@@ -194,3 +220,4 @@ def write(kind, seeds):
 write('vpmu', VPMU)
 write('completer', COMPLETER)
 write('pci', PCI)
+write('hpet', HPET)

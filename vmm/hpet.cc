@@ -44,8 +44,7 @@ std::optional<Hpet::Line> Hpet::Route(int n) const {
   return Line{.isa = false, .n = r};
 }
 
-bool Hpet::Match(Timer& t, uint64_t from, uint64_t to) {
-  const uint64_t elapsed = to - from;
+bool Hpet::Match(Timer& t, uint64_t from, uint64_t elapsed) {
   const bool periodic = (t.config & kTnPeriodic) != 0;
   if (t.config & kTn32Bit) {
     // Only the low halves compare: the first match is 1 to 2^32 ticks on.
@@ -59,26 +58,25 @@ bool Hpet::Match(Timer& t, uint64_t from, uint64_t to) {
       t.cmp = (c + k * p) & kLow32;
     }
     // One-shot: the low half's wrap to 0 interrupts too (the spec).
-    if (!periodic && (to >> 32) != (from >> 32)) hit = true;
+    if (!periodic && elapsed > kLow32 - (from & kLow32)) hit = true;
     return hit;
   }
-  if (!(from < t.cmp && t.cmp <= to)) return false;
-  if (periodic && t.period) t.cmp += (1 + (to - t.cmp) / t.period) * t.period;
+  const uint64_t first = t.cmp - from;  // 0: not before the counter wraps back
+  if (first == 0 || first > elapsed) return false;
+  if (periodic && t.period) t.cmp += (1 + (elapsed - first) / t.period) * t.period;
   return true;
 }
 
-std::optional<uint64_t> Hpet::NextMatch(const Timer& t, uint64_t from) {
-  constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
+std::optional<uint64_t> Hpet::TicksToMatch(const Timer& t, uint64_t from) {
   if (t.config & kTn32Bit) {
     uint64_t first = ((t.cmp & kLow32) - from) & kLow32;
     if (first == 0) first = kLow32 + 1;
-    if (from > kMax - first) return std::nullopt;
-    uint64_t next = from + first;
-    if (!(t.config & kTnPeriodic) && (from >> 32) < (kMax >> 32)) next = std::min(next, ((from >> 32) + 1) << 32);
-    return next;
+    if (!(t.config & kTnPeriodic)) first = std::min(first, kLow32 + 1 - (from & kLow32));  // the wrap
+    return first;
   }
-  if (t.cmp > from) return t.cmp;
-  return std::nullopt;  // behind the counter: not before it wraps at 2^64
+  const uint64_t first = t.cmp - from;
+  if (first == 0) return std::nullopt;
+  return first;  // behind the counter: after it wraps at 2^64
 }
 
 void Hpet::Fire(int n) {
@@ -115,11 +113,14 @@ void Hpet::SyncLevels() {
 
 void Hpet::Advance(uint64_t now_ns) {
   if (!enabled()) return;
+  // The counter moves forward only (the caller's clock is monotonic, and
+  // Rebase keeps it so), modulo 2^64 when it wraps.
   const uint64_t to = Counter(now_ns);
-  if (to <= processed_) return;
+  const uint64_t elapsed = to - processed_;
+  if (elapsed == 0 || elapsed > (~0ull >> 1)) return;
   const uint64_t from = std::exchange(processed_, to);
   for (int n = 0; n < kTimers; n++)
-    if (Match(timers_[n], from, to)) Fire(n);
+    if (Match(timers_[n], from, elapsed)) Fire(n);
   SyncLevels();
 }
 
@@ -133,9 +134,13 @@ std::optional<uint64_t> Hpet::NextInterruptNs(uint64_t now_ns) const {
     // for the next access (Advance catches them up).
     if (!(t.config & kTnIntEnable) || !Route(n)) continue;
     if ((t.config & kTnLevel) && ((status_ >> n) & 1)) continue;
-    std::optional<uint64_t> m = NextMatch(t, processed_);
-    if (!m || *m < counter_) continue;
-    const uint64_t ticks = *m - counter_;
+    const std::optional<uint64_t> ahead = TicksToMatch(t, processed_);
+    if (!ahead) continue;
+    // Ticks since the counter started (at counter_): processed_ lies there
+    // or after; past 2^64 ticks the interrupt is too far to announce.
+    const uint64_t done = processed_ - counter_;
+    if (*ahead > ~0ull - done) continue;
+    const uint64_t ticks = done + *ahead;
     if (ticks > (std::numeric_limits<uint64_t>::max() - enable_ns_) / kTickNs) continue;
     const uint64_t at = enable_ns_ + ticks * kTickNs;
     if (!best || at < *best) best = at;

@@ -115,12 +115,14 @@ class Hpet {
   void SetRegister(uint64_t reg, uint64_t value, uint64_t mask, uint64_t now_ns);
   // Where timer n's interrupt goes now, if anywhere.
   std::optional<Line> Route(int n) const;
-  // Matches of t's comparator in (from, to] (counter values; in 32-bit
-  // one-shot mode also the wraps of the low half); moves a periodic
-  // comparator past them. Returns whether there was one.
-  static bool Match(Timer& t, uint64_t from, uint64_t to);
-  // The first counter value > from at which t matches.
-  static std::optional<uint64_t> NextMatch(const Timer& t, uint64_t from);
+  // Matches of t's comparator in the `elapsed` ticks after counter value
+  // `from` (modulo 2^64: the counter wraps; in 32-bit one-shot mode also the
+  // wraps of the low half); moves a periodic comparator past them. Returns
+  // whether there was one.
+  static bool Match(Timer& t, uint64_t from, uint64_t elapsed);
+  // How many ticks after counter value `from` t next matches (>= 1), if
+  // before the counter comes back to `from`.
+  static std::optional<uint64_t> TicksToMatch(const Timer& t, uint64_t from);
   void Fire(int n);
   // Each level-triggered line as its timer's state says it should be.
   void SyncLevels();

@@ -155,6 +155,26 @@ TEST_F(HpetTest, AOneShot32BitTimerFiresAtTheWrapAndAtItsMatch) {
   EXPECT_EQ(Take(), Pulse(Gsi(23)));
 }
 
+TEST_F(HpetTest, TheCounterWrapsAt2To64AndMatchesOnTheOtherSide) {
+  // Found by hpet_fuzz: with the counter 0x100 ticks before 2^64, a
+  // comparator at 0x10 is 0x110 ticks (2720 ns) away, and after the wrap the
+  // matches go on.
+  Wr(Hpet::kCounter, ~0ull - 0xFF);
+  Wr(T(0, 0), Hpet::kTnIntEnable | Hpet::kTnPeriodic | Hpet::kTnValSet | (21u << Hpet::kTnRouteShift));
+  Wr(T(0, 8), 0x10);
+  Wr(T(0, 8), 0x100);  // the period
+  Wr(Hpet::kConfig, Hpet::kEnable);
+  EXPECT_EQ(hpet_.NextInterruptNs(0), 2720u);
+  hpet_.Advance(2719);
+  EXPECT_TRUE(Take().empty());
+  hpet_.Advance(2720);
+  EXPECT_EQ(Take(), Pulse(Gsi(21)));
+  EXPECT_EQ(Rd(T(0, 8)), 0x110u);
+  EXPECT_EQ(hpet_.NextInterruptNs(2720), 5280u);
+  hpet_.Advance(5280);
+  EXPECT_EQ(Take(), Pulse(Gsi(21)));
+}
+
 TEST_F(HpetTest, ALevelTimerHoldsItsLineUntilTheStatusBitIsCleared) {
   Wr(T(1, 0), Hpet::kTnLevel | (18u << Hpet::kTnRouteShift));  // interrupt disabled
   Wr(T(1, 8), 10);
