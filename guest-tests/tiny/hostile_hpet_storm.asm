@@ -1,0 +1,46 @@
+; hostile_hpet_storm: a guest that programs the HPET (vmm/hpet.h) for an interrupt storm: timer 0
+; periodic with a period of one tick (10 ns) in legacy replacement mode, IRQ 0 unmasked at the
+; 8259, so that an interrupt is due at every instruction boundary; its handler counts and
+; acknowledges, and the guest spins with IF=1 for ever. On a real CPU the handler would run
+; back to back (an IRET opens the interrupt window at once). Defined outcome on either engine:
+; vbts stays responsive and --timeout ends the run (status 124); its memory does not grow, as
+; nothing is queued per interrupt (matches between two looks at the timer coalesce into one
+; edge, as the 8259 keeps one request per line). On KVM vbts kicks KVM_RUN for each expiry, at
+; most one kick every 100 us (vmm/machine.cc, as KVM keeps its own periodic LAPIC timer to
+; 200 us); without that floor the SIGALRMs ended KVM_RUN before the guest took a single
+; interrupt (0 in 2 s; ~18 000 with it on this PVM host).
+%include "rt.inc"
+
+%define LVT_LINT0       (LAPIC_BASE + 0x350)
+%define HPET            0xFED00000
+%define GCONF           (HPET + 0x010)
+%define TCONF0          (HPET + 0x100)
+%define TCMP0           (HPET + 0x108)
+
+main:
+        SET_HANDLER 0x20, irq0_handler
+        APIC_ENABLE
+        mov dword [LVT_LINT0], 0x700
+        mov eax, 0x2820
+        call rt_pic_init32
+        mov dword [TCONF0], (1 << 2) | (1 << 3) | (1 << 6) | (1 << 8)  ; INT, PERIODIC, VAL_SET, 32-bit
+        mov dword [TCMP0], 1                                  ; the first match
+        mov dword [TCMP0], 1                                  ; the period: one tick
+        PRINTLN "storm: armed"
+        mov dword [GCONF], 3                                  ; ENABLE, LEGACY
+        mov al, 0xFE
+        out 0x21, al
+        sti
+.spin:  jmp .spin
+
+irq0_handler:
+        inc dword [ticks]
+        mov al, 0x20
+        out 0x20, al
+        ret
+
+section .data
+align 4
+ticks:          dd 0
+
+%include "end.inc"
