@@ -17,7 +17,8 @@ Under vbts: status 1 (every check of init.c passed), its four PASS lines,
 model gives it (Westmere: PEBS format 1 and a 16-deep LBR; Skylake: PEBS
 format 3, 32 LBRs and full-width counter writes; Ice Lake server: adaptive
 PEBS format 4 with the baseline bit; from CPUID leaf 0AH, IA32_PERF_CAPABILITIES
-and the model number, arch/x86/events/intel/core.c).
+and the model number, arch/x86/events/intel/core.c); in every mode also the
+kernel's lines that it found and registered the HPET (HPET_LINES).
 With --record-max N, vbts records the boot (`vbts record --max-records=N`)
 and the recording stops early in the boot: the rest of it, and init's perf
 checks, run on the untraced engine after the switch, with the same
@@ -69,6 +70,11 @@ PMU_LINES = {
     "icelake-server": "Performance Events: PEBS fmt4+-baseline, Icelake events, AnyThread deprecated, 32-deep LBR, "
                       "full-width counters, Intel PMU driver.",
 }
+
+
+# Every boot under vbts: the kernel finds the HPET through the ACPI table and
+# registers it (docs/guest-abi.md, "Devices").
+HPET_LINES = ("ACPI: HPET id: 0x8086a201 base: 0xfed00000", "hpet0: 3 comparators, 64-bit 100.000000 MHz counter")
 
 
 INIT_CHECKS = ("instructions:u", "intel_bts", "lbr", "pebs")
@@ -192,7 +198,7 @@ def main():
             errors.append("no '%s' line" % summary)
         iommu_lines = list(IOMMU_LINES) + list(IOMMU_MODE_LINES.get(a.cpu, ())) if a.iommu else []
         watchdog_lines = [WATCHDOG_LINE] if a.watchdog else []
-        for want in [PMU_LINES.get(a.cpu)] + iommu_lines + watchdog_lines:
+        for want in [PMU_LINES.get(a.cpu)] + list(HPET_LINES) + iommu_lines + watchdog_lines:
             if want and not any(l.endswith("] " + want) for l in out):
                 errors.append("the kernel did not say %r" % want)
         if a.record_max:
