@@ -10,12 +10,9 @@
 ; 200 us); without that floor the SIGALRMs ended KVM_RUN before the guest took a single
 ; interrupt (0 in 2 s; ~18 000 with it on this PVM host).
 %include "rt.inc"
+%include "hpet.inc"
 
 %define LVT_LINT0       (LAPIC_BASE + 0x350)
-%define HPET            0xFED00000
-%define GCONF           (HPET + 0x010)
-%define TCONF0          (HPET + 0x100)
-%define TCMP0           (HPET + 0x108)
 
 main:
         SET_HANDLER 0x20, irq0_handler
@@ -23,11 +20,11 @@ main:
         mov dword [LVT_LINT0], 0x700
         mov eax, 0x2820
         call rt_pic_init32
-        mov dword [TCONF0], (1 << 2) | (1 << 3) | (1 << 6) | (1 << 8)  ; INT, PERIODIC, VAL_SET, 32-bit
-        mov dword [TCMP0], 1                                  ; the first match
-        mov dword [TCMP0], 1                                  ; the period: one tick
+        mov dword [TCONF(0)], T_INT | T_PERIODIC | T_VALSET | T_32
+        mov dword [TCMP(0)], 1                                ; the first match
+        mov dword [TCMP(0)], 1                                ; the period: one tick
         PRINTLN "storm: armed"
-        mov dword [GCONF], 3                                  ; ENABLE, LEGACY
+        mov dword [GCONF], ENABLE | LEGACY
         mov al, 0xFE
         out 0x21, al
         sti

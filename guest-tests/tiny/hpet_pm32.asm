@@ -29,23 +29,9 @@
 ; Expected: status 1 under vbts on either engine; QEMU runs SeaBIOS, and its HPET routes
 ; differ (capability 00FF0104H on its current PC machine): qemu = no.
 %include "rt.inc"
+%include "hpet.inc"
 
 %define LVT_LINT0       (LAPIC_BASE + 0x350)
-%define HPET            0xFED00000
-%define GCAP            (HPET + 0x000)
-%define GCONF           (HPET + 0x010)
-%define GSTS            (HPET + 0x020)
-%define COUNTER         (HPET + 0x0F0)
-%define TCONF(n)        (HPET + 0x100 + 0x20 * (n))
-%define TCMP(n)         (HPET + 0x108 + 0x20 * (n))
-%define ENABLE          1
-%define LEGACY          2
-%define T_LEVEL         (1 << 1)
-%define T_INT           (1 << 2)
-%define T_PERIODIC      (1 << 3)
-%define T_VALSET        (1 << 6)
-%define T_32            (1 << 8)
-%define ROUTE(r)        ((r) << 9)
 %define PERIOD          10000                   ; ticks: 100 us
 %define IOAPIC          0xFEC00000
 %define IOREGSEL        (IOAPIC + 0x00)
