@@ -11,9 +11,18 @@ namespace vbts::vmm {
 namespace {
 
 constexpr uint8_t kRegA = 0x0A, kRegB = 0x0B, kRegC = 0x0C, kRegD = 0x0D, kCentury = 0x32;
-constexpr uint8_t kBSet = 0x80, kBAie = 0x20, kBUie = 0x10, kBBinary = 0x04, kB24h = 0x02;
+constexpr uint8_t kBSet = 0x80, kBPie = 0x40, kBAie = 0x20, kBUie = 0x10, kBBinary = 0x04, kB24h = 0x02;
 constexpr uint8_t kAUip = 0x80;
-constexpr uint8_t kCIrqf = 0x80, kCAf = 0x20, kCUf = 0x10;
+constexpr uint8_t kCIrqf = 0x80, kCPf = 0x40, kCAf = 0x20, kCUf = 0x10;
+constexpr int64_t kSecond = 1'000'000'000;
+constexpr int64_t kTimeBaseHz = 32768;
+
+// Cycles of the 32.768 kHz time base in `ns` (>= 0), and the first
+// nanosecond at which `cycles` of them have passed.
+int64_t CyclesIn(int64_t ns) { return ns / kSecond * kTimeBaseHz + ns % kSecond * kTimeBaseHz / kSecond; }
+int64_t NsOfCycles(int64_t cycles) {
+  return cycles / kTimeBaseHz * kSecond + (cycles % kTimeBaseHz * kSecond + kTimeBaseHz - 1) / kTimeBaseHz;
+}
 // 8 cycles of the 32.768 kHz time base before each update (MC146818A
 // datasheet: UIP rises 244 us before the update cycle; QEMU's UIP_HOLD_LENGTH).
 constexpr int64_t kUipNs = 244141;
@@ -76,6 +85,7 @@ CmosRtc::CmosRtc(std::function<int64_t()> now_ns) : now_(std::move(now_ns)) {
   ram_[kRegB] = kB24h;
   ram_[kRegD] = 0x80;
   flags_seen_ = Now();
+  periods_seen_ = NowNs();
 }
 
 int64_t CmosRtc::NowNs() const {
@@ -119,6 +129,66 @@ std::optional<int64_t> CmosRtc::NsToAlarm() const {
   return std::nullopt;
 }
 
+namespace {
+// The periodic interrupt's period in cycles of the time base (register A:
+// rate select in bits 3:0, the 32.768 kHz divider 010 in bits 6:4); 0: none.
+int64_t PeriodCycles(uint8_t a) {
+  if (((a >> 4) & 7) != 2) return 0;
+  const int rs = a & 0xF;
+  if (rs == 0) return 0;
+  return rs <= 2 ? int64_t{1} << (rs + 6) : int64_t{1} << (rs - 1);
+}
+}  // namespace
+
+void CmosRtc::Accumulate() {
+  // UF and AF: the seconds that ended since they were last taken (no update
+  // while SET); PF: a period that ended, PIE or not (MC146818A datasheet).
+  const int64_t now = Now();
+  if (!(ram_[kRegB] & kBSet) && now > flags_seen_) {
+    pending_ |= kCUf;
+    for (int64_t t = std::max(flags_seen_ + 1, now - 86400); t <= now; t++)
+      if (AlarmMatches(t)) {
+        pending_ |= kCAf;
+        break;
+      }
+  }
+  flags_seen_ = now;
+  const int64_t ns = NowNs();
+  if (const int64_t p = PeriodCycles(ram_[kRegA]); p && ns > periods_seen_ && periods_seen_ >= 0 &&
+                                                     CyclesIn(ns) / p > CyclesIn(periods_seen_) / p)
+    pending_ |= kCPf;
+  periods_seen_ = ns;
+}
+
+void CmosRtc::UpdateIrq() {
+  const uint8_t b = ram_[kRegB];
+  const bool level = ((pending_ & kCPf) && (b & kBPie)) || ((pending_ & kCAf) && (b & kBAie)) ||
+                     ((pending_ & kCUf) && (b & kBUie));
+  if (level == irq_level_) return;
+  irq_level_ = level;
+  if (irq_) irq_(level);
+}
+
+void CmosRtc::Advance() {
+  Accumulate();
+  UpdateIrq();
+}
+
+std::optional<int64_t> CmosRtc::NsToNextInterrupt() const {
+  const uint8_t b = ram_[kRegB];
+  if (irq_level_) return std::nullopt;  // IRQ 8 is up until C is read
+  std::optional<int64_t> next;
+  const auto take = [&next](int64_t ns) {
+    if (!next || ns < *next) next = ns;
+  };
+  const int64_t ns = NowNs();
+  if (const int64_t p = PeriodCycles(ram_[kRegA]); p && (b & kBPie) && ns >= 0)
+    take(NsOfCycles((CyclesIn(ns) / p + 1) * p) - ns);
+  if ((b & kBUie) && !(b & kBSet)) take(kSecond - IntoSecond(ns));
+  if (std::optional<int64_t> alarm = NsToAlarm()) take(*alarm);
+  return next;
+}
+
 uint8_t CmosRtc::Encode(int v) const {
   if (ram_[kRegB] & kBBinary) return static_cast<uint8_t>(v);
   return static_cast<uint8_t>(((v / 10) << 4) | (v % 10));
@@ -157,18 +227,12 @@ uint8_t CmosRtc::ReadReg(uint8_t reg) {
     case kRegA:
       return static_cast<uint8_t>((ram_[kRegA] & ~kAUip) | (IntoSecond(NowNs()) >= 1000000000 - kUipNs ? kAUip : 0));
     case kRegC: {
-      // The flags of the seconds that ended since the last read (UF), and of
-      // an alarm among them (AF); the read clears them.
-      const int64_t now = Now();
-      uint8_t c = 0;
-      if (now > flags_seen_) c |= kCUf;
-      for (int64_t t = std::max(flags_seen_ + 1, now - 86400); t <= now; t++)
-        if (AlarmMatches(t)) {
-          c |= kCAf;
-          break;
-        }
-      flags_seen_ = now;
-      if ((c & kCAf && ram_[kRegB] & kBAie) || (c & kCUf && ram_[kRegB] & kBUie)) c |= kCIrqf;
+      // The flags since the last read; the read clears them and IRQ 8.
+      Accumulate();
+      uint8_t c = std::exchange(pending_, 0);
+      const uint8_t b = ram_[kRegB];
+      if ((c & kCPf && b & kBPie) || (c & kCAf && b & kBAie) || (c & kCUf && b & kBUie)) c |= kCIrqf;
+      UpdateIrq();
       return c;
     }
     default: return ram_[reg];
@@ -192,14 +256,20 @@ void CmosRtc::WriteReg(uint8_t reg, uint8_t value) {
     case 0x08: frozen_.tm_mon = Decode(value) - 1; break;
     case 0x09: frozen_.tm_year = (frozen_.tm_year + 1900) / 100 * 100 + Decode(value) - 1900; break;
     case kCentury: frozen_.tm_year = Decode(value) * 100 + (frozen_.tm_year + 1900) % 100 - 1900; break;
-    case kRegA: ram_[kRegA] = value & ~kAUip; return;
+    case kRegA:
+      Accumulate();  // the periods so far at the old rate
+      ram_[kRegA] = value & ~kAUip;
+      return;
     case kRegB: {
+      Accumulate();
       const bool was_set = ram_[kRegB] & kBSet;
       if (!was_set && (value & kBSet)) frozen_ = Time();  // freeze what the guest sees
       ram_[kRegB] = value;
       if (was_set && !(value & kBSet)) {
         offset_ = SecondsFromCivil(frozen_) - HostSeconds();  // the clock runs on from what was written
+        flags_seen_ = Now();  // no update for the seconds the clock moved by
       }
+      UpdateIrq();  // an enable of a flag already set raises IRQ 8 (IRQF)
       return;
     }
     case kRegC:
@@ -211,7 +281,10 @@ void CmosRtc::WriteReg(uint8_t reg, uint8_t value) {
   }
   // A time field written outside SET takes effect at once, as the datasheet's
   // update cycle would copy it (QEMU does the same).
-  if (!(ram_[kRegB] & kBSet)) offset_ = SecondsFromCivil(frozen_) - HostSeconds();
+  if (!(ram_[kRegB] & kBSet)) {
+    offset_ = SecondsFromCivil(frozen_) - HostSeconds();
+    flags_seen_ = Now();
+  }
 }
 
 void CmosRtc::Read(uint16_t offset, absl::Span<uint8_t> data) {

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <vector>
+
 namespace vbts::vmm {
 namespace {
 
@@ -124,9 +126,9 @@ TEST_F(CmosRtcTest, RegisterCAndTheAlarmThatWakesFromS3) {
   now_ += kNs / 4;
   ASSERT_TRUE(rtc_.NsToAlarm());
   EXPECT_EQ(*rtc_.NsToAlarm(), kNs * 3 / 4);  // the next second starts in 750 ms
-  EXPECT_EQ(Rd(0x0C), 0x00);  // no second has ended yet
+  EXPECT_EQ(Rd(0x0C), 0x40);  // no second has ended yet; PF: 256 periods of 976.5625 us have
   now_ += kNs;
-  EXPECT_EQ(Rd(0x0C), 0xB0);  // IRQF, AF, UF
+  EXPECT_EQ(Rd(0x0C), 0xF0);  // IRQF, PF (the reset rate's periods, PIE or not), AF, UF
   EXPECT_EQ(Rd(0x0C), 0x00);  // cleared by the read
   // An alarm at 05:45:00 (now 05:43:22.25): 97.75 s away.
   Wr(0x01, 0x00);
@@ -134,7 +136,72 @@ TEST_F(CmosRtcTest, RegisterCAndTheAlarmThatWakesFromS3) {
   Wr(0x05, 0x05);
   EXPECT_EQ(*rtc_.NsToAlarm(), 97 * kNs + 3 * kNs / 4);
   now_ += 10 * kNs;
-  EXPECT_EQ(Rd(0x0C), 0x10);  // UF only: UIE clear, so no IRQF
+  EXPECT_EQ(Rd(0x0C), 0x50);  // PF and UF: PIE and UIE clear, so no IRQF
+}
+
+TEST_F(CmosRtcTest, PeriodicInterruptAtTheResetRateOf1024Hz) {
+  // Register A 26H: the 32.768 kHz divider, rate 6: a period of 2^5 = 32
+  // cycles, 976 562.5 ns; the test's clock starts on a second, where the
+  // periods are aligned, so the first ends at 976 563 ns (rounded up).
+  std::vector<bool> irq;
+  rtc_.SetIrq([&irq](bool level) { irq.push_back(level); });
+  EXPECT_FALSE(rtc_.NsToNextInterrupt());  // no enable
+  Wr(0x0B, 0x42);                          // PIE, 24-hour
+  EXPECT_EQ(rtc_.NsToNextInterrupt(), 976563);
+  now_ += 976562;
+  rtc_.Advance();
+  EXPECT_TRUE(irq.empty());
+  now_ += 1;
+  rtc_.Advance();
+  EXPECT_EQ(irq, std::vector<bool>{true});
+  EXPECT_FALSE(rtc_.NsToNextInterrupt());  // IRQ 8 up until C is read
+  EXPECT_EQ(Rd(0x0C), 0xC0);              // IRQF, PF
+  EXPECT_EQ(irq, (std::vector<bool>{true, false}));
+  EXPECT_EQ(rtc_.NsToNextInterrupt(), 976562);  // the second period ends at 1 953 125 ns
+  // Rate 15: 2^14 cycles, 500 ms; rate 0: none.
+  Wr(0x0A, 0x2F);
+  EXPECT_EQ(rtc_.NsToNextInterrupt(), kNs / 2 - 976563);
+  Wr(0x0A, 0x20);
+  EXPECT_FALSE(rtc_.NsToNextInterrupt());
+  // A divider other than 010 stops the time base.
+  Wr(0x0A, 0x66);
+  EXPECT_FALSE(rtc_.NsToNextInterrupt());
+}
+
+TEST_F(CmosRtcTest, UpdateEndedInterruptEachSecondAndNoneWhileSet) {
+  std::vector<bool> irq;
+  rtc_.SetIrq([&irq](bool level) { irq.push_back(level); });
+  Wr(0x0A, 0x20);  // no periodic flag in the way
+  Wr(0x0B, 0x12);  // UIE
+  EXPECT_EQ(rtc_.NsToNextInterrupt(), kNs);
+  now_ += kNs;
+  rtc_.Advance();
+  EXPECT_EQ(irq, std::vector<bool>{true});
+  EXPECT_EQ(Rd(0x0C), 0x90);  // IRQF, UF
+  // Under SET no update happens: no UF, no interrupt to wait for.
+  Wr(0x0B, 0x92);
+  EXPECT_FALSE(rtc_.NsToNextInterrupt());
+  now_ += 3 * kNs;
+  rtc_.Advance();
+  EXPECT_EQ(Rd(0x0C), 0x00);
+  // Clearing SET with the update enabled: the next second's end.
+  Wr(0x0B, 0x12);
+  now_ += kNs;
+  rtc_.Advance();
+  EXPECT_EQ(irq, (std::vector<bool>{true, false, true}));
+}
+
+TEST_F(CmosRtcTest, EnablingAFlagAlreadySetRaisesIrq8) {
+  std::vector<bool> irq;
+  rtc_.SetIrq([&irq](bool level) { irq.push_back(level); });
+  now_ += 2 * kNs;  // UF (and PF) set, nothing enabled
+  rtc_.Advance();
+  EXPECT_TRUE(irq.empty());
+  Wr(0x0B, 0x12);  // UIE: IRQF at once
+  EXPECT_EQ(irq, std::vector<bool>{true});
+  Wr(0x0B, 0x02);  // and down again without it
+  EXPECT_EQ(irq, (std::vector<bool>{true, false}));
+  EXPECT_EQ(Rd(0x0C), 0x50);
 }
 
 TEST_F(CmosRtcTest, CmosRamAndReadOnlyRegisters) {

@@ -301,6 +301,11 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
   });
   VBTS_RETURN_IF_ERROR(pio_.Register(kAcpiPmBase, AcpiPm::kSize, acpi_pm_.get(), "ACPI PM block"));
   cmos_rtc_ = std::make_unique<CmosRtc>();  // on the host's CLOCK_REALTIME, as QEMU's -rtc base=utc
+  // IRQ 8, unless the HPET's legacy replacement mode has taken the line (as
+  // QEMU's HPET cuts its RTC off then).
+  cmos_rtc_->SetIrq([this](bool level) {
+    if (!hpet_->legacy()) SetIsaLine(8, level);
+  });
   VBTS_RETURN_IF_ERROR(pio_.Register(CmosRtc::kPort, CmosRtc::kSize, cmos_rtc_.get(), "MC146818 RTC/CMOS"));
   reset_line_ = std::make_unique<ResetLine>();
   VBTS_RETURN_IF_ERROR(pio_.Register(ResetLine::kPort, ResetLine::kSize, reset_line_.get(), "8042 reset line"));
@@ -690,7 +695,7 @@ RunResult Machine::Run() {
                     TimeoutMessage(config_.timeout_seconds, output_.dropped()));
     absl::StatusOr<bool> exited = vcpu_->Run();
     if (!exited.ok()) return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + exited.status().ToString());
-    ServiceHpetOnKvm();
+    ServiceTimersOnKvm();
     if (!*exited) {
       // Kicked by the timer: is the vCPU halted for good (HLT with IF=0)?
       absl::StatusOr<uint32_t> mp = vcpu_->GetMpState();
@@ -1118,6 +1123,7 @@ uint32_t Machine::PortIn(uint16_t port, int size) {
   if (!s.ok()) std::fprintf(stderr, "vbts: warning: %s\n", std::string(s.message()).c_str());
   uint32_t v = 0;
   std::memcpy(&v, data, size);
+  if (port == CmosRtc::kPort + 1) RtcAccessed();
   return v;
 }
 
@@ -1126,6 +1132,7 @@ void Machine::PortOut(uint16_t port, int size, uint32_t value) {
   std::memcpy(data, &value, 4);
   absl::Status s = pio_.Dispatch(port, static_cast<uint8_t>(size), /*write=*/true, absl::MakeSpan(data, size));
   if (!s.ok()) std::fprintf(stderr, "vbts: warning: %s\n", std::string(s.message()).c_str());
+  if (port == CmosRtc::kPort + 1) RtcAccessed();
   if (GuestEndsRun()) tcg_->RequestStop();
 }
 
@@ -1217,13 +1224,25 @@ void Machine::HpetAccessed(bool was_legacy) {
     if (!st.ok() && irq_errors_++ == 0)
       std::fprintf(stderr, "vbts: warning: the 8254 under the HPET's legacy mode: %s\n", std::string(st.message()).c_str());
   }
-  ServiceHpetOnKvm();
+  ServiceTimersOnKvm();
 }
 
-void Machine::ServiceHpetOnKvm() {
+void Machine::RtcAccessed() {
+  // IRQ 8 and the RTC's next interrupt follow registers A-C.
+  if (in_tcg_) {
+    TimerMoved();
+    return;
+  }
+  ServiceTimersOnKvm();
+}
+
+void Machine::ServiceTimersOnKvm() {
   const uint64_t now = NowNs();
   hpet_->Advance(now);
-  const std::optional<uint64_t> next = hpet_->NextInterruptNs(now);
+  cmos_rtc_->Advance();
+  std::optional<uint64_t> next = hpet_->NextInterruptNs(now);
+  if (std::optional<int64_t> rtc = cmos_rtc_->NsToNextInterrupt(); rtc && (!next || now + *rtc < *next))
+    next = now + static_cast<uint64_t>(*rtc);
   // One setitimer a new expiry: the periodic kick stands in for a later one.
   // The kick comes no sooner than kMinHpetKickNs from now, as KVM keeps its
   // own periodic LAPIC timer to min_timer_period_us (200 us): with an
@@ -1571,7 +1590,13 @@ std::optional<uint64_t> Machine::TimerDeadlineTicks() const {
 std::optional<uint64_t> Machine::NextTimerNs() const {
   const uint64_t now = GuestNs();
   std::optional<uint64_t> next = lapic_->NextDeadline();
-  for (std::optional<uint64_t> t : {pit_->NextEdgeNs(now), hpet_->NextInterruptNs(now)})
+  // The RTC runs on the host's clock: its interrupts wake the guest on host
+  // time; on instruction time they come when the loop next looks (a halted
+  // guest's wait looks in slices).
+  std::optional<uint64_t> rtc;
+  if (clock_->source() == vcpu::GuestClock::Source::kHost)
+    if (std::optional<int64_t> d = cmos_rtc_->NsToNextInterrupt()) rtc = now + static_cast<uint64_t>(*d);
+  for (std::optional<uint64_t> t : {pit_->NextEdgeNs(now), hpet_->NextInterruptNs(now), rtc})
     if (t && (!next || *t < *next)) next = t;
   return next;
 }
@@ -1579,6 +1604,7 @@ std::optional<uint64_t> Machine::NextTimerNs() const {
 void Machine::AdvanceTimers(uint64_t guest_ns) {
   lapic_->Advance(guest_ns);
   hpet_->Advance(guest_ns);
+  cmos_rtc_->Advance();
   if (pit_->Advance(guest_ns) && !hpet_->legacy()) {
     // A rising edge of channel 0's output on ISA line 0: a pulse, as KVM's
     // PIT gives it (edge-triggered in both controllers).
@@ -1614,6 +1640,7 @@ absl::StatusOr<bool> Machine::HandleExit(RunResult* result) {
       for (uint32_t i = 0; i < run->io.count; i++)
         VBTS_RETURN_IF_ERROR(
             pio_.Dispatch(run->io.port, run->io.size, write, absl::MakeSpan(data + i * run->io.size, run->io.size)));
+      if (run->io.port == CmosRtc::kPort + 1) RtcAccessed();
       PrintWarnings();
       if (std::optional<RunResult> end = GuestEnded()) {
         *result = *end;

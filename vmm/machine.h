@@ -176,11 +176,14 @@ class Machine : private vcpu::TcgDevices, private PciPlatform {
   uint64_t HpetNs() const;
   // After a guest access to the HPET: its legacy replacement mode cuts the
   // 8254 off KVM's interrupt controllers (KVM_PIT_FLAGS_HPET_LEGACY) when it
-  // changed; its next interrupt may have moved (TimerMoved, ServiceHpetOnKvm).
+  // changed; its next interrupt may have moved (TimerMoved, ServiceTimersOnKvm).
   void HpetAccessed(bool was_legacy);
-  // On the KVM engine: the HPET's interrupts due by now, and a kick of
-  // KVM_RUN at its next one (KickTimer::KickIn).
-  void ServiceHpetOnKvm();
+  // On the KVM engine: the HPET's and the RTC's interrupts due by now, and a
+  // kick of KVM_RUN at the next one (KickTimer::KickIn).
+  void ServiceTimersOnKvm();
+  // After a guest access to the RTC's data port: IRQ 8 and the RTC's next
+  // interrupt may have changed (TimerMoved, ServiceTimersOnKvm).
+  void RtcAccessed();
   // The guest asked for ACPI S3: sleeps until the RTC alarm and resumes at the
   // FACS waking vector in real mode (nullopt), or ends the run (no wake
   // event, --timeout first at `deadline`, no waking vector).
@@ -354,7 +357,7 @@ class Machine : private vcpu::TcgDevices, private PciPlatform {
   std::unique_ptr<CmosRtc> cmos_rtc_;
   std::unique_ptr<AcpiPm> acpi_pm_;
   std::unique_ptr<Hpet> hpet_;
-  std::optional<uint64_t> kvm_kick_at_;  // the HPET interrupt ServiceHpetOnKvm last armed a kick for (host ns)
+  std::optional<uint64_t> kvm_kick_at_;  // the device interrupt ServiceTimersOnKvm last armed a kick for (host ns)
   bool acpi_tables_ = false;  // WriteAcpiTables wrote them (the image left the page free)
   std::unique_ptr<FwCfg> fw_cfg_;
   std::unique_ptr<TestdevIo> testdev_io_;
