@@ -8,6 +8,7 @@
 namespace vbts::vmm {
 namespace {
 constexpr uint16_t kTmrSts = 1u << 0;
+constexpr uint16_t kRtcSts = 1u << 10;  // RTC_STS and RTC_EN
 constexpr uint16_t kSciEn = 1u << 0;
 constexpr uint16_t kSlpEn = 1u << 13;
 }  // namespace
@@ -39,6 +40,18 @@ void AcpiPm::Read(uint16_t offset, absl::Span<uint8_t> data) {
   }
 }
 
+void AcpiPm::RtcAlarm() {
+  sts_ |= kRtcSts;
+  UpdateSci();
+}
+
+void AcpiPm::UpdateSci() {
+  const bool level = (sts_ & en_ & kRtcSts) != 0;
+  if (level == sci_level_) return;
+  sci_level_ = level;
+  if (sci_) sci_(level);
+}
+
 void AcpiPm::Write(uint16_t offset, absl::Span<const uint8_t> data) {
   uint16_t cnt = cnt_;
   bool cnt_written = false;
@@ -52,6 +65,7 @@ void AcpiPm::Write(uint16_t offset, absl::Span<const uint8_t> data) {
       cnt_written = true;
     }
   }
+  UpdateSci();
   if (!cnt_written) return;
   cnt_ = static_cast<uint16_t>((cnt & ~kSlpEn) | kSciEn);
   if (cnt & kSlpEn) {

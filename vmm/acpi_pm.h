@@ -13,8 +13,13 @@ namespace vbts::vmm {
 
 // Ports kAcpiPmBase + (ACPI 6.4 4.8):
 //   0-1  PM1_STS: write 1 to clear; TMR_STS (bit 0) is set when the timer's
-//        bit 23 toggles (computed when read), nothing else ever sets a bit
-//   2-3  PM1_EN: read/write; no enable raises the SCI (vbts raises none)
+//        bit 23 toggles (computed when read), RTC_STS (bit 10) when the RTC's
+//        alarm fires with its interrupt enabled (RtcAlarm: ICH's "RTC_STS is
+//        set by hardware when the RTC generates an alarm"), WAK_STS (bit 15)
+//        on the wake from S3
+//   2-3  PM1_EN: read/write; RTC_EN (bit 10) with RTC_STS raises the SCI
+//        (SetSci: level, held until the status is cleared or the enable
+//        dropped; the MADT makes IRQ 9 level, active high); TMR_EN raises none
 //   4-5  PM1_CNT: SCI_EN (bit 0) reads 1 (no SMI command port: ACPI mode
 //        from reset); SLP_TYP (12:10) read/write; writing SLP_EN (bit 13,
 //        reads 0) with SLP_TYP = kAcpiS5SlpTyp requests soft-off (S5, the
@@ -40,6 +45,10 @@ class AcpiPm : public PioDevice {
   bool suspend_requested() const { return suspend_; }
   // The machine woke from S3: WAK_STS.
   void Woke() { sts_ |= 1u << 15; }
+  // The SCI's level, reported at each change.
+  void SetSci(std::function<void(bool)> sci) { sci_ = std::move(sci); }
+  // The RTC's alarm fired (with AIE): RTC_STS.
+  void RtcAlarm();
   // The other sleep types the guest asked for (nothing happened), for a warning.
   int ignored_sleep_type() const { return ignored_slp_typ_; }
 
@@ -52,6 +61,9 @@ class AcpiPm : public PioDevice {
   bool suspend_ = false;
   int ignored_slp_typ_ = -1;
   uint32_t last_timer_ = 0;  // for TMR_STS
+  std::function<void(bool)> sci_;
+  bool sci_level_ = false;
+  void UpdateSci();
 };
 
 }  // namespace vbts::vmm

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "base/status_macros.h"
 #include "base/testing/status_matchers.h"
@@ -209,6 +210,36 @@ TEST(AcpiPmTest, SciEnReadsSetS3SuspendsAndS5PowersOff) {
   EXPECT_TRUE(pm.power_off_requested());
   pm.Read(4, absl::MakeSpan(b, 2));
   EXPECT_EQ(b[0] | (b[1] << 8), 1);  // SLP_EN reads 0
+}
+
+TEST(AcpiPmTest, TheRtcAlarmRaisesTheSciWithRtcEn) {
+  // RTC_STS and RTC_EN are bit 10 of PM1_STS and PM1_EN (ACPI 6.4 4.8.4.1):
+  // the SCI is up while both are set.
+  AcpiPm pm([] { return uint64_t{0}; });
+  std::vector<bool> sci;
+  pm.SetSci([&sci](bool level) { sci.push_back(level); });
+  auto write16 = [&pm](uint16_t offset, uint16_t v) {
+    const uint8_t w[2] = {static_cast<uint8_t>(v), static_cast<uint8_t>(v >> 8)};
+    pm.Write(offset, absl::MakeConstSpan(w, 2));
+  };
+  auto read16 = [&pm](uint16_t offset) {
+    uint8_t b[2];
+    pm.Read(offset, absl::MakeSpan(b, 2));
+    return b[0] | (b[1] << 8);
+  };
+  pm.RtcAlarm();  // RTC_EN clear: the status only
+  EXPECT_EQ(read16(0) & 0x400, 0x400);
+  EXPECT_TRUE(sci.empty());
+  write16(2, 0x400);  // RTC_EN with the status set: the SCI
+  EXPECT_EQ(sci, std::vector<bool>{true});
+  write16(0, 0x400);  // write 1 to clear: down
+  EXPECT_EQ(sci, (std::vector<bool>{true, false}));
+  EXPECT_EQ(read16(0) & 0x400, 0);
+  pm.RtcAlarm();
+  EXPECT_EQ(sci, (std::vector<bool>{true, false, true}));
+  write16(2, 0);  // the enable dropped: down, the status stays
+  EXPECT_EQ(sci, (std::vector<bool>{true, false, true, false}));
+  EXPECT_EQ(read16(0) & 0x400, 0x400);
 }
 
 }  // namespace

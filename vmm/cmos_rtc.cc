@@ -149,6 +149,7 @@ void CmosRtc::Accumulate() {
     for (int64_t t = std::max(flags_seen_ + 1, now - 86400); t <= now; t++)
       if (AlarmMatches(t)) {
         pending_ |= kCAf;
+        if ((ram_[kRegB] & kBAie) && alarm_) alarm_();
         break;
       }
   }

@@ -62,6 +62,8 @@ class CmosRtc : public PioDevice {
 
   // IRQ 8's level (IRQF), reported at each change.
   void SetIrq(std::function<void(bool)> irq) { irq_ = std::move(irq); }
+  // Called when an alarm fires with AIE set (the chipset's RTC_STS, vmm/acpi_pm.h).
+  void SetAlarmEvent(std::function<void()> alarm) { alarm_ = std::move(alarm); }
   // Takes the flags of the events up to now; raises IRQ 8 for an enabled one.
   void Advance();
   // Nanoseconds from now until the next event whose interrupt is enabled
@@ -94,6 +96,7 @@ class CmosRtc : public PioDevice {
   uint8_t pending_ = 0;         // UF, AF, PF since the last read of C
   bool irq_level_ = false;
   std::function<void(bool)> irq_;
+  std::function<void()> alarm_;
 };
 
 }  // namespace vbts::vmm

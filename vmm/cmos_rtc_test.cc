@@ -204,6 +204,23 @@ TEST_F(CmosRtcTest, EnablingAFlagAlreadySetRaisesIrq8) {
   EXPECT_EQ(Rd(0x0C), 0x50);
 }
 
+TEST_F(CmosRtcTest, AnAlarmWithAieSignalsTheChipsetsAlarmEvent) {
+  int events = 0;
+  rtc_.SetAlarmEvent([&events] { events++; });
+  Wr(0x01, 0xC0);  // every second
+  Wr(0x03, 0xC0);
+  Wr(0x05, 0xC0);
+  now_ += kNs;
+  rtc_.Advance();
+  EXPECT_EQ(events, 0);  // AIE clear: AF, no event
+  Wr(0x0B, 0x22);        // AIE
+  now_ += kNs;
+  rtc_.Advance();
+  EXPECT_EQ(events, 1);
+  rtc_.Advance();  // nothing new
+  EXPECT_EQ(events, 1);
+}
+
 TEST_F(CmosRtcTest, CmosRamAndReadOnlyRegisters) {
   Wr(0x40, 0x5A);
   EXPECT_EQ(Rd(0x40), 0x5A);

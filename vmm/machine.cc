@@ -306,6 +306,10 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
   cmos_rtc_->SetIrq([this](bool level) {
     if (!hpet_->legacy()) SetIsaLine(8, level);
   });
+  // The alarm's ACPI event (RTC_STS) and the SCI on ISA line 9, level (the
+  // MADT's override), which Linux's RTC alarms use while the HPET has IRQ 8.
+  cmos_rtc_->SetAlarmEvent([this] { acpi_pm_->RtcAlarm(); });
+  acpi_pm_->SetSci([this](bool level) { SetIsaLine(kAcpiSciIrq, level); });
   VBTS_RETURN_IF_ERROR(pio_.Register(CmosRtc::kPort, CmosRtc::kSize, cmos_rtc_.get(), "MC146818 RTC/CMOS"));
   reset_line_ = std::make_unique<ResetLine>();
   VBTS_RETURN_IF_ERROR(pio_.Register(ResetLine::kPort, ResetLine::kSize, reset_line_.get(), "8042 reset line"));

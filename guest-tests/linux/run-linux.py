@@ -3,6 +3,7 @@
 
     run-linux.py (--vbts PATH | --qemu PATH) --kernel VMLINUX --initrd CPIO [--cpu MODEL]
                  [--record-max N] [--perf-tool] [--perf-test] [--perf-shell] [--iommu] [--watchdog]
+                 [--clocks]
 
 The kernel is not ours: scripts/fetch-linux.sh puts Debian's cloud kernel
 (linux-image-cloud-amd64) there; without it the test is skipped (77) with a
@@ -54,6 +55,9 @@ watchdog.sh from linux-watchdog.cpio: the kernel's line that the watchdog is
 enabled (WATCHDOG_LINE), one or two NMIs over a 3 G-instruction loop, exact
 counts from perf stat beside it: three PASS lines (WATCHDOG_CHECKS) and
 "SUMMARY: 3 passed, 0 failed".
+With --clocks init runs clocks.sh from linux-clocks.cpio: the HPET among the
+clocksources and time running on it, the RTC's alarm delivered through ACPI's
+RTC event and the SCI: three PASS lines (CLOCKS_CHECKS).
 Under QEMU's TCG (no PMU): status 155 and init's (or perf-tool.sh's) SKIP line.
 Exit status: 0 as expected, 1 not, 77 no kernel.
 """
@@ -92,6 +96,7 @@ PERF_TEST_CHECKS = ("Read samples using the mmap interface", "User space counter
 
 
 WATCHDOG_CHECKS = ("watchdog on", "watchdog NMI", "perf stat beside the watchdog")
+CLOCKS_CHECKS = ("hpet clocksource", "time on the hpet", "rtc alarm")
 WATCHDOG_APPEND = "console=ttyS0 panic=-1 pti=off watchdog_thresh=1"
 WATCHDOG_LINE = "NMI watchdog: Enabled. Permanently consumes one hw-PMU counter."
 
@@ -145,6 +150,8 @@ def main():
                     help="with --perf-shell: test_data_symbol.sh too (~35 s more: label heavy)")
     ap.add_argument("--watchdog", action="store_true",
                     help="the initramfs of watchdog.sh, with the NMI watchdog on (WATCHDOG_APPEND): WATCHDOG_CHECKS")
+    ap.add_argument("--clocks", action="store_true",
+                    help="the initramfs of clocks.sh: the HPET as clocksource, the RTC alarm through ACPI (CLOCKS_CHECKS)")
     ap.add_argument("--iommu", action="store_true",
                     help="--device=intel-iommu,edu and the initramfs of iommu.sh: IOMMU_CHECKS, IOMMU_LINES")
     a = ap.parse_args()
@@ -158,13 +165,13 @@ def main():
         return 77
     script = ("/perf-tool.sh" if a.perf_tool else "/perf-test.sh" if a.perf_test else
               "/perf-shell.sh" if a.perf_shell else "/iommu.sh" if a.iommu else
-              "/watchdog.sh" if a.watchdog else "")
+              "/watchdog.sh" if a.watchdog else "/clocks.sh" if a.clocks else "")
     if a.perf_shell and a.perf_shell_data_symbol:
         script += " data_symbol"
     append = (WATCHDOG_APPEND if a.watchdog else APPEND) + (" -- run /bin/sh " + script if script else "")
     checks = (PERF_TOOL_CHECKS if a.perf_tool else PERF_TEST_CHECKS if a.perf_test else
               PERF_SHELL_CHECKS if a.perf_shell else IOMMU_CHECKS if a.iommu else
-              WATCHDOG_CHECKS if a.watchdog else INIT_CHECKS)
+              WATCHDOG_CHECKS if a.watchdog else CLOCKS_CHECKS if a.clocks else INIT_CHECKS)
     if a.perf_shell and a.perf_shell_data_symbol:
         checks = checks + ("test_data_symbol.sh",)
     # Limits, not timings: the sanitizer build (scripts/test.sh) runs perf-tool.sh
