@@ -176,8 +176,8 @@ class Machine : private vcpu::TcgDevices, private PciPlatform {
   uint64_t HpetNs() const;
   // After a guest access to the HPET: its legacy replacement mode cuts the
   // 8254 off KVM's interrupt controllers (KVM_PIT_FLAGS_HPET_LEGACY) when it
-  // changed; its next interrupt may have moved (TimerMoved, ServiceTimersOnKvm).
-  void HpetAccessed(bool was_legacy);
+  // changed; `moved`: its next interrupt moved (TimerMoved, ServiceTimersOnKvm).
+  void HpetAccessed(bool was_legacy, bool moved);
   // On the KVM engine: the HPET's and the RTC's interrupts due by now, and a
   // kick of KVM_RUN at the next one (KickTimer::KickIn).
   void ServiceTimersOnKvm();
