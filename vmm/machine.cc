@@ -930,9 +930,9 @@ std::optional<RunResult> Machine::RunTcgLoop(uint64_t deadline, bool until_untra
     // (After BetweenRuns: a client may just have attached.)
     const uint64_t slice = debugger_ && debugger_->connected() ? kDebugSliceNs : kSliceNs;
     if (halted_wait_) {
-      // Halted until an interrupt: the LAPIC timer's next expiry, or
-      // --timeout (nothing else interrupts a halted vCPU here).  In slices,
-      // so that a debugger's Ctrl-C is seen.
+      // Halted until an interrupt: the next expiry of the LAPIC timer, the
+      // 8254, the HPET or the RTC, or --timeout (nothing else interrupts a
+      // halted vCPU here).  In slices, so that a debugger's Ctrl-C is seen.
       AdvanceTimers(GuestNs());
       NotifyInterrupts();
       if (!lapic_->Pending() && !PicDelivers() && !tcg_->NmiPending()) {
@@ -945,6 +945,9 @@ std::optional<RunResult> Machine::RunTcgLoop(uint64_t deadline, bool until_untra
         }
         uint64_t wake = NowNs() + slice;
         if (t) wake = std::min(wake, NowNs() + (*t - std::min(*t, GuestNs())));
+        // The RTC's interrupts are on the host's clock, on instruction time too.
+        if (std::optional<int64_t> rtc = cmos_rtc_->NsToNextInterrupt())
+          wake = std::min(wake, NowNs() + static_cast<uint64_t>(std::max<int64_t>(*rtc, 0)));
         if (deadline) wake = std::min(wake, deadline);
         const uint64_t n = NowNs();
         if (wake > n) {
