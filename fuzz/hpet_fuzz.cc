@@ -69,7 +69,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         uint64_t delta = how & 1 ? in.U16() : how & 2 ? in.U32() : in.U64() >> 8;
         const uint64_t target = now + (delta < kMaxNs - now ? delta : kMaxNs - now);
         for (int stops = 0; stops < 16; stops++) {
-          const std::optional<uint64_t> next = hpet.NextInterruptNs(now);
+          const std::optional<uint64_t> next = hpet.NextInterruptNs();
           if (!next || *next > target) break;
           if (*next > now) {
             const uint64_t before = calls;

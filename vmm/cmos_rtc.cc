@@ -23,6 +23,20 @@ int64_t CyclesIn(int64_t ns) { return ns / kSecond * kTimeBaseHz + ns % kSecond 
 int64_t NsOfCycles(int64_t cycles) {
   return cycles / kTimeBaseHz * kSecond + (cycles % kTimeBaseHz * kSecond + kTimeBaseHz - 1) / kTimeBaseHz;
 }
+
+// The periodic interrupt's period in cycles of the time base (register A:
+// rate select in bits 3:0, the 32.768 kHz divider 010 in bits 6:4); 0: none.
+int64_t PeriodCycles(uint8_t a) {
+  if (((a >> 4) & 7) != 2) return 0;
+  const int rs = a & 0xF;
+  if (rs == 0) return 0;
+  return rs <= 2 ? int64_t{1} << (rs + 6) : int64_t{1} << (rs - 1);
+}
+
+// IRQF: a flag in `c` (register C's PF, AF, UF) whose enable is on in `b`
+// (register B's PIE, AIE, UIE: the same bit positions).
+static_assert(kBPie == kCPf && kBAie == kCAf && kBUie == kCUf, "MC146818A: each enable above its flag");
+bool Irqf(uint8_t c, uint8_t b) { return (c & b & (kCPf | kCAf | kCUf)) != 0; }
 // 8 cycles of the 32.768 kHz time base before each update (MC146818A
 // datasheet: UIP rises 244 us before the update cycle; QEMU's UIP_HOLD_LENGTH).
 constexpr int64_t kUipNs = 244141;
@@ -129,17 +143,6 @@ std::optional<int64_t> CmosRtc::NsToAlarm() const {
   return std::nullopt;
 }
 
-namespace {
-// The periodic interrupt's period in cycles of the time base (register A:
-// rate select in bits 3:0, the 32.768 kHz divider 010 in bits 6:4); 0: none.
-int64_t PeriodCycles(uint8_t a) {
-  if (((a >> 4) & 7) != 2) return 0;
-  const int rs = a & 0xF;
-  if (rs == 0) return 0;
-  return rs <= 2 ? int64_t{1} << (rs + 6) : int64_t{1} << (rs - 1);
-}
-}  // namespace
-
 void CmosRtc::Accumulate() {
   // UF and AF: the seconds that ended since they were last taken (no update
   // while SET); PF: a period that ended, PIE or not (MC146818A datasheet).
@@ -162,9 +165,7 @@ void CmosRtc::Accumulate() {
 }
 
 void CmosRtc::UpdateIrq() {
-  const uint8_t b = ram_[kRegB];
-  const bool level = ((pending_ & kCPf) && (b & kBPie)) || ((pending_ & kCAf) && (b & kBAie)) ||
-                     ((pending_ & kCUf) && (b & kBUie));
+  const bool level = Irqf(pending_, ram_[kRegB]);
   if (level == irq_level_) return;
   irq_level_ = level;
   if (irq_) irq_(level);
@@ -231,8 +232,7 @@ uint8_t CmosRtc::ReadReg(uint8_t reg) {
       // The flags since the last read; the read clears them and IRQ 8.
       Accumulate();
       uint8_t c = std::exchange(pending_, 0);
-      const uint8_t b = ram_[kRegB];
-      if ((c & kCPf && b & kBPie) || (c & kCAf && b & kBAie) || (c & kCUf && b & kBUie)) c |= kCIrqf;
+      if (Irqf(c, ram_[kRegB])) c |= kCIrqf;
       UpdateIrq();
       return c;
     }

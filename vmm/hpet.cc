@@ -45,33 +45,26 @@ std::optional<Hpet::Line> Hpet::Route(int n) const {
 }
 
 bool Hpet::Match(Timer& t, uint64_t from, uint64_t elapsed) {
-  const bool periodic = (t.config & kTnPeriodic) != 0;
-  if (t.config & kTn32Bit) {
-    // Only the low halves compare: the first match is 1 to 2^32 ticks on.
-    const uint64_t c = t.cmp & kLow32;
-    uint64_t first = (c - from) & kLow32;
-    if (first == 0) first = kLow32 + 1;
-    bool hit = elapsed >= first;
-    if (hit && periodic) {
-      const uint64_t p = t.period & kLow32;
-      const uint64_t k = p ? 1 + (elapsed - first) / p : 1;
-      t.cmp = (c + k * p) & kLow32;
-    }
-    // One-shot: the low half's wrap to 0 interrupts too (the spec).
-    if (!periodic && elapsed > kLow32 - (from & kLow32)) hit = true;
-    return hit;
+  const std::optional<uint64_t> first = TicksToMatch(t, from);
+  if (!first || *first > elapsed) return false;
+  if (t.config & kTnPeriodic) {
+    // Past every match in the elapsed ticks: the comparator (its low half in
+    // 32-bit mode, where the high half stays 0) plus the periods, modulo its
+    // width.
+    const uint64_t width = (t.config & kTn32Bit) ? kLow32 : ~0ull;
+    const uint64_t p = t.period & width;
+    if (p) t.cmp = ((t.cmp & width) + (1 + (elapsed - *first) / p) * p) & width;
   }
-  const uint64_t first = t.cmp - from;  // 0: not before the counter wraps back
-  if (first == 0 || first > elapsed) return false;
-  if (periodic && t.period) t.cmp += (1 + (elapsed - first) / t.period) * t.period;
   return true;
 }
 
 std::optional<uint64_t> Hpet::TicksToMatch(const Timer& t, uint64_t from) {
   if (t.config & kTn32Bit) {
+    // Only the low halves compare: the first match is 1 to 2^32 ticks on.
     uint64_t first = ((t.cmp & kLow32) - from) & kLow32;
     if (first == 0) first = kLow32 + 1;
-    if (!(t.config & kTnPeriodic)) first = std::min(first, kLow32 + 1 - (from & kLow32));  // the wrap
+    // One-shot: the low half's wrap to 0 interrupts too (the spec).
+    if (!(t.config & kTnPeriodic)) first = std::min(first, kLow32 + 1 - (from & kLow32));
     return first;
   }
   const uint64_t first = t.cmp - from;
@@ -124,8 +117,7 @@ void Hpet::Advance(uint64_t now_ns) {
   SyncLevels();
 }
 
-std::optional<uint64_t> Hpet::NextInterruptNs(uint64_t now_ns) const {
-  (void)now_ns;
+std::optional<uint64_t> Hpet::NextInterruptNs() const {
   if (!enabled()) return std::nullopt;
   std::optional<uint64_t> best;
   for (int n = 0; n < kTimers; n++) {
@@ -148,6 +140,11 @@ std::optional<uint64_t> Hpet::NextInterruptNs(uint64_t now_ns) const {
   return best;
 }
 
+std::optional<Hpet::TimerRegister> Hpet::TimerRegisterAt(uint64_t reg) {
+  if (reg < kTimer0 || reg >= kTimer0 + kTimers * kTimerStride) return std::nullopt;
+  return TimerRegister{static_cast<int>((reg - kTimer0) / kTimerStride), (reg - kTimer0) % kTimerStride};
+}
+
 uint64_t Hpet::Register(uint64_t reg, uint64_t now_ns) const {
   switch (reg) {
     case kCapId:
@@ -161,9 +158,10 @@ uint64_t Hpet::Register(uint64_t reg, uint64_t now_ns) const {
     default:
       break;
   }
-  if (reg < kTimer0 || reg >= kTimer0 + kTimers * kTimerStride) return 0;
-  const Timer& t = timers_[(reg - kTimer0) / kTimerStride];
-  switch ((reg - kTimer0) % kTimerStride) {
+  const std::optional<TimerRegister> tr = TimerRegisterAt(reg);
+  if (!tr) return 0;
+  const Timer& t = timers_[tr->n];
+  switch (tr->field) {
     case 0x00:
       return t.config | kTimerCaps;
     case 0x08:
@@ -200,10 +198,11 @@ void Hpet::SetRegister(uint64_t reg, uint64_t value, uint64_t mask, uint64_t now
     default:
       break;
   }
-  if (reg < kTimer0 || reg >= kTimer0 + kTimers * kTimerStride) return;
-  const int n = static_cast<int>((reg - kTimer0) / kTimerStride);
+  const std::optional<TimerRegister> tr = TimerRegisterAt(reg);
+  if (!tr) return;
+  const int n = tr->n;
   Timer& t = timers_[n];
-  switch ((reg - kTimer0) % kTimerStride) {
+  switch (tr->field) {
     case 0x00: {
       const uint64_t c = merge(t.config, kTimerWritable);
       if (!(c & kTnLevel)) status_ &= ~(uint64_t{1} << n);  // edge: the bit means nothing
@@ -230,20 +229,25 @@ void Hpet::SetRegister(uint64_t reg, uint64_t value, uint64_t mask, uint64_t now
   }
 }
 
+namespace {
+// The bits of its 8-byte register an access of `size` bytes at `offset`
+// covers, from the offset's byte up to the register's end.
+uint64_t AccessBits(uint64_t offset, int size) {
+  const int n = std::clamp(size, 1, static_cast<int>(8 - (offset & 7)));
+  return n == 8 ? ~0ull : (uint64_t{1} << (8 * n)) - 1;
+}
+}  // namespace
+
 uint64_t Hpet::Read(uint64_t offset, int size, uint64_t now_ns) {
   Advance(now_ns);  // a periodic comparator shows where it stands
   const uint64_t byte = offset & 7;
-  const int n = std::clamp(size, 1, static_cast<int>(8 - byte));
-  const uint64_t v = Register(offset - byte, now_ns) >> (8 * byte);
-  return n == 8 ? v : v & ((uint64_t{1} << (8 * n)) - 1);
+  return (Register(offset - byte, now_ns) >> (8 * byte)) & AccessBits(offset, size);
 }
 
 void Hpet::Write(uint64_t offset, int size, uint64_t value, uint64_t now_ns) {
   Advance(now_ns);  // the matches so far under the old settings
   const uint64_t byte = offset & 7;
-  const int n = std::clamp(size, 1, static_cast<int>(8 - byte));
-  const uint64_t bits = n == 8 ? ~0ull : (uint64_t{1} << (8 * n)) - 1;
-  SetRegister(offset - byte, value << (8 * byte), bits << (8 * byte), now_ns);
+  SetRegister(offset - byte, value << (8 * byte), AccessBits(offset, size) << (8 * byte), now_ns);
 }
 
 }  // namespace vbts::vmm

@@ -89,9 +89,9 @@ class Hpet {
 
   // Raises the interrupts of the matches up to now_ns.
   void Advance(uint64_t now_ns);
-  // When the next interrupt is due, if a timer can raise one (<= now_ns:
-  // due already, for Advance).
-  std::optional<uint64_t> NextInterruptNs(uint64_t now_ns) const;
+  // When the next interrupt is due, in the caller's time, if a timer can
+  // raise one (at or before the caller's now: due already, for Advance).
+  std::optional<uint64_t> NextInterruptNs() const;
   // The caller changes clocks (the machine moves to the other engine):
   // `old_now_ns` on the old clock is `new_now_ns` on the new one. The
   // counter goes on from the value it has.
@@ -110,6 +110,13 @@ class Hpet {
     Line asserted_line;
   };
   bool enabled() const { return (config_ & kEnable) != 0; }
+  // Timer n's register `field` (0 config and capabilities, 8 comparator,
+  // 10H FSB route) at block offset `reg`, if it is one.
+  struct TimerRegister {
+    int n;
+    uint64_t field;
+  };
+  static std::optional<TimerRegister> TimerRegisterAt(uint64_t reg);
   uint64_t Register(uint64_t reg, uint64_t now_ns) const;
   // Writes the bytes `mask` covers of register `reg` (value in place).
   void SetRegister(uint64_t reg, uint64_t value, uint64_t mask, uint64_t now_ns);

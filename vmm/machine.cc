@@ -294,7 +294,7 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
   debug_exit_ = std::make_unique<DebugExit>();
   VBTS_RETURN_IF_ERROR(pio_.Register(Uart16550::kCom1Port, Uart16550::kSize, uart_.get(), "COM1 16550"));
   VBTS_RETURN_IF_ERROR(pio_.Register(DebugExit::kPort, DebugExit::kSize, debug_exit_.get(), "isa-debug-exit"));
-  acpi_pm_ = std::make_unique<AcpiPm>([this] { return in_tcg_ ? GuestNs() : NowNs(); });
+  acpi_pm_ = std::make_unique<AcpiPm>([this] { return DeviceNs(); });
   hpet_ = std::make_unique<Hpet>([this](Hpet::Line line, bool level) {
     if (line.isa) SetIsaLine(line.n, level);
     else SetGsi(line.n, level);
@@ -333,8 +333,8 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
   pit_ = std::make_unique<vcpu::Pit8254>();
   for (auto [base, size] : {std::pair<uint16_t, uint16_t>{vcpu::Pit8254::kPortBase, 4}, {vcpu::Pit8254::kPortB, 1}}) {
     device_ports_.push_back(std::make_unique<BytePorts>(
-        base, [this](uint16_t port) { return pit_->Read(port, in_tcg_ ? GuestNs() : NowNs()); },
-        [this](uint16_t port, uint8_t value) { pit_->Write(port, value, in_tcg_ ? GuestNs() : NowNs()); },
+        base, [this](uint16_t port) { return pit_->Read(port, DeviceNs()); },
+        [this](uint16_t port, uint8_t value) { pit_->Write(port, value, DeviceNs()); },
         [this] { TimerMoved(); }));
     VBTS_RETURN_IF_ERROR(pio_.Register(base, size, device_ports_.back().get(), "8254 PIT"));
   }
@@ -699,8 +699,12 @@ RunResult Machine::Run() {
                     TimeoutMessage(config_.timeout_seconds, output_.dropped()));
     absl::StatusOr<bool> exited = vcpu_->Run();
     if (!exited.ok()) return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + exited.status().ToString());
-    ServiceTimersOnKvm();
     if (!*exited) {
+      // The kick ServiceTimersOnKvm armed for the next HPET or RTC interrupt
+      // (or the periodic one): the devices' interrupts due by now. Their
+      // accesses service them too (HpetAccessed, RtcAccessed); the vCPU's
+      // other exits, one an instruction while it is stepped, do no such work.
+      ServiceTimersOnKvm();
       // Kicked by the timer: is the vCPU halted for good (HLT with IF=0)?
       absl::StatusOr<uint32_t> mp = vcpu_->GetMpState();
       absl::StatusOr<kvm_regs> regs = vcpu_->GetRegs();
@@ -752,13 +756,13 @@ void Machine::Mmio(uint64_t gpa, bool write, uint8_t* data, uint32_t len) {
   };
   if (gpa >= Hpet::kBase && gpa < Hpet::kBase + Hpet::kSize) {
     const bool was_legacy = hpet_->legacy();
-    const uint64_t now = HpetNs();
+    const uint64_t now = DeviceNs();
     uint64_t v = 0;
     if (write) {
-      const std::optional<uint64_t> next = hpet_->NextInterruptNs(now);
+      const std::optional<uint64_t> next = hpet_->NextInterruptNs();
       std::memcpy(&v, data, std::min<uint32_t>(len, 8));
       hpet_->Write(gpa - Hpet::kBase, static_cast<int>(len), v, now);
-      HpetAccessed(was_legacy, hpet_->NextInterruptNs(now) != next);
+      HpetAccessed(was_legacy, hpet_->NextInterruptNs() != next);
     } else {
       v = hpet_->Read(gpa - Hpet::kBase, static_cast<int>(len), now);
       std::memcpy(data, &v, std::min<uint32_t>(len, 8));
@@ -1200,18 +1204,12 @@ std::optional<RunResult> Machine::SuspendToRam(uint64_t deadline) {
 void Machine::SetIsaLine(uint32_t line, bool level) {
   // The interrupt controllers of the engine that runs the vCPU: vbts's in
   // TCG, KVM's otherwise (ISA lines 0-15 reach both the 8259s and the I/O
-  // APIC, as under KVM's default routing).
-  if (in_tcg_) {
-    ioapic_->SetLine(line, level);
-    pic_->SetLine(line, level);
-    NotifyInterrupts();
-    return;
-  }
-  if (absl::Status st = vm_->SetIrqLine(line, level); !st.ok() && irq_errors_++ == 0)
-    std::fprintf(stderr, "vbts: warning: ISA IRQ line %u: %s\n", line, std::string(st.message()).c_str());
+  // APIC, as under KVM's default routing, where GSI n is both).
+  if (in_tcg_) pic_->SetLine(line, level);
+  SetGsi(line, level);
 }
 
-uint64_t Machine::HpetNs() const { return in_tcg_ ? GuestNs() : NowNs(); }
+uint64_t Machine::DeviceNs() const { return in_tcg_ ? GuestNs() : NowNs(); }
 
 void Machine::SetGsi(uint32_t gsi, bool level) {
   if (in_tcg_) {
@@ -1220,7 +1218,7 @@ void Machine::SetGsi(uint32_t gsi, bool level) {
     return;
   }
   if (absl::Status st = vm_->SetIrqLine(gsi, level); !st.ok() && irq_errors_++ == 0)
-    std::fprintf(stderr, "vbts: warning: I/O APIC input %u: %s\n", gsi, std::string(st.message()).c_str());
+    std::fprintf(stderr, "vbts: warning: IRQ line (GSI) %u: %s\n", gsi, std::string(st.message()).c_str());
 }
 
 void Machine::HpetAccessed(bool was_legacy, bool moved) {
@@ -1256,17 +1254,17 @@ void Machine::ServiceTimersOnKvm() {
   const uint64_t now = NowNs();
   hpet_->Advance(now);
   cmos_rtc_->Advance();
-  std::optional<uint64_t> next = hpet_->NextInterruptNs(now);
+  std::optional<uint64_t> next = hpet_->NextInterruptNs();
   if (std::optional<int64_t> rtc = cmos_rtc_->NsToNextInterrupt(); rtc && (!next || now + *rtc < *next))
     next = now + static_cast<uint64_t>(*rtc);
   // One setitimer a new expiry: the periodic kick stands in for a later one.
-  // The kick comes no sooner than kMinHpetKickNs from now, as KVM keeps its
+  // The kick comes no sooner than kMinKickNs from now, as KVM keeps its
   // own periodic LAPIC timer to min_timer_period_us (200 us): with an
   // interrupt due at every tick the SIGALRMs otherwise ended KVM_RUN before
   // the guest took a single interrupt (image hostile_hpet_storm_kvm: 0 in
-  // 2 s without the floor, ~18 000 with it).
-  constexpr uint64_t kMinHpetKickNs = 100'000;
-  if (next && next != kvm_kick_at_) KickTimer::KickIn(std::max(*next > now ? *next - now : 0, kMinHpetKickNs));
+  // 2 s without the floor, ~13 500 with it).
+  constexpr uint64_t kMinKickNs = 100'000;
+  if (next && next != kvm_kick_at_) KickTimer::KickIn(std::max(*next > now ? *next - now : 0, kMinKickNs));
   kvm_kick_at_ = next;
 }
 
@@ -1612,7 +1610,7 @@ std::optional<uint64_t> Machine::NextTimerNs() const {
   std::optional<uint64_t> rtc;
   if (clock_->source() == vcpu::GuestClock::Source::kHost)
     if (std::optional<int64_t> d = cmos_rtc_->NsToNextInterrupt()) rtc = now + static_cast<uint64_t>(*d);
-  for (std::optional<uint64_t> t : {pit_->NextEdgeNs(now), hpet_->NextInterruptNs(now), rtc})
+  for (std::optional<uint64_t> t : {pit_->NextEdgeNs(now), hpet_->NextInterruptNs(), rtc})
     if (t && (!next || *t < *next)) next = t;
   return next;
 }

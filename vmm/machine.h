@@ -171,9 +171,9 @@ class Machine : private vcpu::TcgDevices, private PciPlatform {
   void SetIsaLine(uint32_t line, bool level);
   // Sets I/O APIC input `gsi` alone (the HPET's routes, 16-23).
   void SetGsi(uint32_t gsi, bool level);
-  // The HPET's time: the guest clock in TCG, the host's under KVM (as the
-  // ACPI PM timer's and the 8254's).
-  uint64_t HpetNs() const;
+  // The time of the devices that keep it (the 8254, the ACPI PM timer, the
+  // HPET): the guest clock in TCG, the host's under KVM.
+  uint64_t DeviceNs() const;
   // After a guest access to the HPET: its legacy replacement mode cuts the
   // 8254 off KVM's interrupt controllers (KVM_PIT_FLAGS_HPET_LEGACY) when it
   // changed; `moved`: its next interrupt moved (TimerMoved, ServiceTimersOnKvm).

@@ -8,7 +8,7 @@
 ; edge, as the 8259 keeps one request per line). On KVM vbts kicks KVM_RUN for each expiry, at
 ; most one kick every 100 us (vmm/machine.cc, as KVM keeps its own periodic LAPIC timer to
 ; 200 us); without that floor the SIGALRMs ended KVM_RUN before the guest took a single
-; interrupt (0 in 2 s; ~18 000 with it on this PVM host).
+; interrupt (0 in 2 s; ~13 500 with it on this PVM host).
 %include "rt.inc"
 %include "hpet.inc"
 
