@@ -47,6 +47,8 @@ class Vbts:
 
     def __init__(self, image, extra=(), wait=True, command=("run",)):
         cmd = [ARGS.vbts] + list(command) + ["--gdb=127.0.0.1:0", "--timeout=60"] + list(extra)
+        if ARGS.engine and not any(e.startswith("--engine") for e in extra):
+            cmd.append("--engine=%s" % ARGS.engine)
         if wait:
             cmd.append("--gdb-wait")
         cmd.append(image)
@@ -91,8 +93,9 @@ class Vbts:
 def run_gdb(vbts, image, commands, interrupt_after=None, arch=None):
     """Runs gdb -batch with `commands` against `vbts`; returns its output.
 
-    interrupt_after: a callable polled while gdb runs; when it returns true, gdb
-    gets SIGINT once (a user's Ctrl-C: gdb sends 0x03 to the stub)."""
+    interrupt_after: a callable polled while gdb runs with gdb's output so far;
+    when it returns true, gdb gets SIGINT once (a user's Ctrl-C: gdb sends 0x03
+    to the stub).  A list of them: one SIGINT each, in order."""
     # No `set architecture`: gdb takes the target description vbts gives
     # (i386 for this DWARF-32 image: Debugger::ArchForImage).
     script = ["set pagination off", "set confirm off", "set width 0"]
@@ -107,15 +110,15 @@ def run_gdb(vbts, image, commands, interrupt_after=None, arch=None):
         proc = subprocess.Popen([ARGS.gdb, "-batch", "-nx", "-x", path] + ([image] if image else []), stdout=out,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         deadline = time.time() + 90
-        sent = False
+        triggers = list(interrupt_after) if isinstance(interrupt_after, list) else [interrupt_after] if interrupt_after else []
         while proc.poll() is None:
             if time.time() > deadline:
                 proc.kill()
                 fail("gdb did not end", ("gdb", Vbts.read(out).decode(errors="replace")),
                      ("vbts stderr", vbts.stderr()))
-            if interrupt_after and not sent and interrupt_after():
+            if triggers and triggers[0](Vbts.read(out).decode(errors="replace")):
                 proc.send_signal(signal.SIGINT)
-                sent = True
+                triggers.pop(0)
             time.sleep(0.02)
         return Vbts.read(out).decode(errors="replace")
     finally:
@@ -238,11 +241,54 @@ def case_interrupt():
     # spin_limit = 0xffffffff.  Ctrl-C (SIGINT to gdb, which sends 0x03) stops
     # it in spin() with SIGINT; setting release=1 lets it end ("released").
     v = Vbts(demo())
-    ready = lambda: "counter=33" in v.stdout()
+    ready = lambda _: "counter=33" in v.stdout()
     out = run_gdb(v, demo(), ["set var spin_limit = 0xffffffff", "continue", "bt 1", "set var release = 1",
                               "continue"], interrupt_after=ready)
     expect(out, [r"Program received signal SIGINT", r"^#0\s+.*spin \(", r"exited normally"], "gdb")
     finish_demo(v, out, output="gdb_demo: start\ncounter=33\nreleased\n")
+
+
+def case_kvm_moves():
+    # --engine=kvm-tcg (what `auto` is on VT-x/SVM hosts): the guest runs on KVM
+    # while GDB needs nothing of the TCG engine, and moves there for each stop.
+    # Moves, counted by `monitor info engine`: 1 before the first instruction
+    # (--gdb-wait); the breakpoint at leaf keeps the guest in TCG; `delete` +
+    # `continue` moves it back to KVM (2), where it spins until Ctrl-C moves
+    # it to TCG again (3), in spin(); with release=1 it runs on to its end on
+    # KVM (4: "released", exit value 0).
+    v = Vbts(demo(), extra=["--engine=kvm-tcg"])
+    ready = lambda _: "counter=33" in v.stdout()
+    out = run_gdb(v, demo(), ["monitor info engine", "break leaf", "continue", "monitor info engine", "delete",
+                              "set var spin_limit = 0xffffffff", "continue", "monitor info engine", "bt 1",
+                              "set var release = 1", "continue"], interrupt_after=ready)
+    moves = r"^engine: tcg while GDB needs it .* KVM otherwise; %d moves between them so far; GDB branch trace: off$"
+    expect(out, [moves % 1, r"Breakpoint 1, leaf \(x=(x@entry=)?0\)", moves % 1, r"Program received signal SIGINT",
+                 moves % 3, r"^#0\s+.*spin \(", r"exited normally"], "gdb", ("vbts", v.stderr()))
+    finish_demo(v, out, output="gdb_demo: start\ncounter=33\nreleased\n")
+
+
+def case_kvm_halted():
+    # --engine=kvm-tcg: the guest waits in HLT on KVM (interrupts enabled, none
+    # programmed) when Ctrl-C comes; it moves to TCG still halted (moves: 1 at
+    # the start, 2 back to KVM at `continue`, 3 at Ctrl-C) and stops right
+    # after its HLT; `kill` ends the run (status 114, docs/cli.md).
+    v = Vbts(demo(), extra=["--engine=kvm-tcg"])
+    # Still halted in TCG, `continue` leaves it halted there (it goes back to
+    # KVM only once it runs), so a second Ctrl-C stops it at the same place.
+    napping = lambda _: "napping" in v.stdout()
+    again = lambda gdb_out: "moves between them" in gdb_out and time.sleep(0.3) is None
+    out = run_gdb(v, demo(), ["set var spin_limit = 0", "set var nap = 1", "continue", "x/i $pc - 1",
+                              "monitor info engine", "continue", "x/i $pc - 1", "monitor info engine", "kill"],
+                  interrupt_after=[napping, again])
+    moves = r"^engine: tcg while GDB needs it .* KVM otherwise; %d moves between them so far; GDB branch trace: off$"
+    hlt = r":\s+hlt\s*$"
+    expect(out, [r"Program received signal SIGINT", hlt, moves % 3, r"Program received signal SIGINT", hlt, moves % 3],
+           "gdb", ("vbts", v.stderr()))
+    if v.stdout() != "gdb_demo: start\ncounter=33\nnot released\nnapping\n":
+        fail("guest output %r" % v.stdout(), ("gdb", out), ("vbts", v.stderr()))
+    rc = v.wait()
+    if rc != 114:
+        fail("vbts exited %d after kill, expected 114" % rc, ("gdb", out), ("vbts", v.stderr()))
 
 
 def case_registers():
@@ -692,6 +738,7 @@ def main():
     ap.add_argument("--gdb", default="gdb")
     ap.add_argument("--images", required=True)
     ap.add_argument("--linux", help="Debian's vmlinux (case linux)")
+    ap.add_argument("--engine", help="vbts's --engine (kvm-tcg: the guest runs on KVM while GDB lets it)")
     ap.add_argument("case", choices=sorted(CASES))
     ARGS = ap.parse_args()
     CASES[ARGS.case]()

@@ -272,7 +272,7 @@ bool Supervisor::CompleteAtStop(const DecodedInsn& insn) const {
 }
 
 bool Supervisor::WantsStepping() const {
-  return ObserverWantsSteps() || !stepping_reason_.empty() || patches_wait_for_idt_;
+  return ObserverWantsSteps() || steps_requested_ || !stepping_reason_.empty() || patches_wait_for_idt_;
 }
 
 int Supervisor::GuardAddresses(const CpuState& st, std::array<uint64_t, 4>& addrs) {

@@ -113,10 +113,18 @@ class Supervisor {
   // Stepping every instruction with nothing of vbts's in the guest's state
   // or memory (no code guard written, no TF of vbts's, no step-over): the
   // state KVM holds is the guest's own, and may move to another engine.
-  bool SteppingPlainly() const {
-    return mode_ == Mode::kStepping && !tf_trick_handler_ && !step_over_ &&
+  bool SteppingPlainly() const { return mode_ == Mode::kStepping && Plain(); }
+  // Nothing of vbts's in the guest's state or memory, in any mode (guards
+  // in debug registers are KVM's, not the guest's): at a boundary the vCPU
+  // may move to another engine.
+  bool Plain() const {
+    return !tf_trick_handler_ && !step_over_ &&
            std::none_of(patches_.begin(), patches_.end(), [](const CodePatch& p) { return p.applied; });
   }
+  // Someone other than the observer (the debugger, docs/gdb.md) needs the
+  // guest to reach a plain boundary: step it, as for an observer, from the
+  // next arming on.
+  void RequestSteps(bool on) { steps_requested_ = on; }
   // Why the whole guest is stepped without an observer asking for it ("" if it is not).
   const std::string& stepping_reason() const { return stepping_reason_; }
   // The CPUID sites that get a breakpoint (empty when the guest is stepped).
@@ -221,6 +229,7 @@ class Supervisor {
   // Code guards are in use but the guest has no usable #UD handler yet:
   // step it (completing every CPUID) until it has one.
   bool patches_wait_for_idt_ = false;
+  bool steps_requested_ = false;  // RequestSteps
   std::vector<CodePatch> patches_;
   // The instructions this host gets wrong without telling the VMM, which
   // vbts completes whenever it stops in front of one.

@@ -218,8 +218,9 @@ int CliMain(int argc, char** argv) {
         ->check(CLI::IsMember(std::vector<std::string>(std::begin(MachineConfig::kDeviceNames),
                                                         std::end(MachineConfig::kDeviceNames))));
     cmd->add_option("--gdb", config.gdb,
-                    "serve the GDB remote protocol on [HOST:]PORT (default host 127.0.0.1); the run uses the TCG "
-                    "engine. docs/gdb.md");
+                    "serve the GDB remote protocol on [HOST:]PORT (default host 127.0.0.1); the client's stops are "
+                    "the TCG engine's (with kvm-tcg the guest runs on KVM while the client sets nothing). "
+                    "docs/gdb.md");
     cmd->add_flag("--gdb-wait", config.gdb_wait, "with --gdb: stop before the first instruction until GDB attaches");
     cmd->add_option("--gdb-arch", config.gdb_arch,
                     "with --gdb: the registers GDB is given: i386, x86-64, or auto (x86-64 unless the CPU model "

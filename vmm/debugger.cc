@@ -89,6 +89,28 @@ absl::StatusOr<std::unique_ptr<Debugger>> Debugger::Create(Machine& machine, con
   return d;
 }
 
+void Debugger::PollOnKvm() {
+  if (!server_->connected()) {
+    (void)server_->Accept(0);  // BetweenRuns attaches it, in the TCG engine
+    return;
+  }
+  if (!stub_ || stopped_) return;
+  const std::string in = server_->Read(0);
+  if (!server_->connected()) {
+    ClientGone("disconnected");
+    return;
+  }
+  if (in.empty()) return;
+  Send(stub_->Receive(in));
+  // On KVM nothing is traced for GDB: the guest stops where the move leaves it.
+  if (stub_->interrupt_requested()) stop_on_arrival_ = true;
+}
+
+bool Debugger::WantsTcg() const {
+  if (!server_->connected()) return wait_first_;
+  return !stub_ || stopped_ || stop_on_arrival_ || interrupting_ || stepping() || !points_.empty() || tracing();
+}
+
 std::optional<RunResult> Debugger::BetweenRuns(bool halted) {
   if (!server_->connected()) {
     const bool first_wait = wait_first_;
@@ -97,6 +119,8 @@ std::optional<RunResult> Debugger::BetweenRuns(bool halted) {
     const uint64_t t0 = MonoNs();
     if (!server_->Accept(first_wait ? -1 : 0)) return std::nullopt;
     if (first_wait) stopped_ns_ += MonoNs() - t0;
+  }
+  if (!stub_) {
     wait_first_ = false;
     std::fprintf(stderr, "vbts: gdb: client attached on %s\n", server_->address().c_str());
     stub_ = std::make_unique<gdb::Stub>(*this, gdb::StubOptions{arch_});
@@ -105,6 +129,7 @@ std::optional<RunResult> Debugger::BetweenRuns(bool halted) {
     (void)stub_->Stopped(gdb::Stop{gdb::Stop::kInterrupted});
     stopped_ = true;
   }
+  if (stop_on_arrival_) StopFor(gdb::Stop{gdb::Stop::kInterrupted});
   if (!stopped_) {
     // Running: only Ctrl-C can come.  It stops the guest at the next
     // instruction boundary the tracer has seen: one step (so that GDB's
@@ -243,7 +268,7 @@ void Debugger::AddTransfer(const pmu::Branch& b, bool every_instruction) {
 
 void Debugger::StopFor(const gdb::Stop& stop) {
   stopped_ = true;
-  interrupting_ = false;  // a Ctrl-C's step that met a breakpoint reports the breakpoint
+  interrupting_ = stop_on_arrival_ = false;  // a Ctrl-C's step that met a breakpoint reports the breakpoint
   resume_.reset();
   mask_interrupts_ = false;
   m_.tcg_->SetDebugStep(false);
@@ -271,9 +296,9 @@ void Debugger::ClientGone(const char* why) {
     stub_->btrace().Stop();
     (void)SetBranchTrace(false);
   }
-  m_.tcg_->SetDebugStep(false);
+  if (m_.tcg_) m_.tcg_->SetDebugStep(false);
   stopped_ = false;
-  interrupting_ = false;
+  interrupting_ = stop_on_arrival_ = false;
   resume_.reset();
   mask_interrupts_ = false;
   stub_.reset();
@@ -414,6 +439,7 @@ void Debugger::ApplyPoints() {
         break;
     }
   }
+  if (!m_.tcg_) return;  // on KVM, before any move: nothing was set
   m_.tcg_->SetDebugBreakpoints(std::move(bps));
   m_.tcg_->SetDebugWatchpoints(std::move(watches));
 }
@@ -534,9 +560,16 @@ absl::StatusOr<std::string> Debugger::Monitor(absl::string_view command) {
   if (cmd == "info lapic" || cmd == "lapic") return LapicReport();
   if (cmd == "info cpu" || cmd == "cpu")
     return absl::StrFormat("%s: %s\n", m_.model_->name, m_.model_->description);
-  if (cmd == "info engine" || cmd == "engine")
-    return absl::StrFormat("engine: tcg (QEMU's TCG in-process); GDB branch trace: %s\n",
-                           tracing() ? absl::StrFormat("on, %u-byte buffer", stub_->btrace().size()) : "off");
+  if (cmd == "info engine" || cmd == "engine") {
+    const std::string trace =
+        tracing() ? absl::StrFormat("on, %u-byte buffer", stub_->btrace().size()) : std::string("off");
+    if (!m_.switch_engines_)
+      return absl::StrFormat("engine: tcg (QEMU's TCG in-process); GDB branch trace: %s\n", trace);
+    return absl::StrFormat(
+        "engine: tcg while GDB needs it (stopped, stepping, breakpoints, watchpoints, branch trace), KVM "
+        "otherwise; %u moves between them so far; GDB branch trace: %s\n",
+        m_.engine_switches_, trace);
+  }
   return absl::InvalidArgumentError(absl::StrCat("unknown monitor command '", cmd, "' (try 'monitor help')"));
 }
 

@@ -45,6 +45,15 @@ class Debugger : public gdb::Target {
   // in HLT (a step then waits for the interrupt that wakes it).  Returns how
   // the run ends when the client ends it (`kill`).
   std::optional<RunResult> BetweenRuns(bool halted);
+  // While the vCPU runs on KVM (--engine=kvm-tcg, auto on VT-x/SVM hosts):
+  // takes a new client and a Ctrl-C without touching the vCPU; both stop the
+  // guest once the machine has moved it to the TCG engine (WantsTcg), where
+  // BetweenRuns serves the client.
+  void PollOnKvm();
+  // The client needs the TCG engine: to stop the guest (attach, Ctrl-C,
+  // stopped), for a step, breakpoints, watchpoints or its branch trace.  A
+  // client that lets the guest continue with none of these leaves it to KVM.
+  bool WantsTcg() const;
   // After a run of the engine: whether the client's resume has finished
   // (breakpoint, watchpoint, step); the client hears the stop.
   void AfterRun(const vcpu::TcgStop& stop);
@@ -108,6 +117,7 @@ class Debugger : public gdb::Target {
   std::optional<gdb::Resume> resume_;
   bool mask_interrupts_ = false;
   bool interrupting_ = false;  // a Ctrl-C's stop is under way (one step)
+  bool stop_on_arrival_ = false;  // a Ctrl-C came while the guest ran on KVM
   std::vector<Point> points_;
   uint64_t stopped_ns_ = 0;
 };

@@ -360,8 +360,17 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
   // with the TCG engine (KVM's in-kernel I/O APIC cannot remap).
   VBTS_RETURN_IF_ERROR(needs_tcg(!config_.devices.empty(), "--device", "has KVM's interrupt controllers"));
   // The debugger's stops (breakpoints the guest cannot see, exact steps,
-  // watchpoints) are the TCG engine's (docs/gdb.md).
-  VBTS_RETURN_IF_ERROR(needs_tcg(!config_.gdb.empty(), "--gdb", "cannot be debugged"));
+  // watchpoints) are the TCG engine's: the vCPU is there while a client
+  // needs them, and may run on KVM otherwise (kvm-tcg; docs/gdb.md).
+  if (!config_.gdb.empty()) {
+    if (config_.engine == "kvm")
+      return absl::InvalidArgumentError(
+          "--gdb needs the TCG engine for its stops: --engine=kvm never moves there (use auto, tcg or kvm-tcg)");
+    if (config_.vpmu == "passthrough")
+      return absl::InvalidArgumentError(
+          "--gdb needs the TCG engine for its stops: --vpmu=passthrough keeps the vCPU on KVM (the host's LBRs "
+          "cannot move)");
+  }
   // Only the TCG engine counts instructions without stepping them.
   VBTS_RETURN_IF_ERROR(needs_tcg(config_.instruction_clock, "--clock=instructions", "keeps the host's time"));
   if (config_.engine == "auto") {
@@ -595,7 +604,7 @@ RunResult Machine::Finish(RunEnd end, int status, std::string message) {
                           mmio_unclaimed_writes_);
   if (supervisor_ && (!tcg_ || switch_engines_)) r.details += supervisor_->Statistics();
   if (switch_engines_ && engine_switches_)
-    absl::StrAppendFormat(&r.details, "engines: %u moves between KVM and TCG (tracing on and off)\n", engine_switches_);
+    absl::StrAppendFormat(&r.details, "engines: %u moves between KVM and TCG (tracing, a debugger)\n", engine_switches_);
   if (tcg_) {
     const vcpu::TcgStats& t = tcg_->stats();
     absl::StrAppendFormat(&r.details,
@@ -687,12 +696,22 @@ RunResult Machine::Run() {
   if (config_.timeout_seconds > 0)
     output_.SetDeadline(NowNs() + static_cast<uint64_t>(config_.timeout_seconds * 1e9));
   if (tcg_) return RunTcg();
-  const double deadline = config_.timeout_seconds > 0 ? Now() + config_.timeout_seconds : 0;
+  double deadline = config_.timeout_seconds > 0 ? Now() + config_.timeout_seconds : 0;
   if (absl::Status s = KickTimer::Start(vcpu_->run(), kKickPeriodMs); !s.ok())
     return Finish(RunEnd::kError, kExitVbtsError, s.ToString());
+  // --gdb-wait: the first stop is before the first instruction, in TCG.
+  if (debugger_ && switch_engines_) supervisor_->RequestSteps(debugger_->WantsTcg());
   absl::StatusOr<vcpu::Supervisor::Verdict> start = supervisor_->Start();
   if (!start.ok()) return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + start.status().ToString());
   if (std::optional<RunResult> end = FromVerdict(*start)) return *end;
+  // (Run at the boundary the supervisor stopped at or armed from, never after
+  // an I/O or MMIO exit, whose instruction KVM has yet to finish.)
+  auto debugger_move = [&]() -> std::optional<RunResult> {
+    absl::StatusOr<std::optional<RunResult>> end = DebuggerMovesToTcg(deadline);
+    if (!end.ok()) return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + end.status().ToString());
+    return *end;
+  };
+  if (std::optional<RunResult> end = debugger_move()) return *end;
   for (;;) {
     if (deadline && Now() >= deadline)
       return Finish(RunEnd::kTimeout, kExitTimeout,
@@ -711,9 +730,14 @@ RunResult Machine::Run() {
       if (mp.ok() && regs.ok() && *mp == KVM_MP_STATE_HALTED && !(regs->rflags & vcpu::kRflagsIf))
         return Finish(RunEnd::kHaltedIfClear, kExitHaltedIfClear,
                       "vbts: guest halted with interrupts disabled (HLT with IF=0)");
+      // A client may have attached or sent Ctrl-C: the supervisor steps
+      // towards a plain boundary if it is not at one.
+      if (debugger_) debugger_->PollOnKvm();
+      if (debugger_ && switch_engines_) supervisor_->RequestSteps(debugger_->WantsTcg());
       absl::StatusOr<vcpu::Supervisor::Verdict> v = supervisor_->OnOtherExit(/*interrupted=*/true);
       if (!v.ok()) return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + v.status().ToString());
       if (std::optional<RunResult> end = FromVerdict(*v)) return *end;
+      if (std::optional<RunResult> end = debugger_move()) return *end;
       continue;
     }
     exits_++;
@@ -739,6 +763,8 @@ RunResult Machine::Run() {
       absl::StatusOr<std::optional<RunResult>> end = TraceInTcg(deadline);
       if (!end.ok()) return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + end.status().ToString());
       if (*end) return **end;
+    } else if (reason == KVM_EXIT_DEBUG) {
+      if (std::optional<RunResult> end = debugger_move()) return *end;
     }
   }
 }
@@ -840,14 +866,29 @@ absl::Status Machine::CreateTcg() {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::optional<RunResult>> Machine::DebuggerMovesToTcg(double& deadline) {
+  if (!debugger_ || !switch_engines_ || !debugger_->WantsTcg() || !supervisor_->Plain()) return std::nullopt;
+  const uint64_t stopped_before = debugger_->stopped_ns();
+  absl::StatusOr<std::optional<RunResult>> end = TraceInTcg(deadline);
+  // Time stopped for the client does not count against --timeout.
+  if (deadline > 0) deadline += static_cast<double>(debugger_->stopped_ns() - stopped_before) / 1e9;
+  return end;
+}
+
+bool Machine::WantsTcg() const {
+  return tracer_->WantsEveryInstruction() || (debugger_ && debugger_->WantsTcg());
+}
+
 absl::StatusOr<std::optional<RunResult>> Machine::TraceInTcg(double deadline) {
   // Only at a boundary where nothing is on its way into the guest: KVM's
   // pending or injected events would not move (the LAPIC's requests do).
   VBTS_ASSIGN_OR_RETURN(kvm_vcpu_events ev, vcpu_->GetEvents());
   if (ev.exception.injected || ev.exception.pending || ev.interrupt.injected || ev.nmi.injected || ev.nmi.pending)
     return std::nullopt;
+  VBTS_ASSIGN_OR_RETURN(uint32_t mp_state, vcpu_->GetMpState());
   if (!tcg_) {
     if (absl::Status s = CreateTcg(); !s.ok()) {
+      if (debugger_) return s;  // its stops have no other engine
       // The library is not the one vbts pins: trace under KVM, as before.
       std::fprintf(stderr, "vbts: warning: tracing stays on KVM: %s\n", std::string(s.message()).c_str());
       switch_engines_ = false;
@@ -870,10 +911,13 @@ absl::StatusOr<std::optional<RunResult>> Machine::TraceInTcg(double deadline) {
                   /*emulate_data_bps=*/true);
   tcg_observing_ = tcg_bulk_ = false;
   in_tcg_ = true;
+  // A debugger's move may come while the vCPU waits in HLT (at a kick).
+  halted_wait_ = mp_state == KVM_MP_STATE_HALTED;
   engine_switches_++;
   const uint64_t deadline_ns = deadline > 0 ? static_cast<uint64_t>(deadline * 1e9) : 0;
   std::optional<RunResult> end = RunTcgLoop(deadline_ns, /*until_untraced=*/true);
   if (end) return end;
+  if (debugger_) supervisor_->RequestSteps(false);  // nothing the client needs is left (WantsTcg)
   // TCG -> KVM: tracing is off again.
   UpdateTcgObservation();  // removes the hooks
   in_tcg_ = false;
@@ -890,6 +934,8 @@ absl::StatusOr<std::optional<RunResult>> Machine::TraceInTcg(double deadline) {
   VBTS_RETURN_IF_ERROR(vcpu_->SetMsrs({&base, 1}));
   VBTS_RETURN_IF_ERROR(vcpu_->SetLapic(lapic));
   VBTS_RETURN_IF_ERROR(vcpu_->SetDebugRegs(dr));
+  // The TCG engine leaves only once it runs (RunTcgLoop): not halted.
+  if (mp_state == KVM_MP_STATE_HALTED) VBTS_RETURN_IF_ERROR(vcpu_->SetMpState(KVM_MP_STATE_RUNNABLE));
   VBTS_RETURN_IF_ERROR(TimeAndIrqchipsToKvm());
   VBTS_RETURN_IF_ERROR(TscDeadlineToKvm());
   tracer_->Rebind(*vcpu_, [vm = vm_.get()](uint8_t vector) { return vm->SignalMsi(0, vector); },
@@ -966,7 +1012,8 @@ std::optional<RunResult> Machine::RunTcgLoop(uint64_t deadline, bool until_untra
       halted_wait_ = false;
     }
     // Tracing is off and no event waits in the engine: the vCPU can go back.
-    if (until_untraced && !tracer_->WantsEveryInstruction() && !tcg_->EventPending()) return std::nullopt;
+    // (Nor a debugger's client needs it: Debugger::WantsTcg.)
+    if (until_untraced && !WantsTcg() && !tcg_->EventPending()) return std::nullopt;
     UpdateTcgObservation();
     // Whether a code hook no longer used still lingers for this run: its
     // instructions are counted, and the guest's time stays on them.

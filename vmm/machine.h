@@ -206,6 +206,13 @@ class Machine : private vcpu::TcgDevices, private PciPlatform {
   // back.  A result when the run ended in TCG; nothing when it continues on
   // KVM (or could not switch here: the next stop tries again).
   absl::StatusOr<std::optional<RunResult>> TraceInTcg(double deadline);
+  // The debugger's client needs the TCG engine (Debugger::WantsTcg) and the
+  // supervisor's state is plain: the vCPU moves there (TraceInTcg) until the
+  // client lets it run with nothing to stop at.  `deadline` moves by the
+  // time the guest was stopped for the client.
+  absl::StatusOr<std::optional<RunResult>> DebuggerMovesToTcg(double& deadline);
+  // The guest's tracing or the debugger's client needs the TCG engine.
+  bool WantsTcg() const;
   // Before the virtual PMU is read or written in block-level observation:
   // the instructions that ran unreported are counted first.
   void FlushTcgBulk();

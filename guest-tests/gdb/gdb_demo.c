@@ -31,6 +31,7 @@ volatile unsigned counter;  // written once per step() call: a write watchpoint
 volatile unsigned release;  // the Ctrl-C test sets it to 1 to end the spin
 volatile unsigned spin_limit = 2000000;  // the Ctrl-C test makes it endless
 volatile unsigned char leaf_byte;        // leaf's first code byte, as the guest reads it
+volatile unsigned nap;  // a test sets it to 1: the guest halts for good with interrupts on (none come)
 
 __attribute__((noinline)) unsigned leaf(unsigned x) { return x * 3 + 1; }
 
@@ -59,5 +60,11 @@ int main(void) {
   const unsigned n = spin(spin_limit);
   puts_com1(release ? "released\n" : "not released\n");
   (void)n;
+  if (nap) {
+    // Nothing is programmed to interrupt: the CPU waits in HLT until a
+    // debugger's Ctrl-C stops it there.
+    puts_com1("napping\n");
+    __asm__ volatile("sti; hlt; cli");
+  }
   return counter == 33 ? 0 : 1;
 }
