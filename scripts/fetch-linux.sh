@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# fetch-linux.sh: puts Debian's cloud kernel, uncompressed (the ELF vmlinux with
-# its PVH entry note, which vbts and QEMU boot with -kernel), into DIR/vmlinux.
-# The linux.* tests boot it (guest-tests/linux/README.md). Idempotent: a
-# DIR/vmlinux that is there is kept. Needs apt-get (the package comes from the
+# fetch-linux.sh: puts Debian's cloud kernel into DIR: vmlinuz, the bzImage as
+# the package ships it (Linux's own boot protocol), and vmlinux, its payload
+# uncompressed (the ELF with its PVH entry note); vbts and QEMU boot both with
+# -kernel. The linux.* tests boot them (guest-tests/linux/README.md). Idempotent:
+# files that are there are kept. Needs apt-get (the package comes from the
 # machine's Debian mirror, not installed: nothing lands in /boot) and lz4/xz/zstd
 # for the compressed payload.
 # Usage: scripts/fetch-linux.sh DIR
 set -euo pipefail
 dir=${1:?usage: fetch-linux.sh DIR}
-[ -s "$dir/vmlinux" ] && exit 0
+[ -s "$dir/vmlinux" ] && [ -s "$dir/vmlinuz" ] && exit 0
 mkdir -p "$dir"
 work=$(mktemp -d)
 chmod 755 "$work"  # apt downloads as its own user
@@ -36,5 +37,6 @@ for magic, cmd in ((b"\x02\x21\x4c\x18", ["lz4", "-dc"]), (b"\xfd7zXZ\x00", ["xz
 sys.exit("fetch-linux: no compressed ELF kernel found in " + sys.argv[1])
 PY
 mv "$work/vmlinux" "$dir/vmlinux"
+cp "$vmlinuz" "$dir/vmlinuz"
 echo "$pkg" > "$dir/package"
-echo "fetch-linux: $dir/vmlinux from $pkg"
+echo "fetch-linux: $dir/vmlinux and $dir/vmlinuz from $pkg"

@@ -232,7 +232,7 @@ int CliMain(int argc, char** argv) {
                     "status 116); off: without it. docs/security.md")
         ->check(CLI::IsMember({"on", "off"}))
         ->capture_default_str();
-    cmd->add_option("IMAGE", config.image_path, "Multiboot v1 image (ELF32 or a.out-kludge)")->required();
+    cmd->add_option("IMAGE", config.image_path, "Linux bzImage, Multiboot v1 image (ELF32 or a.out-kludge) or PVH kernel (vmlinux)")->required();
   };
   CLI::App* run = app.add_subcommand("run", "Boot a Multiboot image; its COM1 output goes to stdout.");
   add_run_options(run);

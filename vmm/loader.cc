@@ -14,6 +14,7 @@
 #include "absl/strings/strip.h"
 #include "base/file.h"
 #include "base/status_macros.h"
+#include "vmm/linux_boot.h"
 
 namespace vbts::vmm {
 namespace {
@@ -413,6 +414,28 @@ absl::Status Place(const Plan& plan, absl::Span<const uint8_t> file, std::string
 
 absl::StatusOr<LoadedImage> LoadKernelImage(absl::Span<const uint8_t> file, std::string_view file_name,
                                             PhysMemory& ram, const LoaderLimits& limits) {
+  // QEMU's x86_load_linux looks for Linux's setup header first.
+  VBTS_ASSIGN_OR_RETURN(std::optional<LinuxSetupHeader> linux_header, ParseLinuxSetupHeader(file, file_name));
+  if (linux_header) {
+    Plan plan;
+    Segment s;
+    s.gpa = kLinuxLoadAddress;
+    s.file_offset = linux_header->setup_size;
+    s.filesz = s.memsz = file.size() - linux_header->setup_size;
+    s.name = "protected-mode kernel";
+    s.what = "the bzImage's protected-mode kernel";
+    s.executable = false;  // compressed: no code to scan for CPUID sites
+    s.vaddr = s.gpa;
+    plan.segments.push_back(s);
+    plan.entry = static_cast<uint32_t>(kLinuxLoadAddress);
+    plan.entry_field = "code32_start";
+    LoadedImage image;
+    image.boot = BootProtocol::kLinux;
+    image.format = ImageFormat::kBzImage;
+    image.linux_header = linux_header;
+    VBTS_RETURN_IF_ERROR(Place(plan, file, file_name, ram, limits, image));
+    return image;
+  }
   absl::StatusOr<LoadedImage> multiboot = LoadMultibootImage(file, file_name, ram, limits);
   if (multiboot.ok() || FindHeader(file, file_name).ok()) return multiboot;
   // No (valid) Multiboot header: QEMU's -kernel then tries the PVH note.

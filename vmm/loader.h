@@ -3,6 +3,7 @@
 #define VBTS_VMM_LOADER_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "absl/types/span.h"
 #include "pmu/phys_memory.h"
 #include "vmm/gpa_range.h"
+#include "vmm/linux_boot.h"
 
 namespace vbts::vmm {
 
@@ -25,10 +27,11 @@ inline constexpr uint32_t kMultibootMemoryInfo = 1u << 1;
 inline constexpr uint32_t kMultibootVideoMode = 1u << 2;
 inline constexpr uint32_t kMultibootAoutKludge = 1u << 16;
 
-enum class ImageFormat { kElf32, kAoutKludge, kElf64 };
+enum class ImageFormat { kElf32, kAoutKludge, kElf64, kBzImage };
 // How the kernel is entered (vmm/machine.cc, SetBootState): Multiboot v1
-// (EAX magic, EBX info) or PVH (EBX hvm_start_info, vmm/pvh_boot.h).
-enum class BootProtocol { kMultiboot, kPvh };
+// (EAX magic, EBX info), PVH (EBX hvm_start_info, vmm/pvh_boot.h) or Linux's
+// 32-bit boot protocol (ESI boot_params, vmm/linux_boot.h).
+enum class BootProtocol { kMultiboot, kPvh, kLinux };
 
 // The file-backed bytes of an executable segment: at guest-physical `gpa`,
 // linked to run at `vaddr` (ELF p_vaddr; equal to gpa for the a.out kludge).
@@ -48,6 +51,7 @@ struct LoadedImage {
   ImageFormat format = ImageFormat::kElf32;
   BootProtocol boot = BootProtocol::kMultiboot;
   std::vector<std::string> warnings;  // e.g. the video-mode request QEMU ignores.
+  std::optional<LinuxSetupHeader> linux_header;  // kLinux: what boot_params is made from
 };
 
 struct LoaderLimits {
@@ -81,8 +85,11 @@ absl::StatusOr<LoadedImage> LoadMultibootImage(absl::Span<const uint8_t> file,
                                                std::string_view file_name, PhysMemory& ram,
                                                const LoaderLimits& limits);
 
-// Loads a kernel as QEMU's -kernel does when the file has no Linux setup
-// header: a Multiboot v1 image (LoadMultibootImage) if the first 8 KiB hold a
+// Loads a kernel as QEMU's -kernel does.  A file with Linux's setup header
+// (a bzImage, vmm/linux_boot.h) gets its protected-mode kernel, the bytes
+// after the real-mode setup, at 1 MiB, entered there with boot = kLinux
+// (nothing of it is executable code to scan: it is compressed).  Otherwise
+// a Multiboot v1 image (LoadMultibootImage) if the first 8 KiB hold a
 // valid Multiboot header; otherwise an ELF32 (EM_386) or ELF64 (EM_X86_64)
 // ET_EXEC file with a PVH entry note (Xen ELF note XEN_ELFNOTE_PHYS32_ENTRY,
 // 18: Linux's vmlinux with CONFIG_PVH, as QEMU's pvh_load_elfboot), loaded by

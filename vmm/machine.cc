@@ -25,6 +25,7 @@
 #include "vmm/multiboot_info.h"
 #include "vmm/acpi_tables.h"
 #include "vmm/smbios_tables.h"
+#include "vmm/linux_boot.h"
 #include "vmm/pvh_boot.h"
 
 namespace vbts::vmm {
@@ -186,7 +187,7 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
   // The image first; the boot information goes at 0x9000 or, where the image
   // covers that page, right after the image (MultibootInfoPage).
   LoaderLimits limits;
-  limits.reserved.push_back({kBootStack - 0x1000, kBootGdt + 0x18, "vbts boot stack and GDT"});
+  limits.reserved.push_back({kBootStack - 0x1000, kBootGdt + 0x20, "vbts boot stack and GDT"});
   VBTS_ASSIGN_OR_RETURN(LoadedImage img, LoadKernelImage(image, config_.image_path, *ram_, limits));
   code_ = img.code;
   entry_ = img.entry;
@@ -220,7 +221,11 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
     VBTS_RETURN_IF_ERROR(WriteSmbiosTables(*ram_, smbios));
   }
   uint32_t boot_info = 0;
-  if (img.boot == BootProtocol::kPvh) {
+  if (img.boot == BootProtocol::kLinux) {
+    VBTS_ASSIGN_OR_RETURN(LinuxBootInfo lb, WriteLinuxBootParams(*ram_, image, *img.linux_header, config_.append,
+                                                                 MultibootInfoPage(img.ranges), modules, rsdp));
+    boot_info = lb.boot_params_gpa;
+  } else if (img.boot == BootProtocol::kPvh) {
     VBTS_ASSIGN_OR_RETURN(PvhBootInfo pvh, WritePvhStartInfo(*ram_, config_.append, MultibootInfoPage(img.ranges),
                                                              kernel_end, modules, rsdp));
     boot_info = pvh.start_info_gpa;
@@ -503,18 +508,26 @@ absl::Status Machine::SetGdbBranchTrace(bool on) {
 }
 
 absl::Status Machine::SetBootState(uint32_t entry, BootProtocol boot, uint32_t info) {
-  // Boot GDT: null, code (base 0, limit 4 GiB, 32-bit, DPL0), data (same, writable).
-  const uint64_t gdt[3] = {0, 0x00CF9B000000FFFFull, 0x00CF93000000FFFFull};
-  for (int i = 0; i < 3; i++) VBTS_RETURN_IF_ERROR(ram_->WriteLe<uint64_t>(Gpa(kBootGdt + 8 * i), gdt[i]));
+  // Boot GDT: null, code (base 0, limit 4 GiB, 32-bit, DPL0), data (same,
+  // writable); for Linux's 32-bit boot protocol the code and data
+  // descriptors are at __BOOT_CS (0x10) and __BOOT_DS (0x18).
+  constexpr uint64_t kCode = 0x00CF9B000000FFFFull, kData = 0x00CF93000000FFFFull;
+  const bool linux_boot = boot == BootProtocol::kLinux;
+  const uint64_t gdt[4] = {0, linux_boot ? 0 : kCode, linux_boot ? kCode : kData, linux_boot ? kData : 0};
+  for (int i = 0; i < 4; i++) VBTS_RETURN_IF_ERROR(ram_->WriteLe<uint64_t>(Gpa(kBootGdt + 8 * i), gdt[i]));
+  const uint16_t cs = linux_boot ? kLinuxBootCs : kBootCs, ds = linux_boot ? kLinuxBootDs : kBootDs;
   VBTS_ASSIGN_OR_RETURN(vcpu::CpuState st, vcpu_->GetState());
   // Multiboot v1 machine state (spec 3.2): EAX magic, EBX info, CS/DS/ES/FS/GS/SS
   // flat 4 GiB 32-bit, CR0.PE=1 PG=0, EFLAGS.IF=0 and VM=0. PVH (Xen's
   // docs/misc/pvh.pandoc) is the same with EBX = hvm_start_info, the other
   // GPRs undefined (vbts: EAX 0) and TR a 32-bit busy TSS with base 0 and
   // limit 0x67.
+  // Linux's 32-bit boot protocol (boot.rst): ESI boot_params, EBP, EDI and
+  // EBX 0, __BOOT_CS/__BOOT_DS flat, interrupts off; TR as for PVH.
   st.gpr[vcpu::kRax] = boot == BootProtocol::kMultiboot ? 0x2BADB002 : 0;
-  st.gpr[vcpu::kRbx] = info;
-  if (boot == BootProtocol::kPvh) {
+  st.gpr[vcpu::kRbx] = linux_boot ? 0 : info;
+  if (linux_boot) st.gpr[vcpu::kRsi] = info;
+  if (boot != BootProtocol::kMultiboot) {
     st.tr = vcpu::Segment{};
     st.tr.limit = 0x67;
     st.tr.type = 0xB;
@@ -524,9 +537,9 @@ absl::Status Machine::SetBootState(uint32_t entry, BootProtocol boot, uint32_t i
   st.rip = entry;
   st.rflags = vcpu::kRflagsFixed1;
   // Types: 0xB execute/read accessed, 0x3 read/write accessed; DPL 0, 32-bit.
-  st.cs = vcpu::FlatSegment(kBootCs, 0xB, 0, /*db=*/true, /*l=*/false);
-  st.ds = st.es = st.fs = st.gs = st.ss = vcpu::FlatSegment(kBootDs, 0x3, 0, /*db=*/true, /*l=*/false);
-  st.gdtr = {kBootGdt, 3 * 8 - 1};
+  st.cs = vcpu::FlatSegment(cs, 0xB, 0, /*db=*/true, /*l=*/false);
+  st.ds = st.es = st.fs = st.gs = st.ss = vcpu::FlatSegment(ds, 0x3, 0, /*db=*/true, /*l=*/false);
+  st.gdtr = {kBootGdt, static_cast<uint16_t>((linux_boot ? 4 : 3) * 8 - 1)};
   st.idtr = {0, 0x3FF};
   st.cr0 = 0x11;  // PE | ET
   st.cr3 = st.cr4 = st.efer = 0;
