@@ -15,6 +15,7 @@ inline constexpr int kExitUnsupported = 118;     // guest needs what neither thi
 inline constexpr int kExitTripleFault = 120;     // guest shut down (triple fault)
 inline constexpr int kExitHaltedIfClear = 122;   // guest halted with interrupts disabled
 inline constexpr int kExitTimeout = 124;         // --timeout expired (as timeout(1))
+inline constexpr int kExitSignalled = 130;       // SIGINT, SIGTERM or SIGHUP ended the run (128 + SIGINT, as shells)
 
 }  // namespace vbts
 

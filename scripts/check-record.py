@@ -22,6 +22,11 @@ Runs IMAGE twice, once with `vbts run --branches=F1` and once with
 With --crash (use an image that never ends, e.g. spin.elf), vbts record is
 killed with SIGKILL after 1.5 s instead, and the file must still report its
 prefix: exit status 1, "no end block" on stderr, and transfers on stdout.
+With --signal INT|TERM|HUP (an image that never ends), vbts record gets that
+signal once the guest has printed its first line: vbts ends the run cleanly
+(vmm/stop_signals.h): exit status 130, "stopped by SIG..." on stderr, and a
+complete file whose report (exit status 0) ends with "run ended: signalled,
+exit status 130".
 Exit status 0 when all hold, 1 otherwise (the first failure is printed).
 """
 import argparse
@@ -88,6 +93,7 @@ def main():
     ap.add_argument("--timing-dependent", action="store_true",
                     help="the guest's path depends on timing: compare with vbts run's output, not its transfers")
     ap.add_argument("--crash", action="store_true", help="kill vbts record mid-run; check the prefix")
+    ap.add_argument("--signal", choices=["INT", "TERM", "HUP"], help="stop vbts record with SIGxxx; check the end")
     ap.add_argument("--file-limit", type=int, default=0,
                     help="record under RLIMIT_FSIZE of this many bytes; check the error and the prefix")
     ap.add_argument("image")
@@ -96,6 +102,8 @@ def main():
     image = os.path.abspath(a.image)
     if a.crash:
         return crash_test(vbts, image)
+    if a.signal:
+        return signal_test(vbts, image, a.signal)
     if a.file_limit:
         return write_error_test(vbts, image, a.file_limit)
     with tempfile.TemporaryDirectory() as d:
@@ -298,6 +306,34 @@ def crash_test(vbts, image):
             fail("killed recording: malformed branches lines")
         print(f"PASS: vbts record killed after 1.5 s; its file reports {len(lines)} transfers and says: "
               + r.stderr.decode(errors="replace").strip())
+    return 0
+
+
+def signal_test(vbts, image, name):
+    import signal
+    import time
+    with tempfile.TemporaryDirectory() as d:
+        trace = os.path.join(d, "t.vbtr")
+        out = open(os.path.join(d, "out"), "w+b")
+        p = subprocess.Popen([vbts, "record", "-o", trace, image], stdout=out, stderr=subprocess.PIPE)
+        deadline = time.time() + 20
+        while time.time() < deadline and os.path.getsize(out.name) == 0 and p.poll() is None:
+            time.sleep(0.02)
+        p.send_signal(getattr(signal, "SIG" + name))
+        try:
+            _, err = p.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            fail(f"vbts record did not end within 10 s of SIG{name}")
+        err = err.decode(errors="replace")
+        if p.returncode != 130 or f"vbts: stopped by SIG{name}" not in err:
+            fail(f"SIG{name}: vbts record exited {p.returncode}, expected 130 with 'stopped by SIG{name}': {err}")
+        r = run([vbts, "report", trace])
+        text = r.stdout.decode(errors="replace")
+        if r.returncode != 0 or "# run ended: signalled, exit status 130" not in text:
+            fail(f"SIG{name}: report exited {r.returncode}: {r.stderr.decode(errors='replace')} {text[-300:]}")
+        print(f"PASS: vbts record stopped by SIG{name}: status 130, a complete file; its report says: "
+              + [l for l in text.splitlines() if l.startswith("# run ended")][0])
     return 0
 
 

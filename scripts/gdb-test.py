@@ -291,6 +291,16 @@ def case_kvm_halted():
         fail("vbts exited %d after kill, expected 114" % rc, ("gdb", out), ("vbts", v.stderr()))
 
 
+def case_ctrl_c_waiting():
+    # Ctrl-C (SIGINT) to vbts itself while --gdb-wait waits for a client that
+    # never comes: the run ends cleanly, status 130 (vmm/stop_signals.h).
+    v = Vbts(demo())
+    v.proc.send_signal(signal.SIGINT)
+    rc = v.wait(timeout=10)
+    if rc != 130 or "vbts: stopped by SIGINT (Ctrl-C); the run ended cleanly" not in v.stderr():
+        fail("vbts exited %d after SIGINT, expected 130" % rc, ("vbts", v.stderr()))
+
+
 def case_registers():
     # At the Multiboot entry (docs/guest-abi.md): EAX = 0x2BADB002, CS = 0x08
     # flat 32-bit code, CR0 = PE|ET = 0x11, EFER = 0; `monitor info registers`

@@ -17,6 +17,7 @@
 #include "vmm/host_probe.h"
 #include "vmm/info.h"
 #include "vmm/machine.h"
+#include "vmm/stop_signals.h"
 #include "vmm/sandbox.h"
 #include "record/recorder.h"
 #include "record/report_command.h"
@@ -60,6 +61,7 @@ const char* RunEndName(RunEnd e) {
     case RunEnd::kUnsupported: return "unsupported";
     case RunEnd::kError: return "error";
     case RunEnd::kKilled: return "killed";
+    case RunEnd::kSignalled: return "signalled";
   }
   return "error";
 }
@@ -88,6 +90,11 @@ int RunCommand(const MachineConfig& base, const std::string& mem, const RecordOp
   absl::StatusOr<PreparedVm> vm = prepared.get();
   if (!facts.ok()) {
     PrintError(absl::StrCat("vbts: probing the host's KVM failed: ", facts.status().message()));
+    return kExitVbtsError;
+  }
+  // Ctrl-C and the like end the run cleanly from here on (vmm/stop_signals.h).
+  if (absl::Status s = InstallStopSignals(); !s.ok()) {
+    PrintError(absl::StrCat("vbts: ", s.message()));
     return kExitVbtsError;
   }
   std::unique_ptr<RecordSession> session;
@@ -150,7 +157,8 @@ int CliMain(int argc, char** argv) {
       "Exit status of `vbts run`: the guest's isa-debug-exit value v as (v << 1) | 1 (odd);\n"
       "  116 vbts error (bad image, no /dev/kvm, host failure), 118 the guest needs something this\n"
       "  host cannot run, 120 triple fault, 122 halted with interrupts disabled, 124 --timeout,\n"
-      "  114 ended by the debugger (gdb kill), 2 usage error. See docs/cli.md.");
+      "  114 ended by the debugger (gdb kill), 130 ended by SIGINT/SIGTERM/SIGHUP (recordings finished),\n"
+      "  2 usage error. See docs/cli.md.");
 
   MachineConfig config;
   std::string mem = "128M";

@@ -16,6 +16,7 @@
 #include "vcpu/decoder.h"
 #include "vcpu/descriptors.h"
 #include "vmm/machine.h"
+#include "vmm/stop_signals.h"
 
 namespace vbts::vmm {
 namespace {
@@ -117,8 +118,11 @@ std::optional<RunResult> Debugger::BetweenRuns(bool halted) {
     if (first_wait)
       std::fprintf(stderr, "vbts: gdb: waiting for a client on %s (--gdb-wait)\n", server_->address().c_str());
     const uint64_t t0 = MonoNs();
-    if (!server_->Accept(first_wait ? -1 : 0)) return std::nullopt;
+    // (--gdb-wait: in slices, so that Ctrl-C ends vbts while nobody comes.)
+    bool accepted = server_->Accept(first_wait ? 200 : 0);
+    while (!accepted && first_wait && !PendingStopSignal()) accepted = server_->Accept(200);
     if (first_wait) stopped_ns_ += MonoNs() - t0;
+    if (!accepted) return std::nullopt;
   }
   if (!stub_) {
     wait_first_ = false;
@@ -154,6 +158,7 @@ std::optional<RunResult> Debugger::BetweenRuns(bool halted) {
   }
   const uint64_t t0 = MonoNs();
   while (stopped_) {
+    if (PendingStopSignal()) break;  // the run loop ends the run
     const std::string in = server_->Read(1000);
     if (!server_->connected()) {
       ClientGone("disconnected");

@@ -27,6 +27,7 @@
 #include "vmm/smbios_tables.h"
 #include "vmm/linux_boot.h"
 #include "vmm/pvh_boot.h"
+#include "vmm/stop_signals.h"
 
 namespace vbts::vmm {
 namespace {
@@ -729,6 +730,7 @@ RunResult Machine::Run() {
     if (deadline && Now() >= deadline)
       return Finish(RunEnd::kTimeout, kExitTimeout,
                     TimeoutMessage(config_.timeout_seconds, output_.dropped()));
+    if (int sig = PendingStopSignal()) return Finish(RunEnd::kSignalled, kExitSignalled, StopSignalMessage(sig));
     absl::StatusOr<bool> exited = vcpu_->Run();
     if (!exited.ok()) return Finish(RunEnd::kError, kExitVbtsError, "vbts: " + exited.status().ToString());
     if (!*exited) {
@@ -990,6 +992,7 @@ std::optional<RunResult> Machine::RunTcgLoop(uint64_t deadline, bool until_untra
     if (deadline && NowNs() >= deadline)
       return Finish(RunEnd::kTimeout, kExitTimeout,
                     TimeoutMessage(config_.timeout_seconds, output_.dropped()));
+    if (int sig = PendingStopSignal()) return Finish(RunEnd::kSignalled, kExitSignalled, StopSignalMessage(sig));
     // (After BetweenRuns: a client may just have attached.)
     const uint64_t slice = debugger_ && debugger_->connected() ? kDebugSliceNs : kSliceNs;
     if (halted_wait_) {

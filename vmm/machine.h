@@ -116,7 +116,7 @@ struct MachineConfig {
   std::string gdb_arch = "auto";
 };
 
-enum class RunEnd { kGuestExit, kPowerOff, kTimeout, kTripleFault, kHaltedIfClear, kUnsupported, kError, kKilled };
+enum class RunEnd { kGuestExit, kPowerOff, kTimeout, kTripleFault, kHaltedIfClear, kUnsupported, kError, kKilled, kSignalled };
 
 struct RunResult {
   RunEnd end = RunEnd::kError;
