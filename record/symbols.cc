@@ -1,4 +1,4 @@
-// symbols.cc: ELF symbol tables for vbts record/report (vmm/symbols.h).
+// symbols.cc: symbol tables for vbts record/report (record/symbols.h): ELF files, System.map texts.
 // Field offsets: System V ABI gABI, "Object Files" (ELF header, section
 // header, symbol table entry, program header), 32- and 64-bit layouts.
 #include "record/symbols.h"
@@ -139,14 +139,82 @@ absl::StatusOr<SymbolTable> SymbolTable::FromElf(absl::Span<const uint8_t> file,
     if (sym.section_end < secs[shndx].addr) sym.section_end = ~0ull;
     t.all_.push_back(std::move(sym));
   }
-  std::stable_sort(t.all_.begin(), t.all_.end(), [](const Symbol& a, const Symbol& b) { return a.addr < b.addr; });
-  for (size_t i = 0; i < t.all_.size(); i++) {
-    if (!t.by_addr_.empty() && t.all_[t.by_addr_.back()].addr == t.all_[i].addr) {
-      if (Better(t.all_[i], t.all_[t.by_addr_.back()])) t.by_addr_.back() = i;
+  t.Index();
+  return t;
+}
+
+void SymbolTable::Index() {
+  std::stable_sort(all_.begin(), all_.end(), [](const Symbol& a, const Symbol& b) { return a.addr < b.addr; });
+  by_addr_.clear();
+  for (size_t i = 0; i < all_.size(); i++) {
+    if (!by_addr_.empty() && all_[by_addr_.back()].addr == all_[i].addr) {
+      if (Better(all_[i], all_[by_addr_.back()])) by_addr_.back() = i;
     } else {
-      t.by_addr_.push_back(i);
+      by_addr_.push_back(i);
     }
   }
+}
+
+absl::StatusOr<SymbolTable> SymbolTable::FromSystemMap(std::string_view text, std::string_view name) {
+  struct Line {
+    uint64_t addr;
+    char type;
+    std::string_view name;
+  };
+  std::vector<Line> lines;
+  size_t line_no = 0, zero = 0;
+  for (size_t at = 0; at < text.size();) {
+    size_t end = text.find('\n', at);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view l = text.substr(at, end - at);
+    at = end + 1;
+    line_no++;
+    if (!l.empty() && l.back() == '\r') l.remove_suffix(1);
+    if (l.empty()) continue;
+    // "ADDRESS TYPE NAME", kallsyms adding "\t[module]".
+    const size_t sp1 = l.find(' '), sp2 = sp1 == std::string_view::npos ? sp1 : l.find(' ', sp1 + 1);
+    uint64_t addr = 0;
+    if (sp1 == 0 || sp1 == std::string_view::npos || sp2 != sp1 + 2 || sp1 > 16 ||
+        !absl::SimpleHexAtoi(absl::string_view(l.data(), sp1), &addr))
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: line %u is not `ADDRESS TYPE NAME`: neither an ELF file nor a System.map or /proc/kallsyms text",
+          name, line_no));
+    std::string_view sym = l.substr(sp2 + 1);
+    sym = sym.substr(0, sym.find_first_of("\t "));
+    if (sym.empty())
+      return absl::InvalidArgumentError(absl::StrFormat("%s: line %u has no symbol name", name, line_no));
+    if (lines.size() >= kMaxSymbols) return absl::InvalidArgumentError(absl::StrFormat("%s: more symbols than vbts reads", name));
+    if (addr == 0) {
+      zero++;  // kallsyms read without the right to see addresses
+      continue;
+    }
+    lines.push_back({addr, l[sp1 + 1], sym});
+  }
+  if (lines.empty())
+    return absl::InvalidArgumentError(absl::StrFormat(
+        zero ? "%s: every address is 0 (/proc/kallsyms read without CAP_SYSLOG?)" : "%s: no symbols", name));
+  std::stable_sort(lines.begin(), lines.end(), [](const Line& a, const Line& b) { return a.addr < b.addr; });
+  // Code symbols (T, t, W, w) are kept, as labels: each runs to the next
+  // symbol of any kind, which bounds it (System.map has no sizes).
+  SymbolTable t;
+  for (size_t i = 0; i < lines.size(); i++) {
+    const char type = lines[i].type;
+    if (type != 'T' && type != 't' && type != 'W' && type != 'w') continue;
+    Symbol sym;
+    sym.addr = lines[i].addr;
+    sym.name = std::string(lines[i].name);
+    sym.func = true;
+    sym.global = type == 'T' || type == 'W';
+    sym.section_end = ~0ull;
+    for (size_t j = i + 1; j < lines.size(); j++)
+      if (lines[j].addr > sym.addr) {
+        sym.section_end = lines[j].addr;
+        break;
+      }
+    t.all_.push_back(std::move(sym));
+  }
+  if (t.all_.empty()) return absl::InvalidArgumentError(absl::StrFormat("%s: no code symbols (types T, t, W, w)", name));
+  t.Index();
   return t;
 }
 
@@ -154,7 +222,9 @@ absl::StatusOr<SymbolTable> SymbolTable::Load(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrFormat("%s: cannot open", path));
   std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return FromElf(bytes, path);
+  if (bytes.size() >= 4 && bytes[0] == 0x7f && bytes[1] == 'E' && bytes[2] == 'L' && bytes[3] == 'F')
+    return FromElf(bytes, path);
+  return FromSystemMap(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), path);
 }
 
 const Symbol* SymbolTable::Find(uint64_t addr) const {

@@ -1,9 +1,9 @@
-// symbols.h: an ELF symbol table for `vbts record --range` and `vbts
+// symbols.h: a symbol table for `vbts record --range` and `vbts
 // report`: address -> "symbol+offset", symbol -> address range, and the
 // file bytes of the loadable segments (to find instruction lengths).  Reads
-// ELF32 and ELF64 little-endian files (.symtab, else .dynsym); every offset
-// and size is bounds-checked, a malformed file is an InvalidArgument naming
-// the field, never a crash.
+// ELF32 and ELF64 little-endian files (.symtab, else .dynsym) and Linux's
+// System.map / kallsyms texts; every offset and size is bounds-checked, a
+// malformed file is an InvalidArgument naming the field or line, never a crash.
 #ifndef VBTS_VMM_SYMBOLS_H_
 #define VBTS_VMM_SYMBOLS_H_
 
@@ -35,6 +35,14 @@ class SymbolTable {
   // defined in an allocated section) and PT_LOAD segments.  `name` is used
   // in error messages.
   static absl::StatusOr<SymbolTable> FromElf(absl::Span<const uint8_t> file, std::string_view name);
+  // Parses a System.map (Linux's `nm` of vmlinux, which distributions ship
+  // beside the kernel) or a copy of /proc/kallsyms: `ADDRESS TYPE NAME` lines
+  // (kallsyms may add a tab and `[module]`).  Code symbols (types T, t, W,
+  // w) are kept; without sizes, each runs to the next symbol of any type.
+  // Lines with address 0 (kallsyms read without the right to see addresses)
+  // are skipped.  InvalidArgument for a line of another shape, naming it.
+  static absl::StatusOr<SymbolTable> FromSystemMap(std::string_view text, std::string_view name);
+  // An ELF file (by its magic), else a System.map text.
   static absl::StatusOr<SymbolTable> Load(const std::string& path);
 
   bool empty() const { return by_addr_.empty(); }
@@ -58,6 +66,8 @@ class SymbolTable {
   absl::Span<const uint8_t> BytesAt(uint64_t addr, size_t max) const;
 
  private:
+  // Sorts all_ and picks each address's preferred name (by_addr_).
+  void Index();
   struct Segment {
     uint64_t vaddr = 0;
     std::vector<uint8_t> bytes;

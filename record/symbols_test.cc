@@ -1,5 +1,6 @@
-// symbols_test.cc: ELF symbol tables (vmm/symbols.h) on synthetic ELF32 and
-// ELF64 files built here field by field (gABI layouts), and on malformed ones.
+// symbols_test.cc: symbol tables (record/symbols.h) on synthetic ELF32 and
+// ELF64 files built here field by field (gABI layouts), on malformed ones, and
+// on System.map texts.
 #include "record/symbols.h"
 
 #include <random>
@@ -103,6 +104,58 @@ TEST(Symbols, NamesTheBrokenField) {
   Put(f, shoff + 40 * 2 + 16, 0xFFFFFF, 4);
   EXPECT_THAT(SymbolTable::FromElf(f, "x.elf"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("x.elf: symbol table outside the file")));
+}
+
+// A System.map in small, as `nm -n vmlinux` prints it (Debian ships one
+// beside each kernel): text symbols T/t, a weak W, data D/d/B/R in between,
+// an absolute A; and two lines as /proc/kallsyms has them (a module's
+// "\t[module]" suffix; address 0 where the reader may not see addresses).
+constexpr char kSystemMap[] =
+    "0000000000000000 A VDSO32_vsyscall\n"
+    "ffffffff81000000 T _stext\n"
+    "ffffffff81000000 T startup_64\n"
+    "ffffffff81000070 t secondary_startup_64\n"
+    "ffffffff81001000 T do_one_initcall\n"
+    "ffffffff81001200 W arch_cpu_idle\n"
+    "ffffffff81001300 R some_rodata\n"
+    "ffffffff82000000 D init_task\n"
+    "ffffffff83000000 t usb_probe\t[usbcore]\n"
+    "0000000000000000 t hidden\t[mod]\n"
+    "ffffffff83000100 b a_bss\n";
+
+TEST(Symbols, ReadsASystemMap) {
+  VBTS_ASSERT_OK_AND_ASSIGN(SymbolTable t, SymbolTable::FromSystemMap(kSystemMap, "System.map"));
+  EXPECT_EQ(t.size(), 6u);  // T/t/W: _stext, startup_64, secondary_startup_64, do_one_initcall, arch_cpu_idle, usb_probe
+  // Two names at one address: the shorter of the global functions ("Better").
+  EXPECT_EQ(t.Describe(0xffffffff81000000), "_stext");
+  EXPECT_EQ(t.Describe(0xffffffff81000010), "_stext+0x10");
+  EXPECT_EQ(t.Describe(0xffffffff810000a0), "secondary_startup_64+0x30");
+  EXPECT_EQ(t.Describe(0xffffffff810012ff), "arch_cpu_idle+0xff");
+  // Past the last code symbol before data: the data symbol bounds it.
+  EXPECT_EQ(t.Describe(0xffffffff81001300), "0xffffffff81001300");
+  EXPECT_EQ(t.Describe(0xffffffff83000004), "usb_probe+0x4");
+  EXPECT_EQ(t.Describe(0xffffffff83000100), "0xffffffff83000100");
+  // --range=do_one_initcall: to the next symbol of any kind.
+  VBTS_ASSERT_OK_AND_ASSIGN(trace::AddressRange r, ParseRange("do_one_initcall", &t));
+  EXPECT_EQ(r.start, 0xffffffff81001000u);
+  EXPECT_EQ(r.end, 0xffffffff81001200u);
+}
+
+TEST(Symbols, RefusesTextThatIsNotASystemMap) {
+  EXPECT_THAT(SymbolTable::FromSystemMap("ffffffff81000000 T ok\nhello world\n", "m"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "m: line 2 is not `ADDRESS TYPE NAME`: neither an ELF file nor a System.map or /proc/kallsyms "
+                       "text"));
+  EXPECT_THAT(SymbolTable::FromSystemMap("0000000000000000 T a\n0000000000000000 t b\n", "kallsyms"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "kallsyms: every address is 0 (/proc/kallsyms read without CAP_SYSLOG?)"));
+  EXPECT_THAT(SymbolTable::FromSystemMap("ffffffff82000000 D init_task\n", "m"),
+              StatusIs(absl::StatusCode::kInvalidArgument, "m: no code symbols (types T, t, W, w)"));
+  EXPECT_THAT(SymbolTable::FromSystemMap("ffffffff82000000 T \n", "m"),
+              StatusIs(absl::StatusCode::kInvalidArgument, "m: line 1 has no symbol name"));
+  // Every truncation of a good map: parsed or refused, never a crash.
+  const std::string good = kSystemMap;
+  for (size_t n = 0; n <= good.size(); n++) (void)SymbolTable::FromSystemMap(good.substr(0, n), "cut");
 }
 
 }  // namespace

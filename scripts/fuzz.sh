@@ -5,6 +5,7 @@
 # build-fuzz/crash-TARGET-*).
 #   scripts/fuzz.sh [SECONDS] [TARGET...]
 #   targets (default: all): loader_fuzz boot_fuzz gdb_packet_fuzz trace_fuzz vpmu_fuzz completer_fuzz pci_fuzz hpet_fuzz
+#   symbols_fuzz
 # The normal build replays every seed once instead (ctest -R '^fuzz\.', label
 # unit; fuzz/replay_main.cc). Seeds: fuzz/make_seeds.py, fuzz/make_trace_seeds.sh.
 # Exit status: 0 if no target found a crash. See docs/security.md.
@@ -13,7 +14,7 @@ cd "$(dirname "$0")/.."
 secs=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(loader_fuzz boot_fuzz gdb_packet_fuzz trace_fuzz vpmu_fuzz completer_fuzz pci_fuzz hpet_fuzz)
+[ ${#targets[@]} -gt 0 ] || targets=(loader_fuzz boot_fuzz gdb_packet_fuzz trace_fuzz vpmu_fuzz completer_fuzz pci_fuzz hpet_fuzz symbols_fuzz)
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -DVBTS_FUZZ=ON -DVBTS_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build-fuzz -j"$(nproc)" --target "${targets[@]}"
 for t in "${targets[@]}"; do

@@ -255,7 +255,9 @@ int CliMain(int argc, char** argv) {
   record->add_option("--range", rec.ranges,
                      "record only transfers from or to START:END (addresses or symbols, END exclusive) or SYMBOL; "
                      "repeatable");
-  record->add_option("--symbols", rec.symbols, "ELF file for symbol names in --range (default: the image)");
+  record->add_option("--symbols", rec.symbols,
+                     "ELF file, or Linux's System.map or a copy of /proc/kallsyms, for symbol names in --range "
+                     "(default: the image)");
   record->add_option("--max-records", rec.max_records,
                      "stop recording after N transfers (0: no limit); the guest runs on")
       ->capture_default_str();
@@ -268,7 +270,8 @@ int CliMain(int argc, char** argv) {
       ->check(CLI::IsMember({"text", "branches", "json", "drcov", "folded", "dot"}))
       ->capture_default_str();
   report->add_option("--symbols", report_opt.symbols,
-                     "ELF file for symbol names and instruction lengths (default: the recorded image, if unchanged)");
+                     "ELF file for symbol names and instruction lengths, or Linux's System.map or a copy of "
+                     "/proc/kallsyms for names (default: the recorded image, if unchanged)");
   report->add_option("FILE", report_opt.file, "the trace file")->required();
 
   bool info_verbose = false;

@@ -63,6 +63,7 @@ Exit status: 0 as expected, 1 not, 77 no kernel.
 """
 import argparse
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -130,6 +131,73 @@ IOMMU_MODE_LINES = {
 }
 
 
+# start_kernel's first calls in Linux 6.1 (init/main.c: set_task_stack_end_magic,
+# smp_setup_processor_id, debug_objects_early_init (empty without
+# CONFIG_DEBUG_OBJECTS), init_vmlinux_build_id, cgroup_init_early,
+# local_irq_disable (paravirt: pv_native_irq_disable, an indirect call),
+# boot_cpu_init, page_address_init (empty), pr_notice (_printk),
+# early_security_init, setup_arch), each followed by its return; the
+# compiler's __fentry__ call comes first (ftrace).
+KALLSYMS_CALLS = ("__fentry__", "set_task_stack_end_magic", "smp_setup_processor_id", "init_vmlinux_build_id",
+                  "cgroup_init_early", "pv_native_irq_disable", "boot_cpu_init", "_printk", "early_security_init",
+                  "setup_arch")
+KALLSYMS_LINE = re.compile(r"^[0-9a-f]{16} [A-Za-z] \S+(\t\[\S+\])?$")
+
+
+def kallsyms_range(a):
+    """--kallsyms-range: the workflow of docs/trace-format.md for a Linux guest.
+
+    A boot that prints the kernel's code symbols (/proc/kallsyms, types t, T, w,
+    W, through COM1; the PVH entry applies no KASLR, so every boot has the same
+    addresses), kept as a file; then `vbts record --symbols=FILE
+    --range=start_kernel --max-records=N` of another boot, and `vbts report
+    --symbols=FILE`: N transfers, each from or to start_kernel, whose calls
+    begin with KALLSYMS_CALLS in order."""
+    tmp = tempfile.TemporaryDirectory()
+    kallsyms = os.path.join(tmp.name, "kallsyms")
+    dump = APPEND + " quiet -- run /bin/sh -c \"sed -n '/ [tTwW] /p' /proc/kallsyms\""
+    p = subprocess.run([a.vbts, "run", "--cpu=" + a.cpu, "--mem=512M", "--timeout=120", "--initrd=" + a.initrd,
+                        "--append=" + dump, a.kernel], stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                       errors="replace", timeout=300)
+    lines = [l for l in p.stdout.replace("\r", "").splitlines() if KALLSYMS_LINE.match(l)]
+    if p.returncode != 1 or len(lines) < 10000:
+        print(p.stdout[-3000:] + p.stderr[-2000:])
+        print("run-linux: the kallsyms boot: status %d (expected 1), %d symbol lines" % (p.returncode, len(lines)))
+        return 1
+    with open(kallsyms, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    n = 40
+    trace = os.path.join(tmp.name, "start_kernel.vbtr")
+    r = subprocess.run([a.vbts, "record", "-o", trace, "--symbols=" + kallsyms, "--range=start_kernel",
+                        "--max-records=%d" % n, "--cpu=" + a.cpu, "--mem=512M", "--timeout=120",
+                        "--append=" + APPEND, a.kernel], stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                       errors="replace", timeout=300)
+    errors = []
+    # No initramfs: the kernel panics at mounting its root and, with panic=-1,
+    # resets the machine (status 120).
+    if r.returncode != 120 or "--max-records=%d reached" % n not in r.stderr:
+        errors.append("vbts record: status %d (expected 120), no '--max-records=%d reached'" % (r.returncode, n))
+    rep = subprocess.run([a.vbts, "report", "--symbols=" + kallsyms, trace], capture_output=True, text=True,
+                         timeout=120)
+    records = [l for l in rep.stdout.splitlines() if l and not l.startswith("#")]
+    if rep.returncode != 0 or len(records) != n:
+        errors.append("vbts report: status %d, %d transfers (expected 0, %d)" % (rep.returncode, len(records), n))
+    outside = [l for l in records if "start_kernel" not in l]
+    if outside:
+        errors.append("transfers neither from nor to start_kernel: %s" % outside[:3])
+    calls = [m.group(1) for m in (re.search(r" (?:call|ind-call) +start_kernel(?:\+0x[0-9a-f]+)? \(0x[0-9a-f]+\) -> "
+                                            r"([A-Za-z0-9_.]+) \(", l) for l in records) if m]
+    if tuple(calls[:len(KALLSYMS_CALLS)]) != KALLSYMS_CALLS:
+        errors.append("start_kernel's calls %s, expected %s first" % (calls, list(KALLSYMS_CALLS)))
+    if errors:
+        print(rep.stdout[-4000:] + r.stderr[-2000:])
+        print("run-linux: " + "; ".join(errors))
+        return 1
+    print("PASS: %d code symbols from the guest's /proc/kallsyms; vbts record --range=start_kernel: %d transfers, "
+          "start_kernel's calls %s" % (len(lines), n, " ".join(calls[:len(KALLSYMS_CALLS)])))
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser()
     mon = ap.add_mutually_exclusive_group(required=True)
@@ -154,11 +222,19 @@ def main():
                     help="the initramfs of clocks.sh: the HPET as clocksource, the RTC alarm through ACPI (CLOCKS_CHECKS)")
     ap.add_argument("--iommu", action="store_true",
                     help="--device=intel-iommu,edu and the initramfs of iommu.sh: IOMMU_CHECKS, IOMMU_LINES")
+    ap.add_argument("--kallsyms-range", action="store_true",
+                    help="the kernel's symbols from its /proc/kallsyms, then vbts record --range=start_kernel with "
+                         "them (KALLSYMS_CALLS)")
     a = ap.parse_args()
     if not os.path.exists(a.kernel):
         print("SKIP: no kernel at %s: run scripts/fetch-linux.sh %s (scripts/test.sh does)"
               % (a.kernel, os.path.dirname(a.kernel)))
         return 77
+    if a.kallsyms_range:
+        if not os.path.exists(a.initrd):
+            print("SKIP: no %s (an initramfs with sed)" % a.initrd)
+            return 77
+        return kallsyms_range(a)
     if (a.perf_tool or a.perf_test or a.perf_shell) and not os.path.exists(a.initrd):
         print("SKIP: no %s: the build found no `perf` (Debian's linux-perf; scripts/setup.sh installs it)"
               % a.initrd)
