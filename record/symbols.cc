@@ -191,8 +191,9 @@ absl::StatusOr<SymbolTable> SymbolTable::FromSystemMap(std::string_view text, st
     lines.push_back({addr, l[sp1 + 1], sym});
   }
   if (lines.empty())
-    return absl::InvalidArgumentError(absl::StrFormat(
-        zero ? "%s: every address is 0 (/proc/kallsyms read without CAP_SYSLOG?)" : "%s: no symbols", name));
+    return absl::InvalidArgumentError(
+        zero ? absl::StrFormat("%s: every address is 0 (/proc/kallsyms read without CAP_SYSLOG?)", name)
+             : absl::StrFormat("%s: no symbols", name));
   std::stable_sort(lines.begin(), lines.end(), [](const Line& a, const Line& b) { return a.addr < b.addr; });
   // Code symbols (T, t, W, w) are kept, as labels: each runs to the next
   // symbol of any kind, which bounds it (System.map has no sizes).
