@@ -88,4 +88,23 @@ absl::StatusOr<std::vector<uint8_t>> ReadWholeFile(const std::string& path, std:
   return data;
 }
 
+absl::Status WriteWholeFile(const std::string& path, const std::vector<uint8_t>& data) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoStatus(errno, absl::StrFormat("%s: cannot create: %s", path, std::strerror(errno)));
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : EIO;
+      ::close(fd);
+      return ErrnoStatus(err, absl::StrFormat("%s: write failed after %u of %u bytes: %s", path, done, data.size(),
+                                              std::strerror(err)));
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::close(fd) != 0) return ErrnoStatus(errno, absl::StrFormat("%s: close failed: %s", path, std::strerror(errno)));
+  return absl::OkStatus();
+}
+
 }  // namespace vbts

@@ -1,4 +1,4 @@
-// file.h: reading whole input files (kernel images, Multiboot modules, traces).
+// file.h: reading whole input files (kernel images, Multiboot modules, traces) and writing whole outputs.
 #ifndef VBTS_BASE_FILE_H_
 #define VBTS_BASE_FILE_H_
 
@@ -26,6 +26,11 @@ absl::Status ErrnoStatus(int err, const std::string& message);
 // the path.
 absl::StatusOr<std::vector<uint8_t>> ReadWholeFile(const std::string& path, std::string_view what,
                                                    uint64_t max_bytes, bool allow_empty = false);
+
+// Writes `data` to `path` (created with mode 0644, or truncated): every
+// failure (open, a short or failed write such as a full disk, close) is
+// ErrnoStatus with a message that starts with the path.
+absl::Status WriteWholeFile(const std::string& path, const std::vector<uint8_t>& data);
 
 }  // namespace vbts
 

@@ -47,6 +47,8 @@ class SymbolTable {
 
   bool empty() const { return by_addr_.empty(); }
   size_t size() const { return all_.size(); }
+  // Every kept symbol, by address.
+  const std::vector<Symbol>& symbols() const { return all_; }
   // The symbol `addr` is in: inside a sized symbol, or at or after a label
   // (size 0) in the same section, before the next symbol.  nullptr if none.
   const Symbol* Find(uint64_t addr) const;

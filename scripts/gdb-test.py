@@ -738,6 +738,35 @@ def case_linux():
         fail("vbts exited %d after kill, expected 114" % rc, *ctx)
 
 
+def case_linux_kallsyms():
+    # Debian's kernel (PVH entry: its link addresses) with no symbols of its
+    # own (vmlinux is stripped): the guest's /proc/kallsyms, as linux.kallsyms
+    # wrote it, becomes an ELF symbol file (`vbts symbols`) that GDB loads.
+    # A hardware breakpoint by name at start_kernel stops there (`info symbol`
+    # names it, `x/i` shows its first instruction, the ftrace call to
+    # __fentry__); a breakpoint at setup_arch, start_kernel's tenth call
+    # (init/main.c, run-linux.py's KALLSYMS_CALLS), stops with start_kernel
+    # as its caller in `bt`.
+    if not ARGS.linux or not os.path.exists(ARGS.linux) or not ARGS.kallsyms or not os.path.exists(ARGS.kallsyms):
+        print("SKIP: no Debian kernel or no symbols from it (scripts/fetch-linux.sh, ctest linux.kallsyms)")
+        sys.exit(77)
+    with tempfile.TemporaryDirectory() as d:
+        elf = os.path.join(d, "kallsyms.elf")
+        r = subprocess.run([ARGS.vbts, "symbols", ARGS.kallsyms, "-o", elf], capture_output=True, text=True)
+        if r.returncode != 0 or not re.search(r"vbts symbols: \d{5} functions from", r.stderr):
+            fail("vbts symbols exited %d" % r.returncode, ("stderr", r.stderr))
+        v = Vbts(ARGS.linux, extra=["--mem=512M", "--cpu=skylake", "--append=console=ttyS0 panic=-1 nokaslr"])
+        out = run_gdb(v, None, ["symbol-file %s" % elf, "hbreak start_kernel", "continue", "info symbol $pc",
+                                "x/i $pc", "break setup_arch", "continue", "bt 2", "kill"])
+        expect(out, [r"Breakpoint 1, 0x[0-9a-f]+ in start_kernel \(\)", r"^start_kernel in section \.text$",
+                     r"<start_kernel>:\s+call\s+0x[0-9a-f]+ <__fentry__>", r"Breakpoint 2, 0x[0-9a-f]+ in setup_arch",
+                     r"^#0\s+0x[0-9a-f]+ in setup_arch \(\)", r"^#1\s+0x[0-9a-f]+ in start_kernel \(\)"], "gdb",
+               ("vbts stderr", v.stderr()))
+        rc = v.wait()
+        if rc != 114:
+            fail("vbts exited %d after kill, expected 114" % rc, ("gdb", out), ("vbts stderr", v.stderr()))
+
+
 CASES = {n[5:]: f for n, f in globals().items() if n.startswith("case_")}
 
 
@@ -748,6 +777,7 @@ def main():
     ap.add_argument("--gdb", default="gdb")
     ap.add_argument("--images", required=True)
     ap.add_argument("--linux", help="Debian's vmlinux (case linux)")
+    ap.add_argument("--kallsyms", help="the kernel's code symbols from its /proc/kallsyms (case linux_kallsyms)")
     ap.add_argument("--engine", help="vbts's --engine (kvm-tcg: the guest runs on KVM while GDB lets it)")
     ap.add_argument("case", choices=sorted(CASES))
     ARGS = ap.parse_args()

@@ -27,11 +27,12 @@ if [ "$heavy_default" -eq 1 ]; then
   # (linux.perf-shell-*: LBR filters and branch events, which the unit tests
   # and the perf-tool runs cover); and linux.watchdog-skylake (3 G instructions
   # counted, 105 s under the sanitizers: the counting paths it runs are the
-  # engine tests' and the perf-tool runs'); and linux.record-kallsyms (4 MB of symbols through
-  # COM1; the System.map parser has its unit tests, recordings the guest images').
+  # engine tests' and the perf-tool runs'); and the kallsyms tests (linux.kallsyms prints 2 MB
+  # of symbols through COM1; the System.map parser and the ELF writer have their unit tests,
+  # recordings and GDB the guest images').
   cd build-asan
   # Leaks inside libunicorn (not vbts's) are suppressed: scripts/lsan.supp.
   LSAN_OPTIONS="suppressions=$PWD/../scripts/lsan.supp" \
     ctest --output-on-failure -j2 --timeout 300 -L "unit|kvm|guest|engines|gdb|linux" \
-      -E "^(diff|record|engines.record|linux.perf-qemu|linux.perf-tool-(westmere|skylake|qemu)|linux.perf-test|linux.perf-shell|linux.watchdog|linux.record-kallsyms)"
+      -E "^(diff|record|engines.record|linux.perf-qemu|linux.perf-tool-(westmere|skylake|qemu)|linux.perf-test|linux.perf-shell|linux.watchdog|linux.record-kallsyms|linux.kallsyms|gdb.linux-kallsyms)"
 fi

@@ -16,6 +16,8 @@
 #include "base/exit_status.h"
 #include "vmm/host_probe.h"
 #include "vmm/info.h"
+#include "record/symbol_elf.h"
+#include "record/symbols.h"
 #include "vmm/machine.h"
 #include "vmm/stop_signals.h"
 #include "vmm/sandbox.h"
@@ -147,6 +149,27 @@ int RunCommand(const MachineConfig& base, const std::string& mem, const RecordOp
   return r.exit_status;
 }
 
+// `vbts symbols FILE -o OUT`: FILE's symbols as an ELF file for GDB.
+int SymbolsCommand(const std::string& in, const std::string& out) {
+  absl::StatusOr<record::SymbolTable> table = record::SymbolTable::Load(in);
+  if (!table.ok()) {
+    PrintError(absl::StrCat("vbts symbols: ", table.status().message()));
+    return kExitVbtsError;
+  }
+  absl::StatusOr<std::vector<uint8_t>> elf = record::SymbolElf(*table);
+  if (!elf.ok()) {
+    PrintError(absl::StrCat("vbts symbols: ", in, ": ", elf.status().message()));
+    return kExitVbtsError;
+  }
+  if (absl::Status s = WriteWholeFile(out, *elf); !s.ok()) {
+    PrintError(absl::StrCat("vbts symbols: ", s.message()));
+    return kExitVbtsError;
+  }
+  std::fprintf(stderr, "vbts symbols: %zu functions from %s written to %s (GDB: symbol-file %s)\n", table->size(),
+               in.c_str(), out.c_str(), out.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int CliMain(int argc, char** argv) {
@@ -274,6 +297,12 @@ int CliMain(int argc, char** argv) {
                      "/proc/kallsyms for names (default: the recorded image, if unchanged)");
   report->add_option("FILE", report_opt.file, "the trace file")->required();
 
+  std::string symbols_in, symbols_out;
+  CLI::App* symbols = app.add_subcommand(
+      "symbols", "Write a symbol file (System.map, a guest's /proc/kallsyms, or ELF) as an ELF file GDB loads.");
+  symbols->add_option("FILE", symbols_in, "Linux's System.map, a copy of /proc/kallsyms, or an ELF file")->required();
+  symbols->add_option("-o,--output", symbols_out, "the ELF file to write (for GDB's symbol-file)")->required();
+
   bool info_verbose = false;
   std::string info_cpu;
   CLI::App* info = app.add_subcommand("info", "Show what this host's KVM can do (probed with tiny guests).");
@@ -315,6 +344,7 @@ int CliMain(int argc, char** argv) {
     return ReportCommand(report_opt, std::cout);
   }
   if (*info) return RunInfo(info_verbose, info_cpu);
+  if (*symbols) return SymbolsCommand(symbols_in, symbols_out);
   if (*test) {
     char self[4096];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);

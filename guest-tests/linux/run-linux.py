@@ -144,17 +144,11 @@ KALLSYMS_CALLS = ("__fentry__", "set_task_stack_end_magic", "smp_setup_processor
 KALLSYMS_LINE = re.compile(r"^[0-9a-f]{16} [A-Za-z] \S+(\t\[\S+\])?$")
 
 
-def kallsyms_range(a):
-    """--kallsyms-range: the workflow of docs/trace-format.md for a Linux guest.
-
-    A boot that prints the kernel's code symbols (/proc/kallsyms, types t, T, w,
-    W, through COM1; the PVH entry applies no KASLR, so every boot has the same
-    addresses), kept as a file; then `vbts record --symbols=FILE
-    --range=start_kernel --max-records=N` of another boot, and `vbts report
-    --symbols=FILE`: N transfers, each from or to start_kernel, whose calls
-    begin with KALLSYMS_CALLS in order."""
-    tmp = tempfile.TemporaryDirectory()
-    kallsyms = os.path.join(tmp.name, "kallsyms")
+def dump_kallsyms(a):
+    """--dump-kallsyms OUT: a boot that prints the kernel's code symbols
+    (/proc/kallsyms, types t, T, w, W) through COM1; the lines of that shape go
+    to OUT. The PVH entry applies no KASLR, so every boot of this kernel file
+    has these addresses (docs/cli.md, `vbts report --symbols`)."""
     dump = APPEND + " quiet -- run /bin/sh -c \"sed -n '/ [tTwW] /p' /proc/kallsyms\""
     p = subprocess.run([a.vbts, "run", "--cpu=" + a.cpu, "--mem=512M", "--timeout=120", "--initrd=" + a.initrd,
                         "--append=" + dump, a.kernel], stdin=subprocess.DEVNULL, capture_output=True, text=True,
@@ -164,8 +158,19 @@ def kallsyms_range(a):
         print(p.stdout[-3000:] + p.stderr[-2000:])
         print("run-linux: the kallsyms boot: status %d (expected 1), %d symbol lines" % (p.returncode, len(lines)))
         return 1
-    with open(kallsyms, "w") as f:
+    with open(a.dump_kallsyms, "w") as f:
         f.write("\n".join(lines) + "\n")
+    print("PASS: %d code symbols from the guest's /proc/kallsyms in %s" % (len(lines), a.dump_kallsyms))
+    return 0
+
+
+def kallsyms_range(a):
+    """--kallsyms-range KALLSYMS: `vbts record --symbols=KALLSYMS
+    --range=start_kernel --max-records=N` of a boot, and `vbts report
+    --symbols=KALLSYMS`: N transfers, each from or to start_kernel, whose calls
+    begin with KALLSYMS_CALLS in order."""
+    tmp = tempfile.TemporaryDirectory()
+    kallsyms = a.kallsyms_range
     n = 40
     trace = os.path.join(tmp.name, "start_kernel.vbtr")
     r = subprocess.run([a.vbts, "record", "-o", trace, "--symbols=" + kallsyms, "--range=start_kernel",
@@ -193,8 +198,8 @@ def kallsyms_range(a):
         print(rep.stdout[-4000:] + r.stderr[-2000:])
         print("run-linux: " + "; ".join(errors))
         return 1
-    print("PASS: %d code symbols from the guest's /proc/kallsyms; vbts record --range=start_kernel: %d transfers, "
-          "start_kernel's calls %s" % (len(lines), n, " ".join(calls[:len(KALLSYMS_CALLS)])))
+    print("PASS: vbts record --range=start_kernel with the guest's own symbols: %d transfers, start_kernel's "
+          "calls %s" % (n, " ".join(calls[:len(KALLSYMS_CALLS)])))
     return 0
 
 
@@ -222,17 +227,23 @@ def main():
                     help="the initramfs of clocks.sh: the HPET as clocksource, the RTC alarm through ACPI (CLOCKS_CHECKS)")
     ap.add_argument("--iommu", action="store_true",
                     help="--device=intel-iommu,edu and the initramfs of iommu.sh: IOMMU_CHECKS, IOMMU_LINES")
-    ap.add_argument("--kallsyms-range", action="store_true",
-                    help="the kernel's symbols from its /proc/kallsyms, then vbts record --range=start_kernel with "
-                         "them (KALLSYMS_CALLS)")
+    ap.add_argument("--dump-kallsyms", metavar="OUT",
+                    help="write the kernel's code symbols, from its own /proc/kallsyms, to OUT")
+    ap.add_argument("--kallsyms-range", metavar="KALLSYMS",
+                    help="vbts record --range=start_kernel with the symbols --dump-kallsyms wrote (KALLSYMS_CALLS)")
     a = ap.parse_args()
     if not os.path.exists(a.kernel):
         print("SKIP: no kernel at %s: run scripts/fetch-linux.sh %s (scripts/test.sh does)"
               % (a.kernel, os.path.dirname(a.kernel)))
         return 77
-    if a.kallsyms_range:
+    if a.dump_kallsyms:
         if not os.path.exists(a.initrd):
             print("SKIP: no %s (an initramfs with sed)" % a.initrd)
+            return 77
+        return dump_kallsyms(a)
+    if a.kallsyms_range:
+        if not os.path.exists(a.kallsyms_range):
+            print("SKIP: no %s (linux.kallsyms writes it)" % a.kallsyms_range)
             return 77
         return kallsyms_range(a)
     if (a.perf_tool or a.perf_test or a.perf_shell) and not os.path.exists(a.initrd):
