@@ -377,7 +377,7 @@ std::string Stub::Query(absl::string_view packet) {
         if (feature == "hwbreak+") hwbreak_ = true;
       }
     }
-    return kSupported;
+    return options_.exec_file.empty() ? std::string(kSupported) : absl::StrCat(kSupported, ";qXfer:exec-file:read+");
   }
   if (packet == "qSymbol" || absl::StartsWith(packet, "qSymbol:")) return "OK";  // no symbols wanted
   if (absl::StartsWith(packet, "qRcmd,")) {
@@ -408,6 +408,8 @@ std::string Stub::Xfer(absl::string_view object, absl::string_view annex, absl::
   if (object == "features") {
     if (annex != "target.xml") return "E00";
     fresh = TargetXml(options_.arch);
+  } else if (object == "exec-file" && !options_.exec_file.empty()) {
+    fresh = options_.exec_file;  // (the annex names a process: there is one)
   } else if (object == "btrace-conf") {
     if (!annex.empty()) return "E00";
     fresh = btrace_.ConfigXml();

@@ -21,6 +21,10 @@ namespace vbts::gdb {
 
 struct StubOptions {
   Arch arch = Arch::kX86_64;  // the target description GDB is given
+  // The guest image's absolute path, offered as the executable
+  // (qXfer:exec-file:read, as gdbserver answers it) so that a GDB started
+  // without a file loads the image's symbols itself; empty: not offered.
+  std::string exec_file;
 };
 
 class Stub {

@@ -403,6 +403,27 @@ TEST_F(StubTest, TargetXmlInChunks) {
   EXPECT_EQ(Ask("qXfer:threads:read::0,1000"), "");
 }
 
+TEST_F(StubTest, TheExecFileOnlyWhenThereIsOne) {
+  // Not offered by default: qSupported without it, qXfer of it unsupported.
+  EXPECT_EQ(Ask("qSupported").find("exec-file"), std::string::npos);
+  EXPECT_EQ(Ask("qXfer:exec-file:read:1:0,fff"), "");
+  Stub with(target, StubOptions{Arch::kI386, "/images/gdb_demo.elf"});
+  auto ask = [&with](absl::string_view p) {
+    std::string out = with.Receive(EncodePacket(p));
+    if (!out.empty() && out[0] == '+') out.erase(0, 1);
+    return out.size() < 4 ? out : *Unescape(out.substr(1, out.size() - 4));
+  };
+  EXPECT_EQ(ask("qSupported"),
+            "PacketSize=4000;qXfer:features:read+;QStartNoAckMode+;swbreak+;hwbreak+;vContSupported+;"
+            "Qbtrace:bts+;Qbtrace:off+;Qbtrace-conf:bts:size+;qXfer:btrace:read+;qXfer:btrace-conf:read+;"
+            "qXfer:exec-file:read+");
+  // The annex (a process id, or empty) names the one process there is.
+  EXPECT_EQ(ask("qXfer:exec-file:read:1:0,fff"), "l/images/gdb_demo.elf");
+  EXPECT_EQ(ask("qXfer:exec-file:read::0,fff"), "l/images/gdb_demo.elf");
+  EXPECT_EQ(ask("qXfer:exec-file:read:1:8,4"), "mgdb_");
+  EXPECT_EQ(ask("qXfer:exec-file:read:1:14,10"), "l");
+}
+
 TEST_F(StubTest, BranchTrace) {
   target.regs.st.efer = vcpu::kEferLma;  // 64-bit: the PC is RIP
   target.regs.st.cs.l = true;

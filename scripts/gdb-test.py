@@ -301,6 +301,17 @@ def case_ctrl_c_waiting():
         fail("vbts exited %d after SIGINT, expected 130" % rc, ("vbts", v.stderr()))
 
 
+def case_exec_file():
+    # GDB started without the image: vbts offers it (qXfer:exec-file:read,
+    # as gdbserver does), GDB loads its symbols, and a breakpoint by name
+    # works as in `break`: leaf(0) first, called from middle(0) (gdb_demo.c).
+    v = Vbts(demo())
+    out = run_gdb(v, None, ["break leaf", "continue", "bt 2", "delete", "continue"])
+    expect(out, [r"Breakpoint 1 at 0x[0-9a-f]+: file .*gdb_demo\.c", r"Breakpoint 1, leaf \(x=(x@entry=)?0\)",
+                 r"^#1\s+0x[0-9a-f]+ in middle \(x=(x@entry=)?0\)", r"exited normally"], "gdb")
+    finish_demo(v, out)
+
+
 def case_registers():
     # At the Multiboot entry (docs/guest-abi.md): EAX = 0x2BADB002, CS = 0x08
     # flat 32-bit code, CR0 = PE|ET = 0x11, EFER = 0; `monitor info registers`

@@ -1,5 +1,7 @@
 #include "vmm/debugger.h"
 
+#include <limits.h>
+#include <stdlib.h>
 #include <time.h>
 
 #include <algorithm>
@@ -82,9 +84,18 @@ gdb::Arch Debugger::ArchForImage(absl::Span<const uint8_t> image, bool model_has
   return elf32;
 }
 
+std::string Debugger::ExecFileFor(absl::Span<const uint8_t> image, const std::string& path, gdb::Arch arch) {
+  if (image.size() < 5 || image[0] != 0x7F || image[1] != 'E' || image[2] != 'L' || image[3] != 'F') return "";
+  const bool elf64 = image[4] == 2, elf32 = image[4] == 1;
+  if (!(elf64 && arch == gdb::Arch::kX86_64) && !(elf32 && arch == gdb::Arch::kI386)) return "";
+  char resolved[PATH_MAX];
+  if (::realpath(path.c_str(), resolved) == nullptr) return "";
+  return resolved;
+}
+
 absl::StatusOr<std::unique_ptr<Debugger>> Debugger::Create(Machine& machine, const std::string& listen, bool wait,
-                                                            gdb::Arch arch) {
-  std::unique_ptr<Debugger> d(new Debugger(machine, arch));
+                                                            gdb::Arch arch, std::string exec_file) {
+  std::unique_ptr<Debugger> d(new Debugger(machine, arch, std::move(exec_file)));
   VBTS_ASSIGN_OR_RETURN(d->server_, gdb::Server::Listen(listen));
   d->wait_first_ = wait;
   return d;
@@ -127,7 +138,7 @@ std::optional<RunResult> Debugger::BetweenRuns(bool halted) {
   if (!stub_) {
     wait_first_ = false;
     std::fprintf(stderr, "vbts: gdb: client attached on %s\n", server_->address().c_str());
-    stub_ = std::make_unique<gdb::Stub>(*this, gdb::StubOptions{arch_});
+    stub_ = std::make_unique<gdb::Stub>(*this, gdb::StubOptions{arch_, exec_file_});
     // A client that attaches stops the guest (QEMU's gdbstub does the same);
     // GDB asks why with `?`.
     (void)stub_->Stopped(gdb::Stop{gdb::Stop::kInterrupted});

@@ -28,8 +28,15 @@ class Debugger : public gdb::Target {
  public:
   // Listens on `listen` ([HOST:]PORT).  With `wait` the first BetweenRuns
   // blocks until a client has attached (QEMU's -S).
+  // `exec_file`: offered to GDB as the executable (gdb::StubOptions).
   static absl::StatusOr<std::unique_ptr<Debugger>> Create(Machine& machine, const std::string& listen, bool wait,
-                                                          gdb::Arch arch);
+                                                          gdb::Arch arch, std::string exec_file = "");
+  // The image's absolute path when GDB can load it as the executable with
+  // the registers it is given: an ELF64 file with x86-64, an ELF32 one with
+  // i386 (GDB takes an ELF32 file for i386 code, whatever its DWARF says:
+  // such a file with x86-64 registers is not offered). Empty otherwise (not
+  // ELF, or no absolute path).
+  static std::string ExecFileFor(absl::Span<const uint8_t> image, const std::string& path, gdb::Arch arch);
 
   // --gdb-arch=auto: the registers GDB is given for this image.  An ELF64
   // image, or an ELF32 one (kvm-unit-tests' .flat files are ELF32 containers
@@ -88,7 +95,8 @@ class Debugger : public gdb::Target {
   absl::StatusOr<std::string> Monitor(absl::string_view command) override;
 
  private:
-  Debugger(Machine& machine, gdb::Arch arch) : m_(machine), arch_(arch) {}
+  Debugger(Machine& machine, gdb::Arch arch, std::string exec_file)
+      : m_(machine), arch_(arch), exec_file_(std::move(exec_file)) {}
   struct Point {
     gdb::PointType type;
     uint64_t addr, len;
@@ -110,6 +118,7 @@ class Debugger : public gdb::Target {
 
   Machine& m_;
   gdb::Arch arch_;
+  std::string exec_file_;
   std::unique_ptr<gdb::Server> server_;
   std::unique_ptr<gdb::Stub> stub_;
   bool wait_first_ = false;

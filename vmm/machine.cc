@@ -475,7 +475,8 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
     else if (config_.gdb_arch != "auto")
       return absl::InvalidArgumentError(
           absl::StrFormat("--gdb-arch=%s: expected auto, i386 or x86-64", config_.gdb_arch));
-    VBTS_ASSIGN_OR_RETURN(debugger_, Debugger::Create(*this, config_.gdb, config_.gdb_wait, arch));
+    VBTS_ASSIGN_OR_RETURN(debugger_, Debugger::Create(*this, config_.gdb, config_.gdb_wait, arch,
+                                                      Debugger::ExecFileFor(image, config_.image_path, arch)));
     std::fprintf(stderr, "vbts: gdb: listening on %s (target remote %s)\n", debugger_->address().c_str(),
                  debugger_->address().c_str());
   }
