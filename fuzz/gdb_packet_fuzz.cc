@@ -49,6 +49,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   target.regs.st.rip = 0x1000;
   StubOptions options;
   options.arch = (rng.Next() & 1) ? Arch::kX86_64 : Arch::kI386;
+  if (rng.Next() & 1) options.exec_file = "/images/gdb_demo.elf";  // qXfer:exec-file:read offered
   Stub stub(target, options);
   stub.Stopped(Stop{Stop::kInterrupted});  // the attach stop
 
