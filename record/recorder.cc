@@ -157,7 +157,7 @@ absl::StatusOr<std::unique_ptr<RecordSession>> RecordSession::Open(const RecordO
   // Symbols for --range: --symbols, else the image itself when it is an ELF file.
   std::optional<SymbolTable> symbols;
   if (!options.symbols.empty()) {
-    absl::StatusOr<SymbolTable> t = SymbolTable::Load(options.symbols);
+    absl::StatusOr<SymbolTable> t = SymbolTable::LoadAll(options.symbols);
     if (!t.ok()) return absl::InvalidArgumentError(absl::StrCat("--symbols: ", t.status().message()));
     symbols = std::move(*t);
   } else if (s->image_.size() >= 4 && std::memcmp(s->image_.data(), "\x7f" "ELF", 4) == 0) {

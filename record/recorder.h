@@ -95,7 +95,7 @@ struct RecordOptions {
   std::string output;
   std::string cpl = "all";
   std::vector<std::string> ranges;
-  std::string symbols;  // default: the image, when it is an ELF file
+  std::vector<std::string> symbols;  // merged (SymbolTable::LoadAll); default: the image, when it is an ELF file
   uint64_t max_records = kDefaultMaxRecords;
 };
 

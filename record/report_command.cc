@@ -58,7 +58,7 @@ int ReportCommand(const ReportOptions& options, std::ostream& out) {
   const trace::Header& header = (*reader)->header();
   std::optional<SymbolTable> symbols;
   if (!options.symbols.empty()) {
-    absl::StatusOr<SymbolTable> t = SymbolTable::Load(options.symbols);
+    absl::StatusOr<SymbolTable> t = SymbolTable::LoadAll(options.symbols);
     if (!t.ok()) {
       Note(absl::StrFormat("--symbols: %s", t.status().message()));
       return kExitVbtsError;

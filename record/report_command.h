@@ -4,12 +4,13 @@
 
 #include <ostream>
 #include <string>
+#include <vector>
 
 namespace vbts::record {
 
 struct ReportOptions {
   std::string format = "text";
-  std::string symbols;  // default: the recorded image, if it is still there unchanged
+  std::vector<std::string> symbols;  // merged (SymbolTable::LoadAll); default: the recorded image, if unchanged
   std::string file;
 };
 

@@ -228,6 +228,20 @@ absl::StatusOr<SymbolTable> SymbolTable::Load(const std::string& path) {
   return FromSystemMap(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), path);
 }
 
+absl::StatusOr<SymbolTable> SymbolTable::LoadAll(const std::vector<std::string>& paths) {
+  SymbolTable all;
+  for (const std::string& path : paths) {
+    absl::StatusOr<SymbolTable> t = Load(path);
+    if (!t.ok()) return t.status();
+    if (all.all_.size() + t->all_.size() > kMaxSymbols)
+      return absl::InvalidArgumentError(absl::StrFormat("%s: more symbols than vbts reads", path));
+    for (Symbol& s : t->all_) all.all_.push_back(std::move(s));
+    for (Segment& g : t->segments_) all.segments_.push_back(std::move(g));
+  }
+  all.Index();
+  return all;
+}
+
 const Symbol* SymbolTable::Find(uint64_t addr) const {
   auto it = std::upper_bound(by_addr_.begin(), by_addr_.end(), addr,
                              [this](uint64_t a, size_t i) { return a < all_[i].addr; });

@@ -44,6 +44,11 @@ class SymbolTable {
   static absl::StatusOr<SymbolTable> FromSystemMap(std::string_view text, std::string_view name);
   // An ELF file (by its magic), else a System.map text.
   static absl::StatusOr<SymbolTable> Load(const std::string& path);
+  // Several such files as one table (a guest kernel's symbols and a user
+  // program's, say): every symbol and loadable segment of each; where two
+  // name one address, the preference of one file decides (functions, then
+  // globals, then the shorter name).  The first error, naming its file.
+  static absl::StatusOr<SymbolTable> LoadAll(const std::vector<std::string>& paths);
 
   bool empty() const { return by_addr_.empty(); }
   size_t size() const { return all_.size(); }

@@ -3,6 +3,8 @@
 // on System.map texts.
 #include "record/symbols.h"
 
+#include <cstdio>
+#include <fstream>
 #include <random>
 
 #include "gmock/gmock.h"
@@ -156,6 +158,27 @@ TEST(Symbols, RefusesTextThatIsNotASystemMap) {
   // Every truncation of a good map: parsed or refused, never a crash.
   const std::string good = kSystemMap;
   for (size_t n = 0; n <= good.size(); n++) (void)SymbolTable::FromSystemMap(good.substr(0, n), "cut");
+}
+
+TEST(Symbols, SeveralFilesAsOneTable) {
+  // A guest kernel's System.map and a program's ELF file (kSyms at 0x100000).
+  const std::string dir = ::testing::TempDir();
+  const std::string map = dir + "/vbts-symbols-test.map", elf = dir + "/vbts-symbols-test.elf";
+  {
+    std::ofstream(map) << kSystemMap;
+    const std::vector<uint8_t> bytes = MakeElf(true, kSyms);
+    std::ofstream(elf, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
+                                                static_cast<std::streamsize>(bytes.size()));
+  }
+  VBTS_ASSERT_OK_AND_ASSIGN(SymbolTable t, SymbolTable::LoadAll({map, elf}));
+  EXPECT_EQ(t.size(), 12u);  // 6 code symbols of the map, 6 of the ELF file
+  EXPECT_EQ(t.Describe(0xffffffff810000a0), "secondary_startup_64+0x30");
+  EXPECT_EQ(t.Describe(0x100045), "helper+0x5");
+  EXPECT_FALSE(t.BytesAt(0x100040, 4).empty());  // the ELF file's segment is kept
+  EXPECT_THAT(SymbolTable::LoadAll({map, dir + "/vbts-no-such-file"}),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("vbts-no-such-file: cannot open")));
+  std::remove(map.c_str());
+  std::remove(elf.c_str());
 }
 
 }  // namespace

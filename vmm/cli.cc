@@ -280,7 +280,8 @@ int CliMain(int argc, char** argv) {
                      "repeatable");
   record->add_option("--symbols", rec.symbols,
                      "ELF file, or Linux's System.map or a copy of /proc/kallsyms, for symbol names in --range "
-                     "(default: the image)");
+                     "(default: the image); repeatable: the files' symbols together")
+      ->allow_extra_args(false);
   record->add_option("--max-records", rec.max_records,
                      "stop recording after N transfers (0: no limit); the guest runs on")
       ->capture_default_str();
@@ -294,7 +295,9 @@ int CliMain(int argc, char** argv) {
       ->capture_default_str();
   report->add_option("--symbols", report_opt.symbols,
                      "ELF file for symbol names and instruction lengths, or Linux's System.map or a copy of "
-                     "/proc/kallsyms for names (default: the recorded image, if unchanged)");
+                     "/proc/kallsyms for names (default: the recorded image, if unchanged); repeatable: the files' "
+                     "symbols together (a guest kernel's and a program's)")
+      ->allow_extra_args(false);
   report->add_option("FILE", report_opt.file, "the trace file")->required();
 
   std::string symbols_in, symbols_out;
