@@ -306,7 +306,20 @@ absl::Status Machine::Setup(const Kvm& kvm, std::optional<PreparedVm> prepared) 
     else SetGsi(line.n, level);
   });
   VBTS_RETURN_IF_ERROR(pio_.Register(kAcpiPmBase, AcpiPm::kSize, acpi_pm_.get(), "ACPI PM block"));
-  cmos_rtc_ = std::make_unique<CmosRtc>();  // on the host's CLOCK_REALTIME, as QEMU's -rtc base=utc
+  if (config_.instruction_clock) {
+    // --clock=instructions: the RTC runs on the guest's clock too (QEMU's
+    // -rtc clock=vm, which -icount runs want), from the host's UTC time at
+    // start in whole seconds: its periodic, update and alarm interrupts come
+    // at the same instruction in every run (docs/tcg-engine.md, "Guest time").
+    timespec ts;
+    ::clock_gettime(CLOCK_REALTIME, &ts);
+    const int64_t start_ns = static_cast<int64_t>(ts.tv_sec) * 1'000'000'000;
+    // (The guest clock starts with the TCG engine, after the RTC: 0 until then.)
+    cmos_rtc_ = std::make_unique<CmosRtc>(
+        [this, start_ns] { return start_ns + (clock_ ? static_cast<int64_t>(GuestNs()) : 0); });
+  } else {
+    cmos_rtc_ = std::make_unique<CmosRtc>();  // on the host's CLOCK_REALTIME, as QEMU's -rtc base=utc
+  }
   // IRQ 8, unless the HPET's legacy replacement mode has taken the line (as
   // QEMU's HPET cuts its RTC off then).
   cmos_rtc_->SetIrq([this](bool level) {
@@ -1012,8 +1025,9 @@ std::optional<RunResult> Machine::RunTcgLoop(uint64_t deadline, bool until_untra
         }
         uint64_t wake = NowNs() + slice;
         if (t) wake = std::min(wake, NowNs() + (*t - std::min(*t, GuestNs())));
-        // The RTC's interrupts are on the host's clock, on instruction time too.
-        if (std::optional<int64_t> rtc = cmos_rtc_->NsToNextInterrupt())
+        // The RTC's interrupts are on the host's clock, on instruction time too
+        // (but with --clock=instructions: NextTimerNs has them).
+        if (std::optional<int64_t> rtc = cmos_rtc_->NsToNextInterrupt(); rtc && !config_.instruction_clock)
           wake = std::min(wake, NowNs() + static_cast<uint64_t>(std::max<int64_t>(*rtc, 0)));
         if (deadline) wake = std::min(wake, deadline);
         const uint64_t n = NowNs();
@@ -1308,7 +1322,7 @@ void Machine::RtcAccessed() {
   // IRQ 8 and the RTC's next interrupt follow registers A-C. The RTC is among
   // the TCG engine's deadlines on host time only (NextTimerNs).
   if (in_tcg_) {
-    if (clock_->source() == vcpu::GuestClock::Source::kHost) TimerMoved();
+    if (clock_->source() == vcpu::GuestClock::Source::kHost || config_.instruction_clock) TimerMoved();
     return;
   }
   ServiceTimersOnKvm();
@@ -1670,9 +1684,10 @@ std::optional<uint64_t> Machine::NextTimerNs() const {
   std::optional<uint64_t> next = lapic_->NextDeadline();
   // The RTC runs on the host's clock: its interrupts wake the guest on host
   // time; on instruction time they come when the loop next looks (a halted
-  // guest's wait looks in slices).
+  // guest's wait looks in slices). With --clock=instructions it runs on the
+  // guest's clock, a deadline like the others.
   std::optional<uint64_t> rtc;
-  if (clock_->source() == vcpu::GuestClock::Source::kHost)
+  if (clock_->source() == vcpu::GuestClock::Source::kHost || config_.instruction_clock)
     if (std::optional<int64_t> d = cmos_rtc_->NsToNextInterrupt()) rtc = now + static_cast<uint64_t>(*d);
   for (std::optional<uint64_t> t : {pit_->NextEdgeNs(now), hpet_->NextInterruptNs(), rtc})
     if (t && (!next || *t < *next)) next = t;
