@@ -422,7 +422,9 @@ int RunInfo(bool verbose, const std::string& cpu_model) {
                       "--sandbox=off to run without; %d calls allowed: %s; any other ends vbts with status 116",
                       SandboxLibraryVersion(), SandboxAllowedCalls().size(),
                       absl::StrJoin(SandboxAllowedCalls(), " ")));
-  Row(text, "gdbstub", "--gdb listens on 127.0.0.1 unless given another address; one client (docs/gdb.md)");
+  Row(text, "gdbstub",
+      "--gdb listens on 127.0.0.1 unless given another address; one client; its stops are the TCG engine's, "
+      "with kvm-tcg the guest runs on KVM while the client sets nothing (docs/gdb.md)");
   if (model != nullptr) {
     absl::StrAppend(&text, "\n", FormatCpuModel(*model));
     if (facts->needs_cpuid_completion)
