@@ -12,7 +12,6 @@
 %include "rt.inc"
 %include "hpet.inc"
 
-%define LVT_LINT0       (LAPIC_BASE + 0x350)
 
 main:
         SET_HANDLER 0x20, irq0_handler

@@ -31,7 +31,6 @@
 %include "rt.inc"
 %include "hpet.inc"
 
-%define LVT_LINT0       (LAPIC_BASE + 0x350)
 %define PERIOD          10000                   ; ticks: 100 us
 %define IOAPIC          0xFEC00000
 %define IOREGSEL        (IOAPIC + 0x00)

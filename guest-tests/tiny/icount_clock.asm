@@ -24,18 +24,11 @@
 ; engine's 50-ms run slices.
 ; Expected: status 1 under vbts; QEMU's TSC runs on the host's clock (not run there, tests.cfg).
 %include "rt.inc"
+%include "cmos.inc"
 %include "debug32.inc"
 
 %define TIMER_VEC       0x40
 %define TIMER_COUNT     100000
-%define LVT_LINT0       (LAPIC_BASE + 0x350)
-
-%macro CMOS_WRITE 2                     ; register, value
-        mov al, %1
-        out 0x70, al
-        mov al, %2
-        out 0x71, al
-%endmacro
 
 main:
         SET_HANDLER TIMER_VEC, timer_handler
@@ -68,9 +61,7 @@ rtc_periodic_spin:
         mov al, 0xFE                                    ; slave: IRQ 8
         out 0xA1, al
         CMOS_WRITE 0x0A, 0x26                           ; 1024 Hz
-        mov al, 0x0C                                    ; any flag from before
-        out 0x70, al
-        in al, 0x71
+        CMOS_READ 0x0C                                  ; any flag from before
         CMOS_WRITE 0x0B, 0x42                           ; PIE, 24-hour, BCD
         sti
 .spin:  cmp dword [rtc_irqs], 4
@@ -110,9 +101,7 @@ rtc_handler:
         jae .ack
         mov [rtc_tsc + 4 * ecx], eax
         inc dword [rtc_irqs]
-.ack:   mov al, 0x0C                                    ; register C: clears IRQF, lowers IRQ 8
-        out 0x70, al
-        in al, 0x71
+.ack:   CMOS_READ 0x0C                                  ; register C: clears IRQF, lowers IRQ 8
         mov al, 0x20
         out 0xA0, al
         out 0x20, al

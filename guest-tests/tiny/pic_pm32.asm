@@ -14,7 +14,6 @@
 ; Expected: status 1 under vbts; QEMU runs without pc-testdev here (qemu = no).
 %include "rt.inc"
 
-%define LVT_LINT0       (LAPIC_BASE + 0x350)
 
 %macro LINE 2                           ; pin, level
         mov eax, %1

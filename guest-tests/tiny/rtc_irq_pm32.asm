@@ -18,16 +18,10 @@
 ; Expected: status 1 under vbts on either engine (rtc_irq_pm32_kvm); QEMU runs SeaBIOS, which
 ; programs the RTC and the 8259s itself: qemu = no.
 %include "rt.inc"
+%include "cmos.inc"
 %include "hpet.inc"
 
-%define LVT_LINT0       (LAPIC_BASE + 0x350)
 
-%macro CMOS_WRITE 2                     ; register, value
-        mov al, %1
-        out 0x70, al
-        mov al, %2
-        out 0x71, al
-%endmacro
 ; HLT with IF=1 until dword %1 reaches %2, IRQ 8 unmasked at the slave for each HLT (the
 ; handler masks it: one handler run per HLT however slowly the host delivers).
 %macro WAIT_UNTIL 2
@@ -106,15 +100,11 @@ main:
         ret
 
 clear_c:
-        mov al, 0x0C
-        out 0x70, al
-        in al, 0x71
+        CMOS_READ 0x0C
         ret
 
 irq8_handler:
-        mov al, 0x0C
-        out 0x70, al
-        in al, 0x71
+        CMOS_READ 0x0C
         test al, 0x80                           ; IRQF: the RTC's (not an edge the masked
         jz .ack                                 ; slave kept from the part before)
         inc dword [irqs]

@@ -12,6 +12,7 @@
 ; Expected: status 1 under vbts. QEMU TCG 7.2 runs SeaBIOS's resume path, which needs its own
 ; boot state (qemu = no; kvm-unit-tests s3 fails under QEMU TCG too, docs/compatibility.md).
 %include "rt.inc"
+%include "cmos.inc"
 %include "acpi32.inc"
 
 %define STUB    0x1000
@@ -36,42 +37,22 @@ main:
 
         ; the RTC alarm: every second
 .uip_rise:
-        mov al, 0x0A
-        out 0x70, al
-        in al, 0x71
+        CMOS_READ 0x0A
         test al, 0x80
         jz .uip_rise
 .uip_fall:
-        mov al, 0x0A
-        out 0x70, al
-        in al, 0x71
+        CMOS_READ 0x0A
         test al, 0x80
         jnz .uip_fall
         PASS "RTC: UIP rose and fell (an update passed)"
-        mov al, 0x0C
-        out 0x70, al
-        in al, 0x71
-        mov al, 0x01
-        out 0x70, al
-        mov al, 0xC0
-        out 0x71, al
-        mov al, 0x03
-        out 0x70, al
-        mov al, 0xC0
-        out 0x71, al
-        mov al, 0x05
-        out 0x70, al
-        mov al, 0xC0
-        out 0x71, al
-        mov al, 0x0B
-        out 0x70, al
-        in al, 0x71
+        CMOS_READ 0x0C
+        CMOS_WRITE 0x01, 0xC0
+        CMOS_WRITE 0x03, 0xC0
+        CMOS_WRITE 0x05, 0xC0
+        CMOS_READ 0x0B
         or al, 0x20                     ; AIE
         mov ah, al
-        mov al, 0x0B
-        out 0x70, al
-        mov al, ah
-        out 0x71, al
+        CMOS_WRITE 0x0B, ah
 
         PRINTLN "suspending to RAM; the stub at 0x1000 reports WAK_STS through port 0xF4"
         mov edx, [ebx + 64]             ; PM1a_CNT_BLK
