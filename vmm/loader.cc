@@ -321,7 +321,9 @@ absl::StatusOr<std::optional<Plan>> PlanPvh(absl::Span<const uint8_t> file, std:
     if (p.type != kPtNote || p.offset > file.size() || p.filesz > file.size() - p.offset) continue;
     uint64_t off = p.offset;
     const uint64_t end = p.offset + p.filesz;
-    while (!entry && end - off >= 12) {
+    // (A note's padded value may end past the segment: `off` then passes
+    // `end`, and the segment has no more notes.)
+    while (!entry && off <= end && end - off >= 12) {
       const uint64_t namesz = Le32(file, off), descsz = Le32(file, off + 4);
       const uint32_t type = Le32(file, off + 8);
       const uint64_t name_off = off + 12;

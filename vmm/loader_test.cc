@@ -652,6 +652,25 @@ TEST_F(LoaderTest, RejectsAFileWithNeitherMultibootHeaderNorPvhNote) {
   ExpectRamUntouched();
 }
 
+TEST_F(LoaderTest, NotesEndWithTheirSegment) {
+  // The PT_NOTE segment is the file's last 0x16 bytes: one note (Xen, type
+  // 6) whose 6-byte value ends the file before its padding. Found by
+  // loader_fuzz (2026-11-28): the offset after the padded value passed the
+  // segment's end, `end - off` wrapped, and the search read the next note's
+  // header 2 bytes beyond the file (the sanitizer build's heap-buffer-overflow;
+  // fuzz/corpus/loader/pvh-note-past-the-end). Now the search ends there: no
+  // PVH entry.
+  auto file = MakePvhElf64(0x100040);
+  std::vector<uint8_t> note(file.begin() + 0x200, file.begin() + 0x216);
+  file.insert(file.end(), note.begin(), note.end());
+  Put64(file, 128, file.size() - 0x16);  // phdr[1].p_offset
+  Put64(file, 152, 0x16);                // phdr[1].p_filesz
+  std::vector<uint8_t> exact(file);      // (its buffer ends where the file does)
+  EXPECT_THAT(LoadKernelImage(exact, "vmlinux", ram_, limits_),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("nor is it an ELF kernel with a PVH entry note")));
+  ExpectRamUntouched();
+}
+
 TEST_F(LoaderTest, RejectsPvhEntriesThatCannotBeEntered) {
   EXPECT_THAT(LoadKernelImage(MakePvhElf64(0x100040, 2), "vmlinux", ram_, limits_),
               StatusIs(absl::StatusCode::kInvalidArgument,
