@@ -89,20 +89,25 @@ absl::StatusOr<LinuxBootInfo> WriteLinuxBootParams(PhysMemory& ram, absl::Span<c
     return absl::InvalidArgumentError(absl::StrFormat(
         "Linux boot: the --append text is %u bytes; this kernel takes at most %u (cmdline_size)", append.size(),
         cmdline_max));
-  if (modules.size() > 1)
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "Linux boot: %u --initrd files; a bzImage takes one initrd (concatenate cpio archives into one file)",
-        modules.size()));
-  if (!modules.empty() && !modules[0].cmdline.empty() && modules[0].cmdline.find(' ') != std::string::npos)
-    return absl::InvalidArgumentError(
-        absl::StrFormat("Linux boot: the initrd takes no arguments (--initrd=\"%s\")", modules[0].cmdline));
+  for (const LoadedModule& m : modules)
+    if (m.cmdline.find(' ') != std::string::npos)
+      return absl::InvalidArgumentError(
+          absl::StrFormat("Linux boot: an initrd takes no arguments (--initrd=\"%s\")", m.cmdline));
+  // Several files make one initrd, each from a 4-byte boundary (zeros
+  // between), as GRUB's `initrd A B` loads them: Linux unpacks one cpio
+  // archive after another and skips the zeros (init/initramfs.c).
+  std::vector<uint8_t> initrd;
+  for (const LoadedModule& m : modules) {
+    initrd.resize((initrd.size() + 3) & ~size_t{3}, 0);
+    initrd.insert(initrd.end(), m.data.begin(), m.data.end());
+  }
 
   LinuxBootInfo out;
   out.boot_params_gpa = static_cast<uint32_t>(base);
   if (!modules.empty()) {
     // As high as it fits below initrd_addr_max, 4 GiB and the end of RAM,
     // page-aligned (QEMU's x86_load_linux); above the kernel's run area.
-    const uint64_t size = modules[0].data.size();
+    const uint64_t size = initrd.size();
     const uint64_t ceiling =
         std::min({ram.size(), uint64_t{header.initrd_addr_max} + 1, uint64_t{1} << 32});
     const uint64_t start = size <= ceiling ? (ceiling - size) & ~uint64_t{0xFFF} : 0;
@@ -141,7 +146,7 @@ absl::StatusOr<LinuxBootInfo> WriteLinuxBootParams(PhysMemory& ram, absl::Span<c
   out.reserved.push_back(GpaRange{base, base + kBootParamsSize, "boot_params"});
   out.reserved.push_back(GpaRange{cmdline, cmdline + kBootParamsSize, "Linux command line"});
   if (out.initrd) {
-    VBTS_RETURN_IF_ERROR(WriteModules(ram, {*out.initrd}, modules));
+    VBTS_RETURN_IF_ERROR(ram.Write(Gpa(out.initrd->start), initrd));
     out.reserved.push_back(*out.initrd);
   }
   return out;

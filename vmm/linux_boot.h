@@ -78,13 +78,14 @@ struct LinuxBootInfo {
 // 1 MiB, cmd_line_ptr (the command line, `append` as given, on the page
 // after boot_params), ramdisk_image/size, acpi_rsdp_addr `rsdp` (protocol
 // 2.14+; 0: the guest searches the BIOS area) and the E820 map of
-// BootMemoryMap; and the initrd (`modules`: at most one, without arguments)
-// at the top of RAM below initrd_addr_max and 4 GiB, page-aligned, as QEMU
-// places it.  InvalidArgument (nothing written) for RAM that ends before the
+// BootMemoryMap; and the initrd at the top of RAM below initrd_addr_max and
+// 4 GiB, page-aligned, as QEMU places it: the `modules` (files without
+// arguments) one after another, each from a 4-byte boundary, as GRUB loads
+// several.  InvalidArgument (nothing written) for RAM that ends before the
 // kernel's run area does (RunStart + init_size), a command line longer than
-// cmdline_size or holding a NUL, more than one module or one with
-// arguments; ResourceExhausted when the initrd does not fit between the run
-// area and its ceiling.
+// cmdline_size or holding a NUL, or a module with arguments;
+// ResourceExhausted when the initrd does not fit between the run area and
+// its ceiling.
 absl::StatusOr<LinuxBootInfo> WriteLinuxBootParams(PhysMemory& ram, absl::Span<const uint8_t> file,
                                                    const LinuxSetupHeader& header, std::string_view append,
                                                    uint64_t base, const std::vector<LoadedModule>& modules,

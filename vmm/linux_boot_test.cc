@@ -185,13 +185,9 @@ TEST(LinuxBootTest, RefusesWhatTheKernelCannotTake) {
   EXPECT_THAT(WriteLinuxBootParams(ram, file, *h, std::string(2048, 'x'), 0x9000, {}),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "Linux boot: the --append text is 2048 bytes; this kernel takes at most 2047 (cmdline_size)"));
-  EXPECT_THAT(WriteLinuxBootParams(ram, file, *h, "", 0x9000, {{"a", {1}}, {"b", {2}}}),
+  EXPECT_THAT(WriteLinuxBootParams(ram, file, *h, "", 0x9000, {{"b.cpio", {2}}, {"a.cpio x=1", {1}}}),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       "Linux boot: 2 --initrd files; a bzImage takes one initrd (concatenate cpio archives into one "
-                       "file)"));
-  EXPECT_THAT(WriteLinuxBootParams(ram, file, *h, "", 0x9000, {{"a.cpio x=1", {1}}}),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       "Linux boot: the initrd takes no arguments (--initrd=\"a.cpio x=1\")"));
+                       "Linux boot: an initrd takes no arguments (--initrd=\"a.cpio x=1\")"));
   // 12 MiB of initrd end RAM at 32 MiB exactly from the run area's end (20
   // MiB); one byte more starts a page lower, inside it.
   EXPECT_THAT(WriteLinuxBootParams(ram, file, *h, "", 0x9000, {{"big", std::vector<uint8_t>(0xC00001, 1)}}),
@@ -202,6 +198,21 @@ TEST(LinuxBootTest, RefusesWhatTheKernelCannotTake) {
   VBTS_ASSERT_OK_AND_ASSIGN(LinuxBootInfo exact, WriteLinuxBootParams(ram, file, *h, "", 0x9000,
                                                                       {{"big", std::vector<uint8_t>(0xC00000, 1)}}));
   EXPECT_THAT(exact.initrd, Optional(GpaRange{0x1400000, 0x2000000, "initrd"}));
+}
+
+TEST(LinuxBootTest, SeveralFilesMakeOneInitrdOnFourByteBoundaries) {
+  // 5 + 3 + 4 bytes: the second file from offset 8, the third from 12
+  // (zeros in between), 16 bytes in all at (0x2000000 - 16) & ~0xFFF.
+  const std::vector<uint8_t> file = MakeBzImage();
+  VBTS_ASSERT_OK_AND_ASSIGN(std::optional<LinuxSetupHeader> h, ParseLinuxSetupHeader(file, "k"));
+  FakePhysMemory ram(0x2000000);
+  const std::vector<LoadedModule> files = {
+      {"a.cpio", {1, 1, 1, 1, 1}}, {"b.cpio", {2, 2, 2}}, {"c.cpio", {3, 3, 3, 3}}};
+  VBTS_ASSERT_OK_AND_ASSIGN(LinuxBootInfo info, WriteLinuxBootParams(ram, file, *h, "", 0x9000, files));
+  EXPECT_THAT(info.initrd, Optional(GpaRange{0x1FFF000, 0x1FFF010, "initrd"}));
+  EXPECT_EQ(ram.Le(0x9000 + 0x21C, 4), 16u);
+  const uint8_t want[16] = {1, 1, 1, 1, 1, 0, 0, 0, 2, 2, 2, 0, 3, 3, 3, 3};
+  for (int i = 0; i < 16; i++) EXPECT_EQ(ram.Le(0x1FFF000 + i, 1), want[i]) << i;
 }
 
 TEST(LinuxBootTest, TheLoaderPutsTheProtectedModeKernelAtOneMiB) {
