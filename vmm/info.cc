@@ -411,7 +411,7 @@ int RunInfo(bool verbose, const std::string& cpu_model) {
   } else {
     Row(text, "tcg", absl::StrCat("unavailable: ", r.status().message()));
   }
-  Row(text, "kvm-tcg", "kvm, moving the vCPU to tcg while the guest traces itself (BTS, LBR, counters...)");
+  Row(text, "kvm-tcg", "kvm, moving the vCPU to tcg while the guest traces itself (BTS, LBR, counters...) or a GDB client needs it");
   Row(text, "auto (default)",
       facts->kind == vcpu::HostKind::kPvm
           ? "tcg on this host (PVM: its KVM emulates guest ring 0 and 32-bit code, which tcg outruns)"
