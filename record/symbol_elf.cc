@@ -8,11 +8,11 @@
 namespace vbts::record {
 namespace {
 
-constexpr uint32_t kShtSymtab = 2, kShtStrtab = 3, kShtNobits = 8;
-constexpr uint64_t kShfAlloc = 2, kShfExecinstr = 4;
-constexpr uint8_t kSttFunc = 2, kStbLocal = 0, kStbGlobal = 1;
+constexpr uint32_t kOutSymtab = 2, kOutStrtab = 3, kOutNobits = 8;
+constexpr uint64_t kOutAlloc = 2, kOutExecinstr = 4;
+constexpr uint8_t kOutFunc = 2, kOutLocal = 0, kOutGlobal = 1;
 
-void Put(std::vector<uint8_t>& b, uint64_t v, int n) {
+void PutOut(std::vector<uint8_t>& b, uint64_t v, int n) {
   for (int i = 0; i < n; i++) b.push_back(static_cast<uint8_t>(v >> (8 * i)));
 }
 
@@ -36,12 +36,12 @@ absl::StatusOr<std::vector<uint8_t>> SymbolElf(const SymbolTable& table) {
     const uint64_t size = r.end > r.start && r.end != ~0ull ? r.end - r.start : 0;
     lo = std::min(lo, s->addr);
     hi = std::max(hi, s->addr + std::max<uint64_t>(size, 1));
-    Put(symtab, strtab.size(), 4);  // st_name
-    symtab.push_back(static_cast<uint8_t>(((s->global ? kStbGlobal : kStbLocal) << 4) | kSttFunc));  // st_info
+    PutOut(symtab, strtab.size(), 4);  // st_name
+    symtab.push_back(static_cast<uint8_t>(((s->global ? kOutGlobal : kOutLocal) << 4) | kOutFunc));  // st_info
     symtab.push_back(0);            // st_other: default visibility
-    Put(symtab, 1, 2);              // st_shndx: .text
-    Put(symtab, s->addr, 8);        // st_value
-    Put(symtab, size, 8);           // st_size
+    PutOut(symtab, 1, 2);              // st_shndx: .text
+    PutOut(symtab, s->addr, 8);        // st_value
+    PutOut(symtab, size, 8);           // st_size
     strtab += s->name;
     strtab.push_back('\0');
   }
@@ -53,41 +53,41 @@ absl::StatusOr<std::vector<uint8_t>> SymbolElf(const SymbolTable& table) {
   std::vector<uint8_t> f;
   const uint8_t ident[16] = {0x7F, 'E', 'L', 'F', 2 /*ELFCLASS64*/, 1 /*LSB*/, 1 /*EV_CURRENT*/};
   f.insert(f.end(), ident, ident + 16);
-  Put(f, 2, 2);         // e_type: ET_EXEC
-  Put(f, 62, 2);        // e_machine: EM_X86_64
-  Put(f, 1, 4);         // e_version
-  Put(f, 0, 8);         // e_entry
-  Put(f, 0, 8);         // e_phoff: none
-  Put(f, shoff, 8);     // e_shoff
-  Put(f, 0, 4);         // e_flags
-  Put(f, 64, 2);        // e_ehsize
-  Put(f, 56, 2);        // e_phentsize
-  Put(f, 0, 2);         // e_phnum
-  Put(f, 64, 2);        // e_shentsize
-  Put(f, 5, 2);         // e_shnum
-  Put(f, 4, 2);         // e_shstrndx
+  PutOut(f, 2, 2);         // e_type: ET_EXEC
+  PutOut(f, 62, 2);        // e_machine: EM_X86_64
+  PutOut(f, 1, 4);         // e_version
+  PutOut(f, 0, 8);         // e_entry
+  PutOut(f, 0, 8);         // e_phoff: none
+  PutOut(f, shoff, 8);     // e_shoff
+  PutOut(f, 0, 4);         // e_flags
+  PutOut(f, 64, 2);        // e_ehsize
+  PutOut(f, 56, 2);        // e_phentsize
+  PutOut(f, 0, 2);         // e_phnum
+  PutOut(f, 64, 2);        // e_shentsize
+  PutOut(f, 5, 2);         // e_shnum
+  PutOut(f, 4, 2);         // e_shstrndx
   f.insert(f.end(), symtab.begin(), symtab.end());
   f.insert(f.end(), strtab.begin(), strtab.end());
   f.insert(f.end(), shstrtab.begin(), shstrtab.end());
   f.resize(shoff, 0);
   auto section = [&f](uint32_t name, uint32_t type, uint64_t flags, uint64_t addr, uint64_t off, uint64_t size,
                       uint32_t link, uint32_t info, uint64_t align, uint64_t entsize) {
-    Put(f, name, 4);
-    Put(f, type, 4);
-    Put(f, flags, 8);
-    Put(f, addr, 8);
-    Put(f, off, 8);
-    Put(f, size, 8);
-    Put(f, link, 4);
-    Put(f, info, 4);
-    Put(f, align, 8);
-    Put(f, entsize, 8);
+    PutOut(f, name, 4);
+    PutOut(f, type, 4);
+    PutOut(f, flags, 8);
+    PutOut(f, addr, 8);
+    PutOut(f, off, 8);
+    PutOut(f, size, 8);
+    PutOut(f, link, 4);
+    PutOut(f, info, 4);
+    PutOut(f, align, 8);
+    PutOut(f, entsize, 8);
   };
   section(0, 0, 0, 0, 0, 0, 0, 0, 0, 0);                                                   // null
-  section(1, kShtNobits, kShfAlloc | kShfExecinstr, lo, shoff, hi - lo, 0, 0, 16, 0);       // .text
-  section(7, kShtSymtab, 0, 0, symtab_off, symtab.size(), 3, first_global, 8, 24);        // .symtab
-  section(15, kShtStrtab, 0, 0, strtab_off, strtab.size(), 0, 0, 1, 0);                   // .strtab
-  section(23, kShtStrtab, 0, 0, shstrtab_off, shstrtab.size(), 0, 0, 1, 0);               // .shstrtab
+  section(1, kOutNobits, kOutAlloc | kOutExecinstr, lo, shoff, hi - lo, 0, 0, 16, 0);       // .text
+  section(7, kOutSymtab, 0, 0, symtab_off, symtab.size(), 3, first_global, 8, 24);        // .symtab
+  section(15, kOutStrtab, 0, 0, strtab_off, strtab.size(), 0, 0, 1, 0);                   // .strtab
+  section(23, kOutStrtab, 0, 0, shstrtab_off, shstrtab.size(), 0, 0, 1, 0);               // .shstrtab
   return f;
 }
 

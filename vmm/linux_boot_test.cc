@@ -21,7 +21,7 @@ using ::testing::Optional;
 using ::vbts::testing::FakePhysMemory;
 using ::vbts::testing::StatusIs;
 
-void Put(std::vector<uint8_t>& v, size_t off, uint64_t x, int n) {
+void PutField(std::vector<uint8_t>& v, size_t off, uint64_t x, int n) {
   for (int i = 0; i < n; i++) v[off + i] = static_cast<uint8_t>(x >> (8 * i));
 }
 
@@ -33,20 +33,20 @@ void Put(std::vector<uint8_t>& v, size_t off, uint64_t x, int n) {
 std::vector<uint8_t> MakeBzImage(uint32_t init_size = 0x400000) {
   std::vector<uint8_t> v(0x800, 0);
   v[0x1F1] = 2;
-  Put(v, 0x1FE, 0xAA55, 2);
+  PutField(v, 0x1FE, 0xAA55, 2);
   v[0x200] = 0xEB;
   v[0x201] = 0x6A;  // header end 0x26C
-  Put(v, 0x202, kLinuxHeaderMagic, 4);
-  Put(v, 0x206, 0x020F, 2);
+  PutField(v, 0x202, kLinuxHeaderMagic, 4);
+  PutField(v, 0x206, 0x020F, 2);
   v[0x211] = 0x01;
-  Put(v, 0x214, 0x100000, 4);
-  Put(v, 0x22C, 0x7FFFFFFF, 4);
-  Put(v, 0x230, 0x200000, 4);
+  PutField(v, 0x214, 0x100000, 4);
+  PutField(v, 0x22C, 0x7FFFFFFF, 4);
+  PutField(v, 0x230, 0x200000, 4);
   v[0x234] = 1;
-  Put(v, 0x238, 2047, 4);
-  Put(v, 0x258, 0x1000000, 8);
-  Put(v, 0x260, init_size, 4);
-  Put(v, 0x268, 0x1234, 4);  // kernel_info_offset: copied like the rest of the header
+  PutField(v, 0x238, 2047, 4);
+  PutField(v, 0x258, 0x1000000, 8);
+  PutField(v, 0x260, init_size, 4);
+  PutField(v, 0x268, 0x1234, 4);  // kernel_info_offset: copied like the rest of the header
   for (size_t i = 0x600; i < v.size(); i++) v[i] = static_cast<uint8_t>(i * 5);
   return v;
 }
@@ -82,7 +82,7 @@ TEST(LinuxBootTest, AFileWithoutTheHeaderIsNotALinuxKernel) {
   v[0x202] = 'h';
   EXPECT_TRUE(not_linux(v));
   v = MakeBzImage();
-  Put(v, 0x1FE, 0, 2);  // no boot_flag
+  PutField(v, 0x1FE, 0, 2);  // no boot_flag
   EXPECT_TRUE(not_linux(v));
   EXPECT_TRUE(not_linux(std::vector<uint8_t>(0x100, 0)));
   EXPECT_TRUE(not_linux(MakeBzImage()) == false);
@@ -90,7 +90,7 @@ TEST(LinuxBootTest, AFileWithoutTheHeaderIsNotALinuxKernel) {
 
 TEST(LinuxBootTest, RejectsKernelsItCannotBoot) {
   std::vector<uint8_t> v = MakeBzImage();
-  Put(v, 0x206, 0x0209, 2);
+  PutField(v, 0x206, 0x0209, 2);
   EXPECT_THAT(ParseLinuxSetupHeader(v, "old"),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "old: Linux boot protocol 2.09 is older than 2.10 (Linux 2.6.31), the first with init_size, "
@@ -113,7 +113,7 @@ TEST(LinuxBootTest, RejectsKernelsItCannotBoot) {
                        "k: Linux setup header: 3 setup sectors + the boot sector (0x800 bytes) leave no "
                        "protected-mode kernel in the file's 0x800 bytes"));
   v = MakeBzImage();
-  Put(v, 0x230, 0x300000, 4);
+  PutField(v, 0x230, 0x300000, 4);
   EXPECT_THAT(ParseLinuxSetupHeader(v, "k"),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "k: Linux setup header: kernel_alignment 0x300000 is not a power of two"));
@@ -165,7 +165,7 @@ TEST(LinuxBootTest, WritesBootParamsTheCommandLineAndTheInitrd) {
 
 TEST(LinuxBootTest, AnOlderProtocolGetsNoRsdpAddress) {
   std::vector<uint8_t> file = MakeBzImage();
-  Put(file, 0x206, 0x020D, 2);  // 2.13: acpi_rsdp_addr came with 2.14
+  PutField(file, 0x206, 0x020D, 2);  // 2.13: acpi_rsdp_addr came with 2.14
   VBTS_ASSERT_OK_AND_ASSIGN(std::optional<LinuxSetupHeader> h, ParseLinuxSetupHeader(file, "k"));
   FakePhysMemory ram(0x2000000);
   VBTS_ASSERT_OK(WriteLinuxBootParams(ram, file, *h, "", 0x9000, {}, 0xF0000).status());
