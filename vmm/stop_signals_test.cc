@@ -14,7 +14,7 @@ namespace {
 
 // Runs `body` in a child; returns its wait status.
 template <typename F>
-int InChild(F body) {
+int StopSignalChild(F body) {
   const pid_t pid = ::fork();
   if (pid == 0) _exit(body());
   int status = 0;
@@ -24,7 +24,7 @@ int InChild(F body) {
 
 TEST(StopSignalsTest, TheFirstSignalIsNotedAndTheRunGoesOn) {
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
-    const int status = InChild([sig] {
+    const int status = StopSignalChild([sig] {
       if (!InstallStopSignals().ok() || PendingStopSignal() != 0) return 1;
       ::raise(sig);
       // Still here, with the signal noted for the run loop.
@@ -36,7 +36,7 @@ TEST(StopSignalsTest, TheFirstSignalIsNotedAndTheRunGoesOn) {
 }
 
 TEST(StopSignalsTest, ASecondSignalEndsTheProcessAsByDefault) {
-  const int status = InChild([] {
+  const int status = StopSignalChild([] {
     if (!InstallStopSignals().ok()) return 1;
     ::raise(SIGINT);
     ::raise(SIGTERM);  // before the run loop looked: the user insists
