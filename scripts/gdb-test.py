@@ -274,9 +274,11 @@ def case_kvm_halted():
     # after its HLT; `kill` ends the run (status 114, docs/cli.md).
     v = Vbts(demo(), extra=["--engine=kvm-tcg"])
     # Still halted in TCG, `continue` leaves it halted there (it goes back to
-    # KVM only once it runs), so a second Ctrl-C stops it at the same place.
+    # KVM only once it runs), so a second Ctrl-C stops it at the same place
+    # (sent 1 s after the first `monitor info engine`: GDB has resumed by then;
+    # a SIGINT before that would quit the batch script instead).
     napping = lambda _: "napping" in v.stdout()
-    again = lambda gdb_out: "moves between them" in gdb_out and time.sleep(0.3) is None
+    again = lambda gdb_out: "moves between them" in gdb_out and time.sleep(1.0) is None
     out = run_gdb(v, demo(), ["set var spin_limit = 0", "set var nap = 1", "continue", "x/i $pc - 1",
                               "monitor info engine", "continue", "x/i $pc - 1", "monitor info engine", "kill"],
                   interrupt_after=[napping, again])
