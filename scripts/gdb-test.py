@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
 """gdb-test.py: Debian's gdb against vbts's gdbstub (ctest label gdb, docs/gdb.md).
 
-    gdb-test.py --vbts build/vbts --gdb /usr/bin/gdb --images build/guest-tests CASE
+    gdb-test.py --vbts build/vbts --gdb /usr/bin/gdb --images build/guest-tests [--engine=E]
+                [--linux VMLINUX [--kallsyms FILE]] CASE
 
 Each CASE starts `vbts run --gdb=127.0.0.1:0 --gdb-wait IMAGE` (port 0: vbts picks a
 free port and names it on stderr), runs `gdb -batch -nx` with the case's commands and
 checks gdb's output, the guest's output and vbts's exit status exactly.  The expected
 values come from the guest's source (guest-tests/gdb/gdb_demo.c): leaf(x) = 3x+1,
 middle(x) = leaf(x) + leaf(x+1) = 6x+5, counter = 5 + 11 + 17 = 33.
-Exit status 0: pass; 1: fail (with the difference on stderr).
+--engine passes vbts's --engine (kvm-tcg: the guest on KVM between the client's
+stops); --linux and --kallsyms are Debian's kernel and its symbols for the linux
+cases. Exit status 0: pass; 1: fail (with the difference on stderr); 77: skipped.
 """
 import argparse
 import os
