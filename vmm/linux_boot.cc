@@ -72,7 +72,9 @@ absl::StatusOr<LinuxBootInfo> WriteLinuxBootParams(PhysMemory& ram, absl::Span<c
                                                    const LinuxSetupHeader& header, std::string_view append,
                                                    uint64_t base, const std::vector<LoadedModule>& modules,
                                                    uint64_t rsdp) {
-  const uint64_t run_end = header.RunStart() + header.init_size;
+  // (A pref_address near 2^64 must not wrap the end round to below RAM's.)
+  const uint64_t run_end =
+      header.RunStart() > ram.size() ? ~uint64_t{0} : header.RunStart() + header.init_size;
   if (run_end > ram.size())
     return absl::InvalidArgumentError(absl::StrFormat(
         "Linux boot: the kernel runs in [0x%x, 0x%x) (init_size 0x%x from 0x%x) and guest RAM ends at 0x%x: give it "

@@ -17,6 +17,7 @@ namespace vbts::vmm {
 namespace {
 
 using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 using ::testing::Optional;
 using ::vbts::testing::FakePhysMemory;
 using ::vbts::testing::StatusIs;
@@ -182,6 +183,11 @@ TEST(LinuxBootTest, RefusesWhatTheKernelCannotTake) {
                        "Linux boot: the kernel runs in [0x1000000, 0x1400000) (init_size 0x400000 from 0x1000000) "
                        "and guest RAM ends at 0x1200000: give it --mem of at least 20 MiB"));
   FakePhysMemory ram(0x2000000);
+  // A pref_address that would wrap RunStart + init_size past 2^64.
+  LinuxSetupHeader wraps = *h;
+  wraps.pref_address = ~uint64_t{0} - 0x1000;
+  EXPECT_THAT(WriteLinuxBootParams(ram, file, wraps, "", 0x9000, {}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("and guest RAM ends at 0x2000000")));
   EXPECT_THAT(WriteLinuxBootParams(ram, file, *h, std::string(2048, 'x'), 0x9000, {}),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "Linux boot: the --append text is 2048 bytes; this kernel takes at most 2047 (cmdline_size)"));
