@@ -896,7 +896,10 @@ absl::Status Machine::CreateTcg() {
 }
 
 absl::StatusOr<std::optional<RunResult>> Machine::DebuggerMovesToTcg(double& deadline) {
-  if (!debugger_ || !switch_engines_ || !debugger_->WantsTcg() || !supervisor_->Plain()) return std::nullopt;
+  // (As for the guest's own tracing: not while the tracer has an event on
+  // its way into the guest through KVM.)
+  if (!debugger_ || !switch_engines_ || !debugger_->WantsTcg() || !supervisor_->Plain() || tracer_->EventPending())
+    return std::nullopt;
   const uint64_t stopped_before = debugger_->stopped_ns();
   absl::StatusOr<std::optional<RunResult>> end = TraceInTcg(deadline);
   // Time stopped for the client does not count against --timeout.
