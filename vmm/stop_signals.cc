@@ -33,9 +33,16 @@ absl::Status InstallStopSignals() {
   sa.sa_handler = OnStopSignal;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = 0;
-  for (int sig : kStopSignals)
+  for (int sig : kStopSignals) {
+    // A signal the caller ignores stays ignored (nohup's SIGHUP, a
+    // background job's SIGINT): vbts does not take it back.
+    struct sigaction old;
+    if (::sigaction(sig, nullptr, &old) != 0)
+      return absl::ErrnoToStatus(errno, absl::StrFormat("sigaction(%s)", ::strsignal(sig)));
+    if (old.sa_handler == SIG_IGN) continue;
     if (::sigaction(sig, &sa, nullptr) != 0)
       return absl::ErrnoToStatus(errno, absl::StrFormat("sigaction(%s)", ::strsignal(sig)));
+  }
   return absl::OkStatus();
 }
 

@@ -14,7 +14,9 @@
 
 namespace vbts::vmm {
 
-// Installs the handlers (without SA_RESTART: a blocked call returns EINTR).
+// Installs the handlers (without SA_RESTART: a blocked call returns EINTR),
+// except for a signal the process ignores already (`nohup` ignores SIGHUP):
+// that one stays ignored.
 absl::Status InstallStopSignals();
 // 0, or the number of the first stop signal received.
 int PendingStopSignal();

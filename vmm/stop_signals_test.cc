@@ -46,6 +46,20 @@ TEST(StopSignalsTest, ASecondSignalEndsTheProcessAsByDefault) {
   EXPECT_EQ(WTERMSIG(status), SIGTERM);
 }
 
+TEST(StopSignalsTest, AnIgnoredSignalStaysIgnored) {
+  // nohup vbts ...: SIGHUP is ignored before vbts starts, and stays so.
+  const int status = StopSignalChild([] {
+    ::signal(SIGHUP, SIG_IGN);
+    if (!InstallStopSignals().ok()) return 1;
+    ::raise(SIGHUP);
+    if (PendingStopSignal() != 0) return 2;
+    ::raise(SIGTERM);  // the others are still vbts's
+    return PendingStopSignal() == SIGTERM ? 0 : 3;
+  });
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
 TEST(StopSignalsTest, Messages) {
   EXPECT_EQ(StopSignalMessage(SIGINT), "vbts: stopped by SIGINT (Ctrl-C); the run ended cleanly");
   EXPECT_EQ(StopSignalMessage(SIGTERM), "vbts: stopped by SIGTERM; the run ended cleanly");
