@@ -315,7 +315,11 @@ def signal_test(vbts, image, name):
     with tempfile.TemporaryDirectory() as d:
         trace = os.path.join(d, "t.vbtr")
         out = open(os.path.join(d, "out"), "w+b")
-        p = subprocess.Popen([vbts, "record", "-o", trace, image], stdout=out, stderr=subprocess.PIPE)
+        # vbts as a terminal starts it: a signal the caller ignores (SIGINT in a
+        # job started with `&` by a script) would stay ignored in vbts.
+        p = subprocess.Popen([vbts, "record", "-o", trace, image], stdout=out, stderr=subprocess.PIPE,
+                             preexec_fn=lambda: [signal.signal(s, signal.SIG_DFL)
+                                                 for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)])
         deadline = time.time() + 20
         while time.time() < deadline and os.path.getsize(out.name) == 0 and p.poll() is None:
             time.sleep(0.02)

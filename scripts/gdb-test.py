@@ -58,7 +58,12 @@ class Vbts:
         self.cmd = cmd
         self.out = tempfile.TemporaryFile()
         self.err = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen(cmd, stdout=self.out, stderr=self.err)
+        # With the stop signals' default dispositions, as from a terminal (a
+        # signal the caller ignores, SIGINT in a job a script started with
+        # `&`, would stay ignored in vbts: case ctrl_c_waiting).
+        self.proc = subprocess.Popen(cmd, stdout=self.out, stderr=self.err,
+                                     preexec_fn=lambda: [signal.signal(s, signal.SIG_DFL)
+                                                         for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)])
         self.port = None
         deadline = time.time() + 20
         while time.time() < deadline and self.port is None:
