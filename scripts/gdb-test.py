@@ -788,6 +788,31 @@ def case_linux_kallsyms():
             fail("vbts exited %d after kill, expected 114" % rc, ("gdb", out), ("vbts stderr", v.stderr()))
 
 
+def case_linux_bzimage():
+    # The same kernel as Debian ships it (vmlinuz beside vmlinux: Linux's own
+    # boot protocol, its decompressor first) with `nokaslr`: it runs at its
+    # link addresses, so the symbols of the PVH boots (linux.kallsyms) hold,
+    # and a hardware breakpoint by name at start_kernel stops there after the
+    # decompression.
+    vmlinuz = os.path.join(os.path.dirname(ARGS.linux or ""), "vmlinuz")
+    if not ARGS.linux or not os.path.exists(vmlinuz) or not ARGS.kallsyms or not os.path.exists(ARGS.kallsyms):
+        print("SKIP: no Debian vmlinuz or no symbols from it (scripts/fetch-linux.sh, ctest linux.kallsyms)")
+        sys.exit(77)
+    with tempfile.TemporaryDirectory() as d:
+        elf = os.path.join(d, "kallsyms.elf")
+        r = subprocess.run([ARGS.vbts, "symbols", ARGS.kallsyms, "-o", elf], capture_output=True, text=True)
+        if r.returncode != 0:
+            fail("vbts symbols exited %d" % r.returncode, ("stderr", r.stderr))
+        v = Vbts(vmlinuz, extra=["--mem=512M", "--cpu=skylake", "--append=console=ttyS0 panic=-1 nokaslr"])
+        out = run_gdb(v, None, ["set architecture i386:x86-64", "symbol-file %s" % elf, "hbreak start_kernel",
+                                "continue", "info symbol $pc", "print/x $cs", "kill"])
+        expect(out, [r"Breakpoint 1, 0x[0-9a-f]+ in start_kernel \(\)", r"^start_kernel in section \.text$",
+                     r"^\$1 = 0x10$"], "gdb", ("vbts stderr", v.stderr()))
+        rc = v.wait()
+        if rc != 114:
+            fail("vbts exited %d after kill, expected 114" % rc, ("gdb", out), ("vbts stderr", v.stderr()))
+
+
 CASES = {n[5:]: f for n, f in globals().items() if n.startswith("case_")}
 
 

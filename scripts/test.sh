@@ -34,5 +34,5 @@ if [ "$heavy_default" -eq 1 ]; then
   # Leaks inside libunicorn (not vbts's) are suppressed: scripts/lsan.supp.
   LSAN_OPTIONS="suppressions=$PWD/../scripts/lsan.supp" \
     ctest --output-on-failure -j2 --timeout 300 -L "unit|kvm|guest|engines|gdb|linux" \
-      -E "^(diff|record|engines.record|linux.perf-qemu|linux.perf-tool-(westmere|skylake|qemu)|linux.perf-test|linux.perf-shell|linux.watchdog|linux.record-kallsyms|linux.kallsyms|gdb.linux-kallsyms)"
+      -E "^(diff|record|engines.record|linux.perf-qemu|linux.perf-tool-(westmere|skylake|qemu)|linux.perf-test|linux.perf-shell|linux.watchdog|linux.record-kallsyms|linux.kallsyms|gdb.linux-kallsyms|gdb.linux-bzimage)"
 fi
