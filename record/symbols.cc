@@ -197,8 +197,12 @@ absl::StatusOr<SymbolTable> SymbolTable::FromSystemMap(std::string_view text, st
   std::stable_sort(lines.begin(), lines.end(), [](const Line& a, const Line& b) { return a.addr < b.addr; });
   // Code symbols (T, t, W, w) are kept, as labels: each runs to the next
   // symbol of any kind, which bounds it (System.map has no sizes).
+  // From the last line back, `next` is the address of the nearest later line
+  // with a greater one (lines at one address share it): one pass.
   SymbolTable t;
-  for (size_t i = 0; i < lines.size(); i++) {
+  uint64_t next = ~0ull;
+  for (size_t i = lines.size(); i-- > 0;) {
+    if (i + 1 < lines.size() && lines[i + 1].addr > lines[i].addr) next = lines[i + 1].addr;
     const char type = lines[i].type;
     if (type != 'T' && type != 't' && type != 'W' && type != 'w') continue;
     Symbol sym;
@@ -206,14 +210,10 @@ absl::StatusOr<SymbolTable> SymbolTable::FromSystemMap(std::string_view text, st
     sym.name = std::string(lines[i].name);
     sym.func = true;
     sym.global = type == 'T' || type == 'W';
-    sym.section_end = ~0ull;
-    for (size_t j = i + 1; j < lines.size(); j++)
-      if (lines[j].addr > sym.addr) {
-        sym.section_end = lines[j].addr;
-        break;
-      }
+    sym.section_end = next;
     t.all_.push_back(std::move(sym));
   }
+  std::reverse(t.all_.begin(), t.all_.end());  // the text's order (Index keeps it among equals)
   if (t.all_.empty()) return absl::InvalidArgumentError(absl::StrFormat("%s: no code symbols (types T, t, W, w)", name));
   t.Index();
   return t;
@@ -278,11 +278,14 @@ const Symbol* SymbolTable::Lookup(std::string_view name) const {
 
 trace::AddressRange SymbolTable::Extent(const Symbol& s) const {
   if (s.size > 0) return {s.addr, s.addr + s.size};
+  // all_ is sorted by address (Index): from the first symbol past s, up to
+  // the section's end.
   uint64_t end = s.section_end;
-  for (const Symbol& o : all_) {
-    if (o.addr <= s.addr || o.addr >= end) continue;
-    if (IsLocalLabelOf(o.name, s.name)) continue;
-    end = o.addr;
+  auto it = std::upper_bound(all_.begin(), all_.end(), s.addr,
+                             [](uint64_t a, const Symbol& o) { return a < o.addr; });
+  for (; it != all_.end() && it->addr < end; ++it) {
+    if (IsLocalLabelOf(it->name, s.name)) continue;
+    end = it->addr;
     break;
   }
   return {s.addr, end};
