@@ -10,20 +10,6 @@
 #include "vmm/boot_bytes.h"
 
 namespace vbts::vmm {
-namespace {
-
-uint64_t SetupField(absl::Span<const uint8_t> b, uint64_t off, int n) {
-  uint64_t v = 0;
-  for (int i = n - 1; i >= 0; i--) v = (v << 8) | b[off + i];
-  return v;
-}
-
-template <typename... Args>
-absl::Status BadBzImage(std::string_view file_name, const absl::FormatSpec<Args...>& format, const Args&... args) {
-  return absl::InvalidArgumentError(absl::StrFormat("%s: %s", file_name, absl::StrFormat(format, args...)));
-}
-
-}  // namespace
 
 uint64_t LinuxSetupHeader::RunStart() const {
   const uint64_t align = std::max<uint64_t>(kernel_alignment, 1);
@@ -33,38 +19,38 @@ uint64_t LinuxSetupHeader::RunStart() const {
 
 absl::StatusOr<std::optional<LinuxSetupHeader>> ParseLinuxSetupHeader(absl::Span<const uint8_t> file,
                                                                       std::string_view file_name) {
-  if (file.size() < 0x206 || SetupField(file, 0x202, 4) != kLinuxHeaderMagic || SetupField(file, 0x1FE, 2) != 0xAA55)
+  if (file.size() < 0x206 || GetLe(file, 0x202, 4) != kLinuxHeaderMagic || GetLe(file, 0x1FE, 2) != 0xAA55)
     return std::nullopt;
   LinuxSetupHeader h;
   h.header_end = 0x202 + uint64_t{file[0x201]};
-  if (file.size() < 0x208) return BadBzImage(file_name, "Linux setup header: the file ends before its version (0x206)");
-  h.version = static_cast<uint16_t>(SetupField(file, 0x206, 2));
+  if (file.size() < 0x208) return BadImage(file_name, "Linux setup header: the file ends before its version (0x206)");
+  h.version = static_cast<uint16_t>(GetLe(file, 0x206, 2));
   if (h.version < kLinuxMinVersion)
-    return BadBzImage(file_name,
+    return BadImage(file_name,
                "Linux boot protocol %u.%02u is older than 2.10 (Linux 2.6.31), the first with init_size, which vbts "
                "needs",
                h.version >> 8, h.version & 0xFF);
   if (h.header_end < 0x264 || h.header_end > file.size())
-    return BadBzImage(file_name, "Linux setup header: it ends at 0x%x (0x202 + the byte at 0x201), %s", h.header_end,
+    return BadImage(file_name, "Linux setup header: it ends at 0x%x (0x202 + the byte at 0x201), %s", h.header_end,
                h.header_end < 0x264 ? "before protocol 2.10's fields end (0x264)"
                                     : absl::StrFormat("beyond the file's 0x%x bytes", file.size()));
   const uint64_t setup_sects = file[0x1F1] == 0 ? 4 : file[0x1F1];  // 0 means 4 (boot.rst)
   h.setup_size = (setup_sects + 1) * 512;
   if (h.setup_size >= file.size())
-    return BadBzImage(file_name, "Linux setup header: %u setup sectors + the boot sector (0x%x bytes) leave no protected-mode "
+    return BadImage(file_name, "Linux setup header: %u setup sectors + the boot sector (0x%x bytes) leave no protected-mode "
                "kernel in the file's 0x%x bytes", setup_sects, h.setup_size, file.size());
   h.loadflags = file[0x211];
   if (!(h.loadflags & kLoadflagsLoadedHigh))
-    return BadBzImage(file_name, "a zImage (loadflags 0x%02x: LOADED_HIGH clear, loaded at 0x10000): vbts boots bzImages only",
+    return BadImage(file_name, "a zImage (loadflags 0x%02x: LOADED_HIGH clear, loaded at 0x10000): vbts boots bzImages only",
                h.loadflags);
-  h.initrd_addr_max = static_cast<uint32_t>(SetupField(file, 0x22C, 4));
-  h.kernel_alignment = static_cast<uint32_t>(SetupField(file, 0x230, 4));
+  h.initrd_addr_max = static_cast<uint32_t>(GetLe(file, 0x22C, 4));
+  h.kernel_alignment = static_cast<uint32_t>(GetLe(file, 0x230, 4));
   h.relocatable = file[0x234] != 0;
-  h.cmdline_size = static_cast<uint32_t>(SetupField(file, 0x238, 4));
-  h.pref_address = SetupField(file, 0x258, 8);
-  h.init_size = static_cast<uint32_t>(SetupField(file, 0x260, 4));
+  h.cmdline_size = static_cast<uint32_t>(GetLe(file, 0x238, 4));
+  h.pref_address = GetLe(file, 0x258, 8);
+  h.init_size = static_cast<uint32_t>(GetLe(file, 0x260, 4));
   if (h.relocatable && (h.kernel_alignment == 0 || (h.kernel_alignment & (h.kernel_alignment - 1)) != 0))
-    return BadBzImage(file_name, "Linux setup header: kernel_alignment 0x%x is not a power of two", h.kernel_alignment);
+    return BadImage(file_name, "Linux setup header: kernel_alignment 0x%x is not a power of two", h.kernel_alignment);
   return h;
 }
 

@@ -14,6 +14,7 @@
 #include "absl/strings/strip.h"
 #include "base/file.h"
 #include "base/status_macros.h"
+#include "vmm/boot_bytes.h"
 #include "vmm/linux_boot.h"
 
 namespace vbts::vmm {
@@ -27,23 +28,9 @@ constexpr uint16_t kEtExec = 2;
 constexpr uint16_t kEm386 = 3;
 constexpr uint16_t kEmX8664 = 62;
 
-uint32_t Le32(absl::Span<const uint8_t> b, uint64_t off) {
-  return uint32_t{b[off]} | (uint32_t{b[off + 1]} << 8) | (uint32_t{b[off + 2]} << 16) |
-         (uint32_t{b[off + 3]} << 24);
-}
-uint64_t Le64(absl::Span<const uint8_t> b, uint64_t off) {
-  return uint64_t{Le32(b, off)} | (uint64_t{Le32(b, off + 4)} << 32);
-}
-uint16_t Le16(absl::Span<const uint8_t> b, uint64_t off) {
-  return static_cast<uint16_t>(b[off] | (b[off + 1] << 8));
-}
-
-template <typename... Args>
-absl::Status Bad(std::string_view file_name, const absl::FormatSpec<Args...>& format,
-                 const Args&... args) {
-  return absl::InvalidArgumentError(
-      absl::StrFormat("%s: %s", file_name, absl::StrFormat(format, args...)));
-}
+uint32_t Le32(absl::Span<const uint8_t> b, uint64_t off) { return static_cast<uint32_t>(GetLe(b, off, 4)); }
+uint64_t Le64(absl::Span<const uint8_t> b, uint64_t off) { return GetLe(b, off, 8); }
+uint16_t Le16(absl::Span<const uint8_t> b, uint64_t off) { return static_cast<uint16_t>(GetLe(b, off, 2)); }
 
 // One contiguous piece of the image: file bytes [file_offset, +filesz) go to
 // gpa, then zeroes up to gpa + memsz.
@@ -86,12 +73,12 @@ absl::StatusOr<Header> FindHeader(absl::Span<const uint8_t> file, std::string_vi
   }
   if (first_bad.has_value()) {
     const uint32_t sum = kMultibootHeaderMagic + first_bad->flags + bad_checksum;
-    return Bad(name,
+    return BadImage(name,
                "Multiboot header at offset 0x%x has a bad checksum: magic 0x1BADB002 + flags "
                "0x%08x + checksum 0x%08x = 0x%08x (mod 2^32), must be 0",
                first_bad->offset, first_bad->flags, bad_checksum, sum);
   }
-  return Bad(name,
+  return BadImage(name,
              "no Multiboot v1 header: magic 0x1BADB002 not found at any 4-byte aligned offset "
              "below 0x%x (file is %u bytes)",
              kMultibootSearchEnd, file.size());
@@ -101,7 +88,7 @@ absl::StatusOr<Plan> PlanAout(absl::Span<const uint8_t> file, std::string_view n
                               const Header& h) {
   const uint64_t fields_end = uint64_t{h.offset} + 32;
   if (fields_end > file.size()) {
-    return Bad(name,
+    return BadImage(name,
                "Multiboot header at offset 0x%x sets flag bit 16 (address fields) but the file "
                "ends at 0x%x, before the address fields end at 0x%x",
                h.offset, file.size(), fields_end);
@@ -112,11 +99,11 @@ absl::StatusOr<Plan> PlanAout(absl::Span<const uint8_t> file, std::string_view n
   const uint32_t bss_end_addr = Le32(file, h.offset + 24);
   const uint32_t entry_addr = Le32(file, h.offset + 28);
   if (header_addr < load_addr) {
-    return Bad(name, "a.out kludge: header_addr 0x%08x is below load_addr 0x%08x", header_addr,
+    return BadImage(name, "a.out kludge: header_addr 0x%08x is below load_addr 0x%08x", header_addr,
                load_addr);
   }
   if (header_addr - load_addr > h.offset) {
-    return Bad(name,
+    return BadImage(name,
                "a.out kludge: header_addr 0x%08x - load_addr 0x%08x = 0x%x exceeds the "
                "header's file offset 0x%x",
                header_addr, load_addr, header_addr - load_addr, h.offset);
@@ -125,12 +112,12 @@ absl::StatusOr<Plan> PlanAout(absl::Span<const uint8_t> file, std::string_view n
   uint64_t load_size;
   if (load_end_addr != 0) {
     if (load_end_addr < load_addr) {
-      return Bad(name, "a.out kludge: load_end_addr 0x%08x is below load_addr 0x%08x",
+      return BadImage(name, "a.out kludge: load_end_addr 0x%08x is below load_addr 0x%08x",
                  load_end_addr, load_addr);
     }
     load_size = load_end_addr - load_addr;
     if (text_offset + load_size > file.size()) {
-      return Bad(name,
+      return BadImage(name,
                  "a.out kludge: load_end_addr 0x%08x needs file bytes [0x%x, 0x%x) but the "
                  "file is only 0x%x bytes",
                  load_end_addr, text_offset, text_offset + load_size, file.size());
@@ -141,7 +128,7 @@ absl::StatusOr<Plan> PlanAout(absl::Span<const uint8_t> file, std::string_view n
   uint64_t mem_size = load_size;
   if (bss_end_addr != 0) {
     if (bss_end_addr < load_addr + load_size) {
-      return Bad(name,
+      return BadImage(name,
                  "a.out kludge: bss_end_addr 0x%08x is below the end of the loaded data 0x%x "
                  "(load_addr + load size)",
                  bss_end_addr, load_addr + load_size);
@@ -149,7 +136,7 @@ absl::StatusOr<Plan> PlanAout(absl::Span<const uint8_t> file, std::string_view n
     mem_size = bss_end_addr - load_addr;
   }
   if (mem_size == 0) {
-    return Bad(name,
+    return BadImage(name,
                "a.out kludge: nothing to load (load_addr 0x%08x, load_end_addr 0x%08x, "
                "bss_end_addr 0x%08x)",
                load_addr, load_end_addr, bss_end_addr);
@@ -203,10 +190,10 @@ absl::StatusOr<bool> AddLoadSegment(Plan& plan, absl::Span<const uint8_t> file, 
                                     const ElfPhdr& p, uint32_t i) {
   if (p.type != kPtLoad || p.memsz == 0) return false;
   if (p.filesz > p.memsz) {
-    return Bad(name, "phdr[%u].p_filesz 0x%x exceeds p_memsz 0x%x", i, p.filesz, p.memsz);
+    return BadImage(name, "phdr[%u].p_filesz 0x%x exceeds p_memsz 0x%x", i, p.filesz, p.memsz);
   }
   if (p.offset > file.size() || p.filesz > file.size() - p.offset) {
-    return Bad(name,
+    return BadImage(name,
                "phdr[%u] file bytes [0x%x, 0x%x) (p_offset + p_filesz) extend past the end of "
                "the file (0x%x bytes)",
                i, p.offset, p.offset + p.filesz, file.size());
@@ -220,36 +207,36 @@ absl::StatusOr<bool> AddLoadSegment(Plan& plan, absl::Span<const uint8_t> file, 
 absl::StatusOr<Plan> PlanElf(absl::Span<const uint8_t> file, std::string_view name,
                              const Header& h) {
   if (file.size() < 4 || file[0] != 0x7F || file[1] != 'E' || file[2] != 'L' || file[3] != 'F') {
-    return Bad(name,
+    return BadImage(name,
                "not an ELF file (e_ident[0..3] is not 7f 45 4c 46) and Multiboot header flags "
                "0x%08x lack bit 16 (address fields), so there is nothing to load",
                h.flags);
   }
   if (file.size() < 16) {
-    return Bad(name, "ELF header truncated: file is %u bytes, e_ident needs 16", file.size());
+    return BadImage(name, "ELF header truncated: file is %u bytes, e_ident needs 16", file.size());
   }
   if (file[4] == 2) {
-    return Bad(name,
+    return BadImage(name,
                "e_ident[EI_CLASS] = 2 (ELFCLASS64): ELF64 images are not Multiboot v1; QEMU "
                "refuses them too (\"Cannot load x86-64 image, give a 32bit one.\")");
   }
   if (file[4] != 1) {
-    return Bad(name, "e_ident[EI_CLASS] = %u, expected 1 (ELFCLASS32)", file[4]);
+    return BadImage(name, "e_ident[EI_CLASS] = %u, expected 1 (ELFCLASS32)", file[4]);
   }
   if (file.size() < kElf32HeaderSize) {
-    return Bad(name, "ELF header truncated: file is %u bytes, an ELF32 header needs %u",
+    return BadImage(name, "ELF header truncated: file is %u bytes, an ELF32 header needs %u",
                file.size(), kElf32HeaderSize);
   }
   if (file[5] != 1) {
-    return Bad(name, "e_ident[EI_DATA] = %u, expected 1 (ELFDATA2LSB, little endian)", file[5]);
+    return BadImage(name, "e_ident[EI_DATA] = %u, expected 1 (ELFDATA2LSB, little endian)", file[5]);
   }
   const uint16_t e_type = Le16(file, 16);
   if (e_type != kEtExec) {
-    return Bad(name, "e_type = %u, expected 2 (ET_EXEC)", e_type);
+    return BadImage(name, "e_type = %u, expected 2 (ET_EXEC)", e_type);
   }
   const uint16_t e_machine = Le16(file, 18);
   if (e_machine != kEm386) {
-    return Bad(name, "e_machine = %u%s, expected 3 (EM_386)", e_machine,
+    return BadImage(name, "e_machine = %u%s, expected 3 (EM_386)", e_machine,
                e_machine == kEmX8664 ? " (EM_X86_64)" : "");
   }
   const uint32_t e_entry = Le32(file, 24);
@@ -257,15 +244,15 @@ absl::StatusOr<Plan> PlanElf(absl::Span<const uint8_t> file, std::string_view na
   const uint16_t e_phentsize = Le16(file, 42);
   const uint16_t e_phnum = Le16(file, 44);
   if (e_phnum == 0) {
-    return Bad(name, "e_phnum = 0: no program headers, nothing to load");
+    return BadImage(name, "e_phnum = 0: no program headers, nothing to load");
   }
   if (e_phentsize != kElf32PhdrSize) {
-    return Bad(name, "e_phentsize = %u, expected %u (sizeof(Elf32_Phdr))", e_phentsize,
+    return BadImage(name, "e_phentsize = %u, expected %u (sizeof(Elf32_Phdr))", e_phentsize,
                kElf32PhdrSize);
   }
   const uint64_t ph_end = uint64_t{e_phoff} + uint64_t{e_phnum} * kElf32PhdrSize;
   if (ph_end > file.size()) {
-    return Bad(name,
+    return BadImage(name,
                "program headers [0x%x, 0x%x) (e_phoff + e_phnum * 32) extend past the end of the "
                "file (0x%x bytes)",
                e_phoff, ph_end, file.size());
@@ -287,7 +274,7 @@ absl::StatusOr<Plan> PlanElf(absl::Span<const uint8_t> file, std::string_view na
     }
   }
   if (plan.segments.empty()) {
-    return Bad(name, "no PT_LOAD program header with p_memsz > 0 among the %u program headers",
+    return BadImage(name, "no PT_LOAD program header with p_memsz > 0 among the %u program headers",
                e_phnum);
   }
   return plan;
@@ -331,7 +318,7 @@ absl::StatusOr<std::optional<Plan>> PlanPvh(absl::Span<const uint8_t> file, std:
       if (desc_off > end || descsz > end - desc_off) break;  // a truncated note ends the segment
       if (type == kXenElfnotePhys32Entry && namesz == 4 && std::memcmp(&file[name_off], "Xen", 4) == 0) {
         if (descsz != 4 && descsz != 8)
-          return Bad(name, "PVH entry note (Xen, type 18) has a %u-byte value, expected 4 or 8", descsz);
+          return BadImage(name, "PVH entry note (Xen, type 18) has a %u-byte value, expected 4 or 8", descsz);
         entry = descsz == 4 ? Le32(file, desc_off) : Le64(file, desc_off);
       }
       off = desc_off + ((descsz + 3) & ~uint64_t{3});
@@ -339,14 +326,14 @@ absl::StatusOr<std::optional<Plan>> PlanPvh(absl::Span<const uint8_t> file, std:
   }
   if (!entry) return std::nullopt;
   if (*entry > 0xFFFFFFFFu)
-    return Bad(name, "PVH entry point 0x%x (Xen note type 18) is above 4 GiB; the entry runs in 32-bit mode",
+    return BadImage(name, "PVH entry point 0x%x (Xen note type 18) is above 4 GiB; the entry runs in 32-bit mode",
                *entry);
   Plan plan;
   plan.entry = static_cast<uint32_t>(*entry);
   plan.entry_field = "PVH entry note";
   for (uint32_t i = 0; i < e_phnum; ++i) VBTS_RETURN_IF_ERROR(AddLoadSegment(plan, file, name, phdrs[i], i).status());
   if (plan.segments.empty())
-    return Bad(name, "no PT_LOAD program header with p_memsz > 0 among the %u program headers", e_phnum);
+    return BadImage(name, "no PT_LOAD program header with p_memsz > 0 among the %u program headers", e_phnum);
   return plan;
 }
 
@@ -356,19 +343,19 @@ absl::Status Validate(const Plan& plan, std::string_view name, uint64_t ram_size
     const Segment& s = plan.segments[i];
     const uint64_t end = s.gpa + s.memsz;
     if (!RangeWithin(s.gpa, s.memsz, ram_size)) {
-      return Bad(name, "%s: load range [0x%x, 0x%x) is outside of guest RAM [0, 0x%x)", s.what,
+      return BadImage(name, "%s: load range [0x%x, 0x%x) is outside of guest RAM [0, 0x%x)", s.what,
                  s.gpa, end, ram_size);
     }
     for (const GpaRange& r : limits.reserved) {
       if (r.Overlaps(s.gpa, end)) {
-        return Bad(name, "%s: load range [0x%x, 0x%x) overlaps reserved \"%s\" [0x%x, 0x%x)",
+        return BadImage(name, "%s: load range [0x%x, 0x%x) overlaps reserved \"%s\" [0x%x, 0x%x)",
                    s.what, s.gpa, end, r.name, r.start, r.end);
       }
     }
     for (size_t j = 0; j < i; ++j) {
       const Segment& o = plan.segments[j];
       if (s.gpa < o.gpa + o.memsz && o.gpa < end) {
-        return Bad(name, "%s: load range [0x%x, 0x%x) overlaps %s load range [0x%x, 0x%x)",
+        return BadImage(name, "%s: load range [0x%x, 0x%x) overlaps %s load range [0x%x, 0x%x)",
                    s.what, s.gpa, end, o.name, o.gpa, o.gpa + o.memsz);
       }
     }
@@ -380,7 +367,7 @@ absl::Status Validate(const Plan& plan, std::string_view name, uint64_t ram_size
   for (const Segment& s : plan.segments) {
     ranges.push_back(absl::StrFormat("[0x%x, 0x%x)", s.gpa, s.gpa + s.memsz));
   }
-  return Bad(name, "entry point 0x%08x (%s) is not inside any loaded range: %s", plan.entry,
+  return BadImage(name, "entry point 0x%08x (%s) is not inside any loaded range: %s", plan.entry,
              plan.entry_field, absl::StrJoin(ranges, ", "));
 }
 
@@ -443,7 +430,7 @@ absl::StatusOr<LoadedImage> LoadKernelImage(absl::Span<const uint8_t> file, std:
   // No (valid) Multiboot header: QEMU's -kernel then tries the PVH note.
   VBTS_ASSIGN_OR_RETURN(std::optional<Plan> pvh, PlanPvh(file, file_name));
   if (!pvh) {
-    return Bad(file_name, "%s; nor is it an ELF kernel with a PVH entry note (Xen ELF note 18, XEN_ELFNOTE_PHYS32_ENTRY)",
+    return BadImage(file_name, "%s; nor is it an ELF kernel with a PVH entry note (Xen ELF note 18, XEN_ELFNOTE_PHYS32_ENTRY)",
                absl::StripPrefix(multiboot.status().message(), std::string(file_name) + ": "));
   }
   LoadedImage image;
@@ -463,7 +450,7 @@ absl::StatusOr<LoadedImage> LoadMultibootImage(absl::Span<const uint8_t> file,
   const uint32_t unsupported =
       header.flags & 0xFFFFu & ~(kMultibootPageAlign | kMultibootMemoryInfo | kMultibootVideoMode);
   if (unsupported != 0) {
-    return Bad(file_name,
+    return BadImage(file_name,
                "Multiboot header flags 0x%08x require unsupported bits 0x%04x (a boot loader "
                "must refuse unknown bits 0-15; vbts supports bits 0, 1 and 2)",
                header.flags, unsupported);
