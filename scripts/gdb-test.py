@@ -14,6 +14,7 @@ stops); --linux and --kallsyms are Debian's kernel and its symbols for the linux
 cases. Exit status 0: pass; 1: fail (with the difference on stderr); 77: skipped.
 """
 import argparse
+import contextlib
 import os
 import re
 import signal
@@ -256,6 +257,10 @@ def case_interrupt():
     finish_demo(v, out, output="gdb_demo: start\ncounter=33\nreleased\n")
 
 
+# `monitor info engine` with --engine=kvm-tcg, N moves between KVM and TCG so far.
+MOVES = r"^engine: tcg while GDB needs it .* KVM otherwise; %d moves between them so far; GDB branch trace: off$"
+
+
 def case_kvm_moves():
     # --engine=kvm-tcg (what `auto` is on VT-x/SVM hosts): the guest runs on KVM
     # while GDB needs nothing of the TCG engine, and moves there for each stop.
@@ -269,9 +274,8 @@ def case_kvm_moves():
     out = run_gdb(v, demo(), ["monitor info engine", "break leaf", "continue", "monitor info engine", "delete",
                               "set var spin_limit = 0xffffffff", "continue", "monitor info engine", "bt 1",
                               "set var release = 1", "continue"], interrupt_after=ready)
-    moves = r"^engine: tcg while GDB needs it .* KVM otherwise; %d moves between them so far; GDB branch trace: off$"
-    expect(out, [moves % 1, r"Breakpoint 1, leaf \(x=(x@entry=)?0\)", moves % 1, r"Program received signal SIGINT",
-                 moves % 3, r"^#0\s+.*spin \(", r"exited normally"], "gdb", ("vbts", v.stderr()))
+    expect(out, [MOVES % 1, r"Breakpoint 1, leaf \(x=(x@entry=)?0\)", MOVES % 1, r"Program received signal SIGINT",
+                 MOVES % 3, r"^#0\s+.*spin \(", r"exited normally"], "gdb", ("vbts", v.stderr()))
     finish_demo(v, out, output="gdb_demo: start\ncounter=33\nreleased\n")
 
 
@@ -290,9 +294,8 @@ def case_kvm_halted():
     out = run_gdb(v, demo(), ["set var spin_limit = 0", "set var nap = 1", "continue", "x/i $pc - 1",
                               "monitor info engine", "continue", "x/i $pc - 1", "monitor info engine", "kill"],
                   interrupt_after=[napping, again])
-    moves = r"^engine: tcg while GDB needs it .* KVM otherwise; %d moves between them so far; GDB branch trace: off$"
     hlt = r":\s+hlt\s*$"
-    expect(out, [r"Program received signal SIGINT", hlt, moves % 3, r"Program received signal SIGINT", hlt, moves % 3],
+    expect(out, [r"Program received signal SIGINT", hlt, MOVES % 3, r"Program received signal SIGINT", hlt, MOVES % 3],
            "gdb", ("vbts", v.stderr()))
     if v.stdout() != "gdb_demo: start\ncounter=33\nnot released\nnapping\n":
         fail("guest output %r" % v.stdout(), ("gdb", out), ("vbts", v.stderr()))
@@ -759,6 +762,21 @@ def case_linux():
         fail("vbts exited %d after kill, expected 114" % rc, *ctx)
 
 
+@contextlib.contextmanager
+def kallsyms_elf(kernel):
+    """The kernel's symbols from --kallsyms (linux.kallsyms wrote them) as an
+    ELF file GDB loads (`vbts symbols`); skips (77) without the kernel or them."""
+    if not ARGS.linux or not os.path.exists(kernel) or not ARGS.kallsyms or not os.path.exists(ARGS.kallsyms):
+        print("SKIP: no %s or no symbols from it (scripts/fetch-linux.sh, ctest linux.kallsyms)" % kernel)
+        sys.exit(77)
+    with tempfile.TemporaryDirectory() as d:
+        elf = os.path.join(d, "kallsyms.elf")
+        r = subprocess.run([ARGS.vbts, "symbols", ARGS.kallsyms, "-o", elf], capture_output=True, text=True)
+        if r.returncode != 0 or not re.search(r"vbts symbols: \d{5} functions from", r.stderr):
+            fail("vbts symbols exited %d" % r.returncode, ("stderr", r.stderr))
+        yield elf
+
+
 def case_linux_kallsyms():
     # Debian's kernel (PVH entry: its link addresses) with no symbols of its
     # own (vmlinux is stripped): the guest's /proc/kallsyms, as linux.kallsyms
@@ -768,14 +786,7 @@ def case_linux_kallsyms():
     # __fentry__); a breakpoint at setup_arch, start_kernel's tenth call
     # (init/main.c, run-linux.py's KALLSYMS_CALLS), stops with start_kernel
     # as its caller in `bt`.
-    if not ARGS.linux or not os.path.exists(ARGS.linux) or not ARGS.kallsyms or not os.path.exists(ARGS.kallsyms):
-        print("SKIP: no Debian kernel or no symbols from it (scripts/fetch-linux.sh, ctest linux.kallsyms)")
-        sys.exit(77)
-    with tempfile.TemporaryDirectory() as d:
-        elf = os.path.join(d, "kallsyms.elf")
-        r = subprocess.run([ARGS.vbts, "symbols", ARGS.kallsyms, "-o", elf], capture_output=True, text=True)
-        if r.returncode != 0 or not re.search(r"vbts symbols: \d{5} functions from", r.stderr):
-            fail("vbts symbols exited %d" % r.returncode, ("stderr", r.stderr))
+    with kallsyms_elf(ARGS.linux) as elf:
         v = Vbts(ARGS.linux, extra=["--mem=512M", "--cpu=skylake", "--append=console=ttyS0 panic=-1 nokaslr"])
         out = run_gdb(v, None, ["symbol-file %s" % elf, "hbreak start_kernel", "continue", "info symbol $pc",
                                 "x/i $pc", "break setup_arch", "continue", "bt 2", "kill"])
@@ -795,14 +806,7 @@ def case_linux_bzimage():
     # and a hardware breakpoint by name at start_kernel stops there after the
     # decompression.
     vmlinuz = os.path.join(os.path.dirname(ARGS.linux or ""), "vmlinuz")
-    if not ARGS.linux or not os.path.exists(vmlinuz) or not ARGS.kallsyms or not os.path.exists(ARGS.kallsyms):
-        print("SKIP: no Debian vmlinuz or no symbols from it (scripts/fetch-linux.sh, ctest linux.kallsyms)")
-        sys.exit(77)
-    with tempfile.TemporaryDirectory() as d:
-        elf = os.path.join(d, "kallsyms.elf")
-        r = subprocess.run([ARGS.vbts, "symbols", ARGS.kallsyms, "-o", elf], capture_output=True, text=True)
-        if r.returncode != 0:
-            fail("vbts symbols exited %d" % r.returncode, ("stderr", r.stderr))
+    with kallsyms_elf(vmlinuz) as elf:
         v = Vbts(vmlinuz, extra=["--mem=512M", "--cpu=skylake", "--append=console=ttyS0 panic=-1 nokaslr"])
         out = run_gdb(v, None, ["set architecture i386:x86-64", "symbol-file %s" % elf, "hbreak start_kernel",
                                 "continue", "info symbol $pc", "print/x $cs", "kill"])
