@@ -247,9 +247,7 @@ irq0_handler:
 
 irq8_handler:
         inc dword [irq8s]
-        mov al, 0x20
-        out 0xA0, al
-        out 0x20, al
+        PIC_EOI_SLAVE
         ret
 
 level_handler:

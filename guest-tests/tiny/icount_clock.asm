@@ -102,9 +102,7 @@ rtc_handler:
         mov [rtc_tsc + 4 * ecx], eax
         inc dword [rtc_irqs]
 .ack:   CMOS_READ 0x0C                                  ; register C: clears IRQF, lowers IRQ 8
-        mov al, 0x20
-        out 0xA0, al
-        out 0x20, al
+        PIC_EOI_SLAVE
         ret
 
 section .data

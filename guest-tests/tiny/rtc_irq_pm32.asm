@@ -114,9 +114,7 @@ irq8_handler:
 .ack:
         mov al, 0xFF                            ; slave: IRQ 8 masked until the next HLT
         out 0xA1, al
-        mov al, 0x20
-        out 0xA0, al
-        out 0x20, al
+        PIC_EOI_SLAVE
         ret
 
 section .data
